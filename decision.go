@@ -1,0 +1,122 @@
+package ratelimit
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Units counts allowance in thousandths of one request. A plain request costs
+// [Unit]; a bulk call that counts as ten requests costs 10*Unit, and a cheap
+// call may cost Unit/4. Like [time.Duration], the type reads naturally in
+// arithmetic: 10*ratelimit.Unit, ratelimit.Unit/2.
+//
+// Costs are always positive: a cost of zero or less is rejected with
+// [ErrInvalidCost].
+type Units int64
+
+// Unit is the cost of one ordinary request: 1000 milli-units.
+const Unit Units = 1000
+
+// String formats u in whole units with up to three decimals, such as "1",
+// "0.25" or "-3.5".
+func (u Units) String() string {
+	n := int64(u)
+	neg := n < 0
+	var mag uint64
+	if neg {
+		mag = uint64(-(n + 1)) + 1 // no overflow for math.MinInt64
+	} else {
+		mag = uint64(n)
+	}
+	s := strconv.FormatUint(mag/1000, 10)
+	if frac := mag % 1000; frac != 0 {
+		f := strconv.FormatUint(frac+1000, 10)[1:] // three digits, leading zeros kept
+		for f[len(f)-1] == '0' {
+			f = f[:len(f)-1]
+		}
+		s += "." + f
+	}
+	if neg {
+		s = "-" + s
+	}
+	return s
+}
+
+// Decision is the outcome of one check. Every field has the same meaning for
+// every algorithm, so a caller (or a reference model) can rely on it without
+// knowing which rule produced it.
+type Decision struct {
+	// Allowed reports whether the request was admitted. An admitted request
+	// has spent its cost; a denied one has spent nothing.
+	Allowed bool
+
+	// Limit is the rule's capacity in whole units: Burst for a token bucket
+	// or GCRA, Capacity for a leaky bucket, Limit for the window algorithms.
+	Limit int64
+
+	// Remaining is the largest cost, in whole units rounded down, that could
+	// be admitted at this same instant after this decision.
+	Remaining int64
+
+	// RetryAfter is, for a denied request, the exact wait until this same
+	// request would be admitted if nothing else arrives in between, rounded
+	// up to the nanosecond. It is 0 when the request was allowed.
+	RetryAfter time.Duration
+
+	// ResetAfter is how long until the key is as good as a fresh one if
+	// nothing else arrives: Remaining equals Limit again and, for the window
+	// algorithms, nothing admitted still counts. It is rounded up to the
+	// nanosecond, and 0 for a key that is already fresh.
+	ResetAfter time.Duration
+
+	// Delay is set by the leaky bucket alone: how long an admitted request
+	// must wait before it goes on (its place in the queue). It is rounded up
+	// to the nanosecond, so a request that waits Delay never leaves early.
+	// Every other algorithm leaves it 0.
+	Delay time.Duration
+
+	// Policy is the name of the rule that made this decision (its Name
+	// field), or "" for an unnamed rule. A composite limit reports the name
+	// of its most constraining part.
+	Policy string
+
+	// Window is the time span that Limit is a quota for: the window of a
+	// window algorithm, and for the buckets the time to earn the whole
+	// capacity at the rule's rate (rounded up to the nanosecond). Together
+	// with Limit it describes the policy, as HTTP's RateLimit-Policy does.
+	Window time.Duration
+}
+
+// Errors returned by [Limiter.Check] and by the constructors. Match them with
+// [errors.Is]; the errors returned may wrap them with more detail.
+var (
+	// ErrInvalidCost is returned for a cost of zero or less.
+	ErrInvalidCost = errors.New("ratelimit: cost must be positive")
+
+	// ErrCostExceedsCapacity is returned for a cost larger than the rule's
+	// capacity: such a request could never be admitted, however long it
+	// waited. An HTTP layer should answer it with 400 or 413, not 429.
+	ErrCostExceedsCapacity = errors.New("ratelimit: cost exceeds the rule's capacity")
+
+	// ErrInvalidRule is returned by the constructors for a rule that is
+	// malformed or whose arithmetic could overflow. The error is a
+	// [*RuleError] naming the rule and the field.
+	ErrInvalidRule = errors.New("ratelimit: invalid rule")
+)
+
+// RuleError describes a rule rejected by a constructor. It matches
+// [ErrInvalidRule] with [errors.Is].
+type RuleError struct {
+	Rule   string // the rule type, such as "TokenBucket"
+	Field  string // the offending field, such as "Burst" or "Rate.Per"
+	Reason string // what is wrong with it
+}
+
+func (e *RuleError) Error() string {
+	return fmt.Sprintf("ratelimit: invalid %s: %s %s", e.Rule, e.Field, e.Reason)
+}
+
+// Unwrap returns [ErrInvalidRule].
+func (e *RuleError) Unwrap() error { return ErrInvalidRule }

@@ -1,0 +1,190 @@
+package ratelimit
+
+import (
+	"sync/atomic"
+
+	"github.com/ratekit/ratelimit/internal/wide"
+)
+
+// GCRA is the generic cell rate algorithm: a token bucket kept as one
+// theoretical arrival time (TAT) instead of a token count and a timestamp.
+// A request of cost c is admitted iff max(now, TAT) + c/Rate <= now +
+// Burst/Rate, and then TAT moves to max(now, TAT) + c/Rate. Its decisions
+// equal [TokenBucket]'s for every trace, weighted costs included.
+//
+// Rate is the sustained rate; Burst (in whole units) is the capacity, the
+// most that can be spent at one instant. Burst/Rate, the time to earn a
+// whole burst, must not exceed [MaxTime]. For rates that divide into whole
+// nanoseconds per milli-unit (10/s, 100/min, 1/ms, ...) the single-key
+// limiter is lock-free.
+type GCRA struct {
+	Rate  Rate
+	Burst int64
+	Name  string // optional: reported as Decision.Policy
+}
+
+// vtime is an instant as whole nanoseconds plus frac/n of one, where n is the
+// denominator of the rule's pace. The zero vtime is "long ago".
+type vtime struct {
+	t    int64
+	frac uint64
+}
+
+// meter is the virtual-scheduling core shared by GCRA and the leaky bucket:
+// a schedule time that moves on by cost/rate for every admitted request and
+// may run at most the capacity's span ahead of now.
+type meter struct {
+	pace
+	pol      policy
+	capMilli int64  // capacity in milli-units
+	tauNs    uint64 // the capacity's span: capMilli*p/n ns ...
+	tauFrac  uint64 // ... plus tauFrac/n
+	unitNs   uint64 // the span of one Unit, for the common cost
+	unitFrac uint64
+}
+
+func newMeter(rule, name, rateField, capField string, r Rate, capacity int64) (meter, error) {
+	pc, err := r.compile(rule, rateField)
+	if err != nil {
+		return meter{}, err
+	}
+	cm, err := capacityMilli(rule, capField, capacity)
+	if err != nil {
+		return meter{}, err
+	}
+	tn, tf, ok := pc.span(uint64(cm))
+	if !ok {
+		return meter{}, &RuleError{Rule: rule, Field: capField, Reason: "takes longer than MaxTime to refill at " + rateField}
+	}
+	un, uf, _ := pc.span(uint64(Unit)) // no longer than the capacity's span: cannot fail
+	return meter{
+		pol:      policy{name: name, limit: capacity, window: ceilNs(tn, tf)},
+		pace:     pc,
+		capMilli: cm,
+		tauNs:    tn, tauFrac: tf,
+		unitNs: un, unitFrac: uf,
+	}, nil
+}
+
+func (m *meter) capacity() int64 { return m.capMilli }
+func (m *meter) policy() *policy { return &m.pol }
+
+// debt is how far s runs ahead of now (zero if behind).
+func (m *meter) debt(s *vtime, now int64) (uint64, uint64) {
+	if s.t < now {
+		return 0, 0
+	}
+	return uint64(s.t - now), s.frac
+}
+
+// schedule is the meter's step. wait is how far the schedule ran ahead of now
+// before this request: for an admitted request, how long it queues.
+func (m *meter) schedule(s *vtime, now, cost int64, commit bool) (d Decision, waitNs, waitFrac uint64) {
+	dn, df := m.debt(s, now)
+	cn, cf := m.unitNs, m.unitFrac
+	if cost != int64(Unit) {
+		cn, cf, _ = m.span(uint64(cost)) // cost <= capacity: fits
+	}
+	nn, nf := dn+cn, df+cf
+	if nf >= m.n {
+		nn, nf = nn+1, nf-m.n
+	}
+	d = m.pol.decision()
+	if nn < m.tauNs || (nn == m.tauNs && nf <= m.tauFrac) {
+		d.Allowed = true
+		if commit {
+			s.t, s.frac = now+int64(nn), nf
+		}
+		waitNs, waitFrac = dn, df
+		dn, df = nn, nf
+	} else {
+		rn, rf := nn-m.tauNs, nf
+		if rf < m.tauFrac {
+			rn, rf = rn-1, rf+m.n
+		}
+		d.RetryAfter = ceilNs(rn, rf-m.tauFrac)
+	}
+	d.ResetAfter = ceilNs(dn, df)
+	// Spent milli-units = debt*n/p, rounded up: what is left is rounded down.
+	spent, rem, _ := wide.MulAddDiv(dn, m.n, df, m.p) // <= capMilli: fits
+	if rem != 0 {
+		spent++
+	}
+	d.Remaining = (m.capMilli - int64(spent)) / int64(Unit)
+	return d, waitNs, waitFrac
+}
+
+func (m *meter) fresh(s *vtime, now int64) bool {
+	dn, df := m.debt(s, now)
+	return dn == 0 && df == 0
+}
+
+// gcraAlgo is a compiled GCRA rule.
+type gcraAlgo struct{ meter }
+
+func (r GCRA) compile() (*gcraAlgo, error) {
+	m, err := newMeter("GCRA", r.Name, "Rate", "Burst", r.Rate, r.Burst)
+	if err != nil {
+		return nil, err
+	}
+	return &gcraAlgo{m}, nil
+}
+
+func (a *gcraAlgo) step(s *vtime, now, cost int64, commit bool) Decision {
+	d, _, _ := a.schedule(s, now, cost, commit)
+	return d
+}
+
+func (r GCRA) bind() (binding, error) {
+	a, err := r.compile()
+	if err != nil {
+		return nil, err
+	}
+	return gcraBinding{bound[vtime, *gcraAlgo]{a}}, nil
+}
+
+// gcraBinding builds the lock-free single-key limiter where it can.
+type gcraBinding struct{ bound[vtime, *gcraAlgo] }
+
+func (b gcraBinding) newLimiter(o *options) Limiter {
+	if b.alg.n != 1 {
+		return b.bound.newLimiter(o)
+	}
+	// Every span is a whole number of nanoseconds, so the state is one word
+	// and compare-and-swap replaces the mutex.
+	l := &atomicGCRA{alg: b.alg}
+	if _, ok := o.clock.(systemClock); !ok {
+		l.mono = &monotonic{clock: o.clock}
+	}
+	return l
+}
+
+// atomicGCRA is the lock-free single-key GCRA for a whole-nanosecond pace.
+// It loads the TAT before reading the clock, so any TAT it can successfully
+// replace was written at an earlier (or equal) time: with a monotonic clock,
+// the committed sequence of times never goes backwards.
+type atomicGCRA struct {
+	alg  *gcraAlgo
+	mono *monotonic // nil for the system clock, which is monotonic already
+	tat  atomic.Int64
+}
+
+func (l *atomicGCRA) Check(cost Units) (Decision, error) {
+	if d, err := checkCost(cost, l.alg.capMilli, &l.alg.pol); err != nil {
+		return d, err
+	}
+	for {
+		tat := l.tat.Load()
+		var now int64
+		if l.mono == nil {
+			now = clampTime(systemClock{}.Now())
+		} else {
+			now = l.mono.now()
+		}
+		s := vtime{t: tat}
+		d := l.alg.step(&s, now, int64(cost), true)
+		if !d.Allowed || l.tat.CompareAndSwap(tat, s.t) {
+			return d, nil
+		}
+	}
+}

@@ -1,0 +1,190 @@
+package ratelimit
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Limiter is the one interface every algorithm is used through.
+//
+// Check asks to spend cost at the limiter's current time. It returns the
+// [Decision] and a nil error whether the request was admitted or not; an
+// error is returned only for a cost that can never be admitted: zero or less
+// ([ErrInvalidCost]) or more than the rule's capacity
+// ([ErrCostExceedsCapacity]). On an error nothing is spent and the Decision
+// carries only Limit.
+//
+// Implementations in this package are safe for concurrent use, and
+// concurrent checks are linearizable: they behave as if they happened one at
+// a time, in some order consistent with real time.
+type Limiter interface {
+	Check(cost Units) (Decision, error)
+}
+
+// Rule is a rate-limiting rule: one of [TokenBucket], [GCRA],
+// [LeakyBucket], [FixedWindow], [SlidingLog] and [SlidingCounter]. Rules are
+// plain values, validated when a limiter is built from them. The interface
+// is sealed: only this package's rule types implement it.
+type Rule interface {
+	// bind validates the rule and compiles it, binding its algorithm to the
+	// algorithm's state type.
+	bind() (binding, error)
+}
+
+// KeyedLimiter is a limiter with one allowance per key, such as a [Store].
+// Check has exactly the single-key semantics of [Limiter.Check] for each key.
+type KeyedLimiter interface {
+	Check(key string, cost Units) (Decision, error)
+}
+
+// binding is a compiled rule with its state type bound: what every container
+// needs to build itself around the rule's algorithm, without knowing which
+// algorithm it is.
+type binding interface {
+	newLimiter(o *options) Limiter
+}
+
+// bound is the binding of an algorithm A with state S.
+type bound[S any, A algorithm[S]] struct{ alg A }
+
+func (b bound[S, A]) newLimiter(o *options) Limiter { return newSingle[S](b.alg, o) }
+
+// Option configures a limiter or store built by [New] or [NewStore].
+type Option func(*options)
+
+type options struct {
+	clock Clock
+}
+
+// WithClock makes the limiter read time from c instead of [SystemClock]. A
+// nil c leaves the default in place.
+func WithClock(c Clock) Option {
+	return func(o *options) {
+		if c != nil {
+			o.clock = c
+		}
+	}
+}
+
+func buildOptions(opts []Option) *options {
+	o := &options{clock: SystemClock()}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(o)
+		}
+	}
+	return o
+}
+
+// New validates rule and returns a single-key [Limiter] for it, starting
+// full (as a fresh key). A malformed rule is an error that matches
+// [ErrInvalidRule]. The limiter is safe for concurrent use, starts no
+// goroutines and needs no Close.
+func New(rule Rule, opts ...Option) (Limiter, error) {
+	if rule == nil {
+		return nil, &RuleError{Rule: "Rule", Field: "rule", Reason: "is nil"}
+	}
+	b, err := rule.bind()
+	if err != nil {
+		return nil, err
+	}
+	return b.newLimiter(buildOptions(opts)), nil
+}
+
+// algorithm is a compiled rule: everything derived from the rule is computed
+// once, and step is the rule's one pure state transition, shared by every
+// container (the single-key limiter, the keyed store, composites).
+//
+// S is the per-key state: a small value whose zero value is a fresh key.
+type algorithm[S any] interface {
+	// step decides whether cost (in milli-units, 1 <= cost <= capacity) can
+	// be admitted at now (in ns, 0 <= now <= MaxTime). It updates *s only
+	// when the request is admitted and commit is true; with commit false it
+	// is a pure look at what would happen. A now earlier than the state's
+	// own notion of time is clamped to it.
+	step(s *S, now, cost int64, commit bool) Decision
+	// fresh reports whether s at now is as good as the zero state, so that
+	// dropping it loses nothing.
+	fresh(s *S, now int64) bool
+	// capacity is the largest cost in milli-units.
+	capacity() int64
+	// policy describes the rule: Decision's Limit, Policy and Window.
+	policy() *policy
+}
+
+// policy is the part of every Decision that describes the rule rather than
+// the request: Limit, Policy and Window.
+type policy struct {
+	name   string
+	limit  int64
+	window time.Duration
+}
+
+// decision returns a Decision carrying the policy's fields.
+func (p *policy) decision() Decision {
+	return Decision{Limit: p.limit, Policy: p.name, Window: p.window}
+}
+
+// checkCost validates a cost against a capacity in milli-units. On an error
+// the Decision carries only the policy's fields.
+func checkCost(cost Units, capacity int64, p *policy) (Decision, error) {
+	if cost <= 0 {
+		return p.decision(), ErrInvalidCost
+	}
+	if int64(cost) > capacity {
+		return p.decision(), ErrCostExceedsCapacity
+	}
+	return Decision{}, nil
+}
+
+// single is the single-key limiter for any algorithm: one state guarded by a
+// mutex. The clock is read outside the lock; inside it, time is clamped to
+// the latest instant already used, so the state only ever sees time move
+// forwards.
+type single[S any, A algorithm[S]] struct {
+	alg   A
+	clock Clock
+	mu    sync.Mutex
+	last  int64
+	state S
+}
+
+func newSingle[S any, A algorithm[S]](alg A, o *options) *single[S, A] {
+	return &single[S, A]{alg: alg, clock: o.clock}
+}
+
+func (l *single[S, A]) Check(cost Units) (Decision, error) {
+	if d, err := checkCost(cost, l.alg.capacity(), l.alg.policy()); err != nil {
+		return d, err
+	}
+	now := clampTime(l.clock.Now())
+	l.mu.Lock()
+	if now < l.last {
+		now = l.last
+	}
+	l.last = now
+	d := l.alg.step(&l.state, now, int64(cost), true)
+	l.mu.Unlock()
+	return d, nil
+}
+
+// monotonic wraps a clock that is not known to be monotonic, clamping its
+// readings so that they never go backwards.
+type monotonic struct {
+	clock Clock
+	last  atomic.Int64
+}
+
+func (m *monotonic) now() int64 {
+	t := clampTime(m.clock.Now())
+	for {
+		last := m.last.Load()
+		if t <= last {
+			return last
+		}
+		if m.last.CompareAndSwap(last, t) {
+			return t
+		}
+	}
+}
