@@ -1,0 +1,246 @@
+package ratelimit_test
+
+import (
+	"math/big"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+
+	"github.com/ratekit/ratelimit"
+)
+
+// Properties that hold for every algorithm, checked on random rules and
+// random traces by replaying the same trace against fresh limiters.
+
+// ruleCase is a drawn, valid rule with its capacity and time scale.
+type ruleCase struct {
+	rule     ratelimit.Rule
+	capMilli int64
+	scale    time.Duration
+}
+
+// ruleKinds draws a valid rule of each algorithm.
+var ruleKinds = map[string]func(*rapid.T) ruleCase{
+	"TokenBucket": func(t *rapid.T) ruleCase {
+		r, c := drawValidBucket(t)
+		return ruleCase{ratelimit.TokenBucket{Rate: r, Burst: c}, c * 1000, r.Per}
+	},
+	"GCRA": func(t *rapid.T) ruleCase {
+		r, c := drawValidBucket(t)
+		return ruleCase{ratelimit.GCRA{Rate: r, Burst: c}, c * 1000, r.Per}
+	},
+	"LeakyBucket": func(t *rapid.T) ruleCase {
+		r, c := drawValidBucket(t)
+		return ruleCase{ratelimit.LeakyBucket{Rate: r, Capacity: c}, c * 1000, r.Per}
+	},
+}
+
+func drawValidBucket(t *rapid.T) (ratelimit.Rate, int64) {
+	for {
+		r, c := drawRate(t), drawCapacity(t)
+		if spanFits(r, c) {
+			return r, c
+		}
+	}
+}
+
+// forEachKind runs prop as a rapid check for every algorithm.
+func forEachKind(t *testing.T, prop func(t *rapid.T, rc ruleCase)) {
+	for name, draw := range ruleKinds {
+		t.Run(name, func(t *testing.T) {
+			rapid.Check(t, func(t *rapid.T) { prop(t, draw(t)) })
+		})
+	}
+}
+
+// request is one step of a trace: a cost sent at an absolute time.
+type request struct {
+	at   time.Duration
+	cost ratelimit.Units
+}
+
+// drawTrace draws requests at non-decreasing times, costs within capacity.
+func drawTrace(t *rapid.T, rc ruleCase) []request {
+	n := rapid.IntRange(1, 40).Draw(t, "requests")
+	trace := make([]request, n)
+	var at time.Duration
+	for i := range trace {
+		at += time.Duration(rapid.OneOf(
+			rapid.Just(int64(0)),
+			rapid.Int64Range(0, 5),
+			rapid.Int64Range(0, 2*int64(rc.scale)),
+		).Draw(t, "gap"))
+		trace[i] = request{at: at, cost: ratelimit.Units(rapid.OneOf(
+			rapid.Int64Range(1, rc.capMilli),
+			rapid.Just(int64(1000)),
+			rapid.Just(rc.capMilli),
+		).Draw(t, "cost"))}
+	}
+	return trace
+}
+
+// replay plays trace against a fresh limiter and returns it, its clock and
+// the decisions.
+func replay(t *rapid.T, rule ratelimit.Rule, trace []request) (ratelimit.Limiter, *ratelimit.ManualClock, []ratelimit.Decision) {
+	clk := ratelimit.NewManualClock(0)
+	lim, err := ratelimit.New(rule, ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	ds := make([]ratelimit.Decision, len(trace))
+	for i, r := range trace {
+		clk.Set(r.at)
+		ds[i], err = lim.Check(r.cost)
+		require.NoError(t, err)
+	}
+	return lim, clk, ds
+}
+
+// probe replays trace, then sends cost at time at and returns the decision.
+func probe(t *rapid.T, rule ratelimit.Rule, trace []request, at time.Duration, cost ratelimit.Units) ratelimit.Decision {
+	lim, clk, _ := replay(t, rule, trace)
+	clk.Set(at)
+	d, err := lim.Check(cost)
+	require.NoError(t, err)
+	return d
+}
+
+func TestRetryAfterIsExact(t *testing.T) {
+	forEachKind(t, func(t *rapid.T, rc ruleCase) {
+		trace := drawTrace(t, rc)
+		_, _, ds := replay(t, rc.rule, trace)
+		for i, d := range ds {
+			if d.Allowed {
+				require.Zero(t, d.RetryAfter, "allowed at step %d", i)
+				continue
+			}
+			require.Positive(t, d.RetryAfter, "denied at step %d", i)
+			at := trace[i].at + d.RetryAfter
+			before := trace[i].at + time.Duration(rapid.Int64Range(0, int64(d.RetryAfter)-1).Draw(t, "before"))
+			require.True(t, probe(t, rc.rule, trace[:i], at, trace[i].cost).Allowed,
+				"step %d: not allowed after RetryAfter %v", i, d.RetryAfter)
+			require.False(t, probe(t, rc.rule, trace[:i], at-1, trace[i].cost).Allowed,
+				"step %d: allowed 1ns before RetryAfter %v", i, d.RetryAfter)
+			require.False(t, probe(t, rc.rule, trace[:i], before, trace[i].cost).Allowed,
+				"step %d: allowed %v before RetryAfter %v", i, at-before, d.RetryAfter)
+			return // one denial per trace keeps the replays cheap
+		}
+	})
+}
+
+func TestResetAfterIsExact(t *testing.T) {
+	forEachKind(t, func(t *rapid.T, rc ruleCase) {
+		trace := drawTrace(t, rc)
+		_, _, ds := replay(t, rc.rule, trace)
+		i := rapid.IntRange(0, len(trace)-1).Draw(t, "step")
+		d := ds[i]
+		full := ratelimit.Units(rc.capMilli)
+		at := trace[i].at + d.ResetAfter
+		got := probe(t, rc.rule, trace[:i+1], at, full)
+		require.True(t, got.Allowed, "full capacity not admitted after ResetAfter %v", d.ResetAfter)
+		require.Zero(t, got.Remaining)
+		if d.ResetAfter > 0 {
+			require.False(t, probe(t, rc.rule, trace[:i+1], at-1, full).Allowed,
+				"full capacity admitted 1ns before ResetAfter %v", d.ResetAfter)
+		}
+	})
+}
+
+func TestDenialSpendsNothing(t *testing.T) {
+	forEachKind(t, func(t *rapid.T, rc ruleCase) {
+		trace := drawTrace(t, rc)
+		_, _, ds := replay(t, rc.rule, trace)
+		var kept []request
+		var want []ratelimit.Decision
+		for i, d := range ds {
+			if d.Allowed {
+				kept = append(kept, trace[i])
+				want = append(want, d)
+			}
+		}
+		// Without the denied requests, the admitted ones see the very same
+		// decisions: a denial changed nothing.
+		_, _, got := replay(t, rc.rule, kept)
+		require.Equal(t, want, got)
+	})
+}
+
+func TestWaitingNeverHurts(t *testing.T) {
+	forEachKind(t, func(t *rapid.T, rc ruleCase) {
+		trace := drawTrace(t, rc)
+		last := trace[len(trace)-1].at
+		cost := ratelimit.Units(rapid.Int64Range(1, rc.capMilli).Draw(t, "cost"))
+		wait := time.Duration(rapid.Int64Range(0, 3*int64(rc.scale)).Draw(t, "wait"))
+		now := probe(t, rc.rule, trace, last, cost)
+		later := probe(t, rc.rule, trace, last+wait, cost)
+		if now.Allowed {
+			require.True(t, later.Allowed, "allowed now, denied %v later", wait)
+		}
+		if !later.Allowed {
+			require.Equal(t, now.RetryAfter-wait, later.RetryAfter, "waiting %v did not bring the retry %v closer", wait, now.RetryAfter)
+		}
+	})
+}
+
+func TestBackwardsClockGrantsNothing(t *testing.T) {
+	forEachKind(t, func(t *rapid.T, rc ruleCase) {
+		// One limiter sees a clock that sometimes jumps back; the other sees
+		// the same readings clamped. They must agree on every decision.
+		clk, mono := ratelimit.NewManualClock(0), ratelimit.NewManualClock(0)
+		lim, err := ratelimit.New(rc.rule, ratelimit.WithClock(clk))
+		require.NoError(t, err)
+		ref, err := ratelimit.New(rc.rule, ratelimit.WithClock(mono))
+		require.NoError(t, err)
+		var high time.Duration
+		for _, r := range drawTrace(t, rc) {
+			at := r.at
+			if rapid.Bool().Draw(t, "jumpBack") {
+				at -= time.Duration(rapid.Int64Range(0, int64(rc.scale)*3).Draw(t, "back"))
+			}
+			clk.Set(at)
+			high = max(high, at)
+			mono.Set(high)
+			got, err := lim.Check(r.cost)
+			require.NoError(t, err)
+			want, err := ref.Check(r.cost)
+			require.NoError(t, err)
+			require.Equal(t, want, got, "clock read %v, highest %v", at, high)
+		}
+	})
+}
+
+func TestGCRAEqualsTokenBucket(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		r, c := drawValidBucket(t)
+		rc := ruleCase{scale: r.Per, capMilli: c * 1000}
+		trace := drawTrace(t, rc)
+		_, _, tb := replay(t, ratelimit.TokenBucket{Rate: r, Burst: c}, trace)
+		_, _, gcra := replay(t, ratelimit.GCRA{Rate: r, Burst: c}, trace)
+		require.Equal(t, tb, gcra)
+	})
+}
+
+func TestTokenBucketAdmitsAtMostBurstPlusRate(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		r, c := drawValidBucket(t)
+		rc := ruleCase{scale: r.Per, capMilli: c * 1000}
+		trace := drawTrace(t, rc)
+		_, _, ds := replay(t, ratelimit.TokenBucket{Rate: r, Burst: c}, trace)
+		// For every interval [t_i, t_j] between admissions: admitted cost
+		// <= Burst + Rate x (t_j - t_i), i.e. admitted*Per <= Burst*Per +
+		// Count*1000*(t_j-t_i), exactly.
+		for i := range trace {
+			var sum int64
+			for j := i; j < len(trace); j++ {
+				if !ds[j].Allowed {
+					continue
+				}
+				sum += int64(trace[j].cost)
+				lhs := new(big.Int).Mul(big.NewInt(sum), big.NewInt(int64(r.Per)))
+				rhs := new(big.Int).Mul(big.NewInt(c*1000), big.NewInt(int64(r.Per)))
+				rhs.Add(rhs, new(big.Int).Mul(big.NewInt(r.Count*1000), big.NewInt(int64(trace[j].at-trace[i].at))))
+				require.LessOrEqual(t, lhs.Cmp(rhs), 0, "admitted %d milli-units in [%v, %v]", sum, trace[i].at, trace[j].at)
+			}
+		}
+	})
+}
