@@ -1,0 +1,74 @@
+package ratelimit_test
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ratekit/ratelimit"
+)
+
+// hundredRules are rules with a capacity of 100 that earn nothing back
+// within a test's lifetime.
+func hundredRules() map[string]ratelimit.Rule {
+	slow := ratelimit.Rate{Count: 1, Per: 24 * time.Hour}
+	return map[string]ratelimit.Rule{
+		"TokenBucket":     ratelimit.TokenBucket{Rate: slow, Burst: 100},
+		"GCRA":            ratelimit.GCRA{Rate: slow, Burst: 100},
+		"GCRA/fractional": ratelimit.GCRA{Rate: ratelimit.Rate{Count: 7, Per: 3 * 24 * time.Hour}, Burst: 100},
+		"LeakyBucket":     ratelimit.LeakyBucket{Rate: slow, Capacity: 100},
+	}
+}
+
+func TestConcurrentChecksAdmitExactlyTheLimit(t *testing.T) {
+	clocks := map[string]func() ratelimit.Clock{
+		"ManualClock": func() ratelimit.Clock { return ratelimit.NewManualClock(time.Hour) },
+		"SystemClock": ratelimit.SystemClock,
+	}
+	for name, rule := range hundredRules() {
+		for clockName, clock := range clocks {
+			t.Run(name+"/"+clockName, func(t *testing.T) {
+				lim, err := ratelimit.New(rule, ratelimit.WithClock(clock()))
+				require.NoError(t, err)
+				var admitted atomic.Int64
+				var start, done sync.WaitGroup
+				start.Add(1)
+				for i := 0; i < 1000; i++ {
+					done.Add(1)
+					go func() {
+						defer done.Done()
+						start.Wait()
+						d, err := lim.Check(ratelimit.Unit)
+						assert.NoError(t, err)
+						if d.Allowed {
+							admitted.Add(1)
+						}
+					}()
+				}
+				start.Done()
+				done.Wait()
+				assert.Equal(t, int64(100), admitted.Load())
+			})
+		}
+	}
+}
+
+func TestCheckDoesNotAllocate(t *testing.T) {
+	for name, rule := range hundredRules() {
+		for clockName, clock := range map[string]ratelimit.Clock{
+			"ManualClock": ratelimit.NewManualClock(0),
+			"SystemClock": ratelimit.SystemClock(),
+		} {
+			lim, err := ratelimit.New(rule, ratelimit.WithClock(clock))
+			require.NoError(t, err)
+			allocs := testing.AllocsPerRun(200, func() {
+				_, _ = lim.Check(ratelimit.Unit)
+			})
+			assert.Zero(t, allocs, "%s/%s", name, clockName)
+		}
+	}
+}
