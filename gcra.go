@@ -1,10 +1,6 @@
 package ratelimit
 
-import (
-	"sync/atomic"
-
-	"github.com/ratekit/ratelimit/internal/wide"
-)
+import "sync/atomic"
 
 // GCRA is the generic cell rate algorithm: a token bucket kept as one
 // theoretical arrival time (TAT) instead of a token count and a timestamp.
@@ -106,10 +102,7 @@ func (m *meter) schedule(s *vtime, now, cost int64, commit bool) (d Decision, wa
 	}
 	d.ResetAfter = ceilNs(dn, df)
 	// Spent milli-units = debt*n/p, rounded up: what is left is rounded down.
-	spent, rem, _ := wide.MulAddDiv(dn, m.n, df, m.p) // <= capMilli: fits
-	if rem != 0 {
-		spent++
-	}
+	spent := m.milliCeil(dn, df) // <= capMilli
 	d.Remaining = (m.capMilli - int64(spent)) / int64(Unit)
 	return d, waitNs, waitFrac
 }

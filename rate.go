@@ -78,8 +78,9 @@ const (
 // terms. The time for x milli-units, x*p/n ns, is kept as an exact rational
 // with denominator n: a whole number of nanoseconds plus frac/n.
 type pace struct {
-	n uint64 // milli-units
-	p uint64 // nanoseconds
+	n    uint64 // milli-units
+	p    uint64 // nanoseconds
+	pdiv wide.Divider
 }
 
 // compile validates r as the field named field of rule.
@@ -96,7 +97,50 @@ func (r Rate) compile(rule, field string) (pace, error) {
 	}
 	n, p := uint64(r.Count)*uint64(Unit), uint64(r.Per)
 	g := wide.GCD(n, p)
-	return pace{n: n / g, p: p / g}, nil
+	pc := pace{n: n / g, p: p / g}
+	pc.pdiv, _ = wide.NewDivider(pc.p) // p > 0
+	return pc, nil
+}
+
+// The hot-path conversions below take a division-free (or
+// reciprocal-multiplication) path when n is 1, the usual case: 10/s,
+// 100/min and 5000/h all earn one milli-unit every whole number of
+// nanoseconds. Callers keep their arguments within the rule's capacity, so
+// no result overflows.
+
+// milliCeil returns ceil((ns*n + frac) / p): the milli-units a time span of
+// ns + frac/n nanoseconds is worth, rounded up.
+func (pc *pace) milliCeil(ns, frac uint64) uint64 {
+	var q, r uint64
+	if pc.n == 1 {
+		q, r = pc.pdiv.DivMod(ns) // frac < n is 0
+	} else {
+		q, r, _ = wide.MulAddDiv(ns, pc.n, frac, pc.p)
+	}
+	if r != 0 {
+		q++
+	}
+	return q
+}
+
+// earned returns floor(elapsed*n/p) milli-units and the remainder over p;
+// ok is false when the quotient does not fit in 64 bits.
+func (pc *pace) earned(elapsed uint64) (q, r uint64, ok bool) {
+	if pc.n == 1 {
+		q, r = pc.pdiv.DivMod(elapsed)
+		return q, r, true
+	}
+	return wide.MulDiv(elapsed, pc.n, pc.p)
+}
+
+// timeCeil returns ceil((x*p + frac) / n) ns: the time to earn x + frac/p
+// milli-units.
+func (pc *pace) timeCeil(x, frac uint64) time.Duration {
+	if pc.n == 1 {
+		return time.Duration(x*pc.p + frac)
+	}
+	q, r, _ := wide.MulAddDiv(x, pc.p, frac, pc.n)
+	return ceilNs(q, r)
 }
 
 // span returns the time x milli-units take at this pace, as whole

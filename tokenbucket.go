@@ -1,7 +1,5 @@
 package ratelimit
 
-import "github.com/ratekit/ratelimit/internal/wide"
-
 // TokenBucket is the classic token bucket: it holds up to Burst units,
 // refills continuously at Rate, and admits a request of cost c iff it holds
 // at least c, which the request then takes. A fresh bucket is full.
@@ -57,7 +55,7 @@ func (a *tbAlgo) refill(s *tbState, now int64) (int64, uint64) {
 		return s.miss, s.frac
 	}
 	// earned = (now-last)*n/p milli-units, as q + r/p.
-	q, r, ok := wide.MulDiv(uint64(now-s.last), a.n, a.p)
+	q, r, ok := a.earned(uint64(now - s.last))
 	if !ok || q > uint64(s.miss) {
 		return 0, 0
 	}
@@ -91,12 +89,9 @@ func (a *tbAlgo) step(s *tbState, now, cost int64, commit bool) Decision {
 		owed += cost
 	} else {
 		// Wait until the missing amount falls to capMilli - cost.
-		over := uint64(miss + cost - a.capMilli) // >= 0 here
-		q, r, _ := wide.MulAddDiv(over, a.p, frac, a.n)
-		d.RetryAfter = ceilNs(q, r)
+		d.RetryAfter = a.timeCeil(uint64(miss+cost-a.capMilli), frac) // >= 0 here
 	}
-	q, r, _ := wide.MulAddDiv(uint64(miss), a.p, frac, a.n)
-	d.ResetAfter = ceilNs(q, r)
+	d.ResetAfter = a.timeCeil(uint64(miss), frac)
 	d.Remaining = (a.capMilli - owed) / int64(Unit)
 	return d
 }
