@@ -1,0 +1,153 @@
+package ratelimit
+
+import (
+	"time"
+
+	"github.com/ratekit/ratelimit/internal/wide"
+)
+
+// SlidingCounter approximates a sliding window with two fixed-window counts,
+// as many API gateways do. Time is cut into windows [kW, (k+1)W) of the
+// limiter's clock, W being Window. At e nanoseconds into the current window
+// the estimate is
+//
+//	previous x (W - e)/W + current
+//
+// where current is the cost admitted in this window and previous the cost
+// admitted in the window just before it (zero if that window saw nothing or
+// if the key was idle for longer). A request of cost c is admitted iff
+// estimate + c <= Limit, compared exactly in integers.
+//
+// Limit is in whole units, from 1 to 1e15; Window must be positive and less
+// than [MaxTime]. Window boundaries are multiples of Window from the clock's
+// origin.
+//
+// The estimate falls continuously as the window moves on, so a denied
+// request's RetryAfter may end inside the current window, in the next one
+// or, for a cost that needs the whole Limit, at the start of the one after.
+// Something admitted in the current window counts, less and less, until the
+// end of the next window: that is when ResetAfter ends. Per-key state is 24
+// bytes.
+type SlidingCounter struct {
+	Limit  int64
+	Window time.Duration
+	Name   string // optional: reported as Decision.Policy
+}
+
+// scState holds the counts of window win and of the window before it. The
+// zero value is a fresh key: window 0 with nothing counted.
+type scState struct {
+	win  int64 // window index: the window is [win*W, (win+1)*W)
+	prev int64 // milli-units admitted in window win-1
+	cur  int64 // milli-units admitted in window win
+}
+
+// scAlgo is a compiled SlidingCounter rule.
+type scAlgo struct {
+	w        int64 // window length in ns
+	capMilli int64
+	pol      policy
+}
+
+func (r SlidingCounter) compile() (*scAlgo, error) {
+	cm, w, err := compileWindow("SlidingCounter", r.Limit, r.Window)
+	if err != nil {
+		return nil, err
+	}
+	return &scAlgo{w: w, capMilli: cm, pol: policy{name: r.Name, limit: r.Limit, window: r.Window}}, nil
+}
+
+func (r SlidingCounter) bind() (binding, error) {
+	a, err := r.compile()
+	if err != nil {
+		return nil, err
+	}
+	return bound[scState, *scAlgo]{a}, nil
+}
+
+func (a *scAlgo) capacity() int64 { return a.capMilli }
+func (a *scAlgo) policy() *policy { return &a.pol }
+
+// at returns the state as seen at now: the window index, the time into that
+// window and its two counts. A now before the state's window is moved to the
+// start of that window: the state keeps no finer notion of its own time.
+func (a *scAlgo) at(s *scState, now int64) (win, e, prev, cur int64) {
+	win = now / a.w
+	switch {
+	case win < s.win:
+		return s.win, 0, s.prev, s.cur
+	case win == s.win:
+		prev, cur = s.prev, s.cur
+	case win == s.win+1:
+		prev = s.cur
+	}
+	return win, now - win*a.w, prev, cur
+}
+
+func (a *scAlgo) step(s *scState, now, cost int64, commit bool) Decision {
+	win, e, prev, cur := a.at(s, now)
+	w, c := a.w, a.capMilli
+	d := a.pol.decision()
+	// estimate + cost <= Limit  <=>  prev*(W-e) <= (Limit-cur-cost)*W.
+	if room := c - cur - cost; room >= 0 && wide.MulCmp(uint64(prev), uint64(w-e), uint64(room), uint64(w)) <= 0 {
+		d.Allowed = true
+		cur += cost
+		if commit {
+			*s = scState{win: win, prev: prev, cur: cur}
+		}
+	} else {
+		d.RetryAfter = time.Duration(a.retry(e, prev, cur, cost))
+	}
+	switch {
+	case cur > 0:
+		d.ResetAfter = time.Duration(2*w - e) // 2W <= 2*maxSpan fits in int64
+	case prev > 0:
+		d.ResetAfter = time.Duration(w - e)
+	}
+	// Largest whole cost x with prev*(W-e)/W + cur + x <= Limit.
+	q, r, _ := wide.MulDiv(uint64(prev), uint64(w-e), uint64(w)) // <= prev: fits
+	if r != 0 {
+		q++
+	}
+	if rem := c - cur - int64(q); rem > 0 {
+		d.Remaining = rem / int64(Unit)
+	}
+	return d
+}
+
+// retry returns the smallest wait after which cost is admitted with nothing
+// else arriving, from e ns into a window with counts prev and cur. The
+// estimate only falls as time goes on, so it is the first instant that
+// passes in the earliest window where any does.
+func (a *scAlgo) retry(e, prev, cur, cost int64) int64 {
+	w := a.w
+	// This window: admitted from offset t on, where t is the smallest with
+	// prev*(W-t) <= room*W, that is W-t <= floor(room*W/prev).
+	if room := a.capMilli - cur - cost; room >= 0 {
+		if t := firstOffset(prev, room, w); t < w {
+			return max(t-e, 0)
+		}
+	}
+	// The next window: cur becomes the previous count and nothing is
+	// current. The window after that holds nothing and admits any cost.
+	if t := firstOffset(cur, a.capMilli-cost, w); t < w {
+		return w - e + t
+	}
+	return 2*w - e
+}
+
+// firstOffset returns the smallest t in [0, W] with n*(W-t) <= room*W, for
+// n, room >= 0.
+func firstOffset(n, room, w int64) int64 {
+	if n <= room {
+		return 0
+	}
+	fl, _, _ := wide.MulDiv(uint64(room), uint64(w), uint64(n)) // room < n: fl < W
+	return w - int64(fl)
+}
+
+func (a *scAlgo) fresh(s *scState, now int64) bool {
+	_, _, prev, cur := a.at(s, now)
+	// A previous count still weighs (W-e)/W > 0 anywhere in the window.
+	return prev == 0 && cur == 0
+}
