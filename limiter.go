@@ -43,6 +43,7 @@ type KeyedLimiter interface {
 // algorithm it is.
 type binding interface {
 	newLimiter(o *options) Limiter
+	newStore(o *options) keyedStore
 }
 
 // bound is the binding of an algorithm A with state S.
@@ -50,11 +51,14 @@ type bound[S any, A algorithm[S]] struct{ alg A }
 
 func (b bound[S, A]) newLimiter(o *options) Limiter { return newSingle[S](b.alg, o) }
 
+func (b bound[S, A]) newStore(o *options) keyedStore { return newStoreCore[S](b.alg, o) }
+
 // Option configures a limiter or store built by [New] or [NewStore].
 type Option func(*options)
 
 type options struct {
 	clock Clock
+	store storeOptions // read by NewStore only (store.go)
 }
 
 // WithClock makes the limiter read time from c instead of [SystemClock]. A

@@ -1,0 +1,399 @@
+package ratelimit
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"math/bits"
+	"runtime"
+	"sync"
+
+	"github.com/ratekit/ratelimit/internal/table"
+)
+
+// Sizing defaults and limits of a [Store].
+const (
+	// DefaultMaxKeys is the bound of a store built without [WithMaxKeys]:
+	// one million keys, about 60 MB for the bucket rules (see [Store]),
+	// enough for the distinct clients a busy service sees in a while, small
+	// enough that a flood of made-up keys cannot take the process down.
+	DefaultMaxKeys = 1_000_000
+
+	// MaxKeyLen is the longest key a store keeps as it is. A longer key is
+	// replaced by its SHA-256 digest, so that no key costs the store more
+	// than MaxKeyLen bytes, however long it is.
+	MaxKeyLen = 64
+
+	// maxStoreKeys bounds WithMaxKeys so that every shard's table stays
+	// within its 32-bit positions.
+	maxStoreKeys = 1 << 40
+	// maxShards bounds WithShards.
+	maxShards = 1 << 16
+	// minShardKeys is the fewest keys a shard is given when the shard count
+	// is chosen by default, so that eviction in a small store still picks
+	// among enough entries to approximate least-recently-used.
+	minShardKeys = 256
+	// maxShardKeys keeps every shard's index within 2^31 slots.
+	maxShardKeys = 1 << 30
+)
+
+// ErrInvalidOption is returned by [NewStore] for an option whose value is
+// out of range, such as WithMaxKeys(0). The error returned wraps it with the
+// option's name and value.
+var ErrInvalidOption = errors.New("ratelimit: invalid option")
+
+// storeOptions are the options only [NewStore] reads. Zero fields mean the
+// default; the set flags tell a zero passed on purpose (an error) from none.
+type storeOptions struct {
+	maxKeys, shards       int
+	maxKeysSet, shardsSet bool
+}
+
+// WithMaxKeys bounds a [Store] to at most n keys; it must be from 1 to
+// 2^40. Without it a store holds at most [DefaultMaxKeys]. A store never
+// holds more than n entries: when full, it first drops keys whose state is
+// as good as a fresh key's, then the least recently used (see [Store]).
+// [New] ignores this option.
+func WithMaxKeys(n int) Option {
+	return func(o *options) { o.store.maxKeys, o.store.maxKeysSet = n, true }
+}
+
+// WithShards sets how many independently locked shards a [Store] spreads
+// its keys over; n is rounded up to a power of two and must be from 1 to
+// 65536. Without it a store uses four per CPU ([runtime.GOMAXPROCS]),
+// rounded up to a power of two, but never so many that a shard would get
+// fewer than 256 of the store's keys. More shards mean less waiting on a
+// lock between goroutines; each shard is bounded by its share of MaxKeys,
+// so with many shards and a small bound eviction starts a little before the
+// store as a whole is full. [New] ignores this option.
+func WithShards(n int) Option {
+	return func(o *options) { o.store.shards, o.store.shardsSet = n, true }
+}
+
+// Store is a keyed limiter: one allowance per key, every key under the same
+// rule, for any of the six rules. Check has exactly the single-key
+// semantics of [Limiter.Check] for each key, through the same step function
+// as the single-key limiter, for as long as the store holds the key. A key
+// the store does not hold starts full, as a fresh key does.
+//
+// A Store is safe for concurrent use, and checks on one key are
+// linearizable. It starts no goroutines and needs no Close: idle keys cost
+// their entry and nothing else, and leave when their room is needed. The
+// zero Store is not usable; build one with [NewStore].
+//
+// Shards. Keys are spread over a power-of-two number of shards (see
+// [WithShards]) by a hash seeded at random for each store ([hash/maphash]),
+// so no one can aim keys at one shard. Each shard has its own lock and its
+// own clamp on time: the clock is read before the lock is taken, and inside
+// it a reading earlier than the latest the shard has used is taken as that
+// latest instant, so every key sees time only move forwards.
+//
+// Bound and eviction. A store never holds more than its bound
+// ([WithMaxKeys], [DefaultMaxKeys] by default); each shard holds at most
+// its share of it. A full shard that needs room first drops every key
+// whose state is as good as a fresh key's: a full bucket, a passed TAT, a
+// window with nothing admitted left in it. Dropping those loses nothing, as
+// the key would start out the same. Such a sweep costs a pass over the
+// shard, so a shard sweeps at most once per 1/8 of its share of insertions;
+// in between, and when nothing is fresh, it drops the least recently used
+// key, approximated by CLOCK (second chance): a key checked again since the
+// hand last passed it is kept for another turn, and a key seen only once is
+// dropped before one that keeps coming back, so a flood of one-off keys
+// cycles through the store without pushing out the regular ones.
+//
+// Lossy evictions. Dropping a key that was partly spent hands that key a
+// fresh allowance the next time it comes. Those evictions are counted
+// apart, as [StoreStats].LossyEvictions: a store whose count grows is too
+// small for its traffic, and lets the keys it drops exceed their limit.
+//
+// Memory. Per key a store keeps an entry of the key's string header (16
+// bytes) and the rule's state (16 bytes for GCRA and the leaky bucket, 24
+// for the token bucket and the window rules; a sliding log adds its log,
+// bounded by its Limit), an 8-byte index slot at most 4/5 full, and two
+// bits. That is 50 to 60 bytes per key for the bucket rules. Entries are
+// allocated in blocks as the store grows and are kept when it shrinks.
+//
+// Keys. The store keeps the key string it was given without copying it: a
+// key that is a slice of a larger string keeps that string alive while the
+// key is held (pass [strings.Clone] of such a key). A key longer than
+// [MaxKeyLen] bytes is replaced by its SHA-256 digest, so memory per key is
+// bounded however long keys get; such a key costs a hash over its bytes and
+// a few small allocations per Check. Digests are kept apart from ordinary
+// keys, so no two distinct keys ever share an allowance (short of a SHA-256
+// collision).
+type Store struct {
+	core keyedStore
+}
+
+// StoreStats is a snapshot of a [Store]'s counters, each read from every
+// shard in turn (not all at one instant).
+type StoreStats struct {
+	Keys           int    // keys held now
+	MaxKeys        int    // the bound on Keys
+	Shards         int    // the number of shards
+	Inserts        uint64 // keys added (a key's first check, or its first after it was dropped)
+	Evictions      uint64 // keys dropped to make room, fresh ones included
+	LossyEvictions uint64 // of those, keys that were partly spent: they start again fresh
+	Sweeps         uint64 // passes over a full shard dropping every fresh key
+}
+
+// NewStore validates rule and the options and returns a [Store] for it. A
+// malformed rule is an error matching [ErrInvalidRule], an option out of
+// range one matching [ErrInvalidOption]. The store holds no keys and
+// allocates its tables as keys arrive.
+func NewStore(rule Rule, opts ...Option) (*Store, error) {
+	if rule == nil {
+		return nil, &RuleError{Rule: "Rule", Field: "rule", Reason: "is nil"}
+	}
+	b, err := rule.bind()
+	if err != nil {
+		return nil, err
+	}
+	o := buildOptions(opts)
+	if _, _, err := storeShape(o.store); err != nil {
+		return nil, err
+	}
+	return &Store{core: b.newStore(o)}, nil
+}
+
+// Check asks to spend cost for key at the store's current time, with the
+// same results and errors as [Limiter.Check]. An invalid cost is rejected
+// before the key is looked at, and never adds it to the store. Checking an
+// existing key does not allocate; the key string may be kept by the store
+// (see [Store]).
+func (s *Store) Check(key string, cost Units) (Decision, error) {
+	return s.core.check(key, cost)
+}
+
+// Len returns the number of keys the store holds.
+func (s *Store) Len() int { return s.core.stats().Keys }
+
+// Stats returns the store's counters.
+func (s *Store) Stats() StoreStats { return s.core.stats() }
+
+// keyedStore is a store built around one algorithm, seen without its state
+// type. Besides what [Store] needs, it offers the parts a composite limit
+// needs to decide on several keys at once, all or nothing:
+//
+//  1. prepare every key (outside any lock) and read the time once (now);
+//  2. lock the shards involved in one fixed order: by store, then by
+//     shardIndex, each shard once even if several keys fall in it; take the
+//     time each lockShard returns as that shard's now;
+//  3. acquire each key's entry in its locked shard;
+//  4. stepAt(commit=false) on every entry: if all are admitted, stepAt
+//     (commit=true) on every entry;
+//  5. unlockShard every shard locked.
+//
+// Entries acquired stay where they are until their shard is unlocked: a
+// later acquire in the same shard never evicts them. A key acquired and
+// then denied keeps a zero (fresh) entry, which the store drops first when
+// it needs room.
+type keyedStore interface {
+	check(key string, cost Units) (Decision, error)
+	stats() StoreStats
+
+	// now reads the store's clock (no lock, no clamp to any shard).
+	now() int64
+	// capacity and policy are the rule's, for checkCost.
+	capacity() int64
+	policy() *policy
+	// prepare digests a long key and hashes it. No lock is needed.
+	prepare(key string) storeKey
+	// shardIndex is the shard a prepared key lives in.
+	shardIndex(k storeKey) int
+	// lockShard locks shard i and clamps now to the shard's latest time,
+	// recording it; it returns the clamped time.
+	lockShard(i int, now int64) int64
+	// unlockShard releases every entry acquired in shard i and unlocks it.
+	unlockShard(i int)
+	// acquire finds k's entry in its shard, which the caller has locked,
+	// or adds a fresh one, evicting as Check does; the entry is pinned until
+	// unlockShard. It returns the entry's slot, or false if the shard has
+	// no room left that is not pinned (more keys in one shard at once than
+	// its share of MaxKeys).
+	acquire(k storeKey, now int64) (slot int32, ok bool)
+	// stepAt runs the rule's step on an acquired entry of shard i.
+	stepAt(i int, slot int32, now, cost int64, commit bool) Decision
+}
+
+// storeKey is a key prepared for a store: the key itself or, for a key
+// longer than MaxKeyLen, its digest; its hash; and its tag in the table.
+type storeKey struct {
+	key string
+	h   uint64
+	tag uint32
+}
+
+// storeShape returns the bound and the shard count for the options.
+func storeShape(o storeOptions) (maxKeys, shards int, err error) {
+	maxKeys = DefaultMaxKeys
+	if o.maxKeysSet {
+		if o.maxKeys < 1 || o.maxKeys > maxStoreKeys {
+			return 0, 0, fmt.Errorf("%w: WithMaxKeys(%d): must be from 1 to 2^40", ErrInvalidOption, o.maxKeys)
+		}
+		maxKeys = o.maxKeys
+	}
+	if o.shardsSet {
+		if o.shards < 1 || o.shards > maxShards {
+			return 0, 0, fmt.Errorf("%w: WithShards(%d): must be from 1 to 65536", ErrInvalidOption, o.shards)
+		}
+		shards = o.shards
+	} else {
+		shards = min(4*runtime.GOMAXPROCS(0), maxShards)
+	}
+	shards = 1 << bits.Len(uint(shards-1)) // round up to a power of two
+	floor := 1                             // the fewest keys a shard may get
+	if !o.shardsSet {
+		floor = minShardKeys
+	}
+	for shards > 1 && maxKeys/shards < floor {
+		shards >>= 1
+	}
+	for maxKeys/shards >= maxShardKeys {
+		shards <<= 1
+	}
+	return maxKeys, shards, nil
+}
+
+// storeShard is one shard: a table behind a mutex, and the latest time the
+// shard has used.
+type storeShard[S any] struct {
+	mu   sync.Mutex
+	last int64
+	t    table.Table[S]
+	_    [64]byte // keeps neighbouring shards' locks off each other's cache lines
+}
+
+// storeCore is the store for an algorithm A with state S.
+type storeCore[S any, A algorithm[S]] struct {
+	alg     A
+	clock   Clock
+	seed    maphash.Seed
+	mask    uint64
+	maxKeys int
+	shards  []storeShard[S]
+}
+
+func newStoreCore[S any, A algorithm[S]](alg A, o *options) *storeCore[S, A] {
+	maxKeys, n, err := storeShape(o.store)
+	if err != nil {
+		panic(err) // NewStore validated the options
+	}
+	c := &storeCore[S, A]{
+		alg:     alg,
+		clock:   o.clock,
+		seed:    maphash.MakeSeed(),
+		mask:    uint64(n - 1),
+		maxKeys: maxKeys,
+		shards:  make([]storeShard[S], n),
+	}
+	fresh := alg.fresh
+	for i := range c.shards {
+		share := maxKeys / n
+		if i < maxKeys%n {
+			share++
+		}
+		c.shards[i].t.Init(share, c.seed, fresh)
+	}
+	return c
+}
+
+func (c *storeCore[S, A]) check(key string, cost Units) (Decision, error) {
+	if d, err := checkCost(cost, c.alg.capacity(), c.alg.policy()); err != nil {
+		return d, err
+	}
+	k := c.prepare(key)
+	now := clampTime(c.clock.Now())
+	sh := &c.shards[k.h&c.mask]
+	sh.mu.Lock()
+	if now < sh.last {
+		now = sh.last
+	}
+	sh.last = now
+	p := sh.t.Find(k.key, k.tag)
+	if p < 0 {
+		// Every shard holds at least one key and nothing is pinned outside
+		// a composite's hold on the lock, so there is always room.
+		p, _ = sh.t.Insert(k.key, k.tag, now)
+	}
+	d := c.alg.step(sh.t.State(p), now, int64(cost), true)
+	sh.mu.Unlock()
+	return d, nil
+}
+
+func (c *storeCore[S, A]) stats() StoreStats {
+	st := StoreStats{MaxKeys: c.maxKeys, Shards: len(c.shards)}
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		st.Keys += sh.t.Len()
+		ts := sh.t.Stats
+		sh.mu.Unlock()
+		st.Inserts += ts.Inserts
+		st.Evictions += ts.Evictions
+		st.LossyEvictions += ts.LossyEvictions
+		st.Sweeps += ts.Sweeps
+	}
+	return st
+}
+
+func (c *storeCore[S, A]) now() int64                { return clampTime(c.clock.Now()) }
+func (c *storeCore[S, A]) capacity() int64           { return c.alg.capacity() }
+func (c *storeCore[S, A]) policy() *policy           { return c.alg.policy() }
+func (c *storeCore[S, A]) shardIndex(k storeKey) int { return int(k.h & c.mask) }
+
+func (c *storeCore[S, A]) prepare(key string) storeKey {
+	long := len(key) > MaxKeyLen
+	if long {
+		key = digestKey(key)
+	}
+	h := maphash.String(c.seed, key)
+	return storeKey{key: key, h: h, tag: table.Tag(h, long)}
+}
+
+func (c *storeCore[S, A]) lockShard(i int, now int64) int64 {
+	sh := &c.shards[i]
+	sh.mu.Lock()
+	if now < sh.last {
+		now = sh.last
+	}
+	sh.last = now
+	return now
+}
+
+func (c *storeCore[S, A]) unlockShard(i int) {
+	sh := &c.shards[i]
+	sh.t.Unpin()
+	sh.mu.Unlock()
+}
+
+func (c *storeCore[S, A]) acquire(k storeKey, now int64) (int32, bool) {
+	t := &c.shards[k.h&c.mask].t
+	p := t.Find(k.key, k.tag)
+	if p < 0 {
+		var ok bool
+		if p, ok = t.Insert(k.key, k.tag, now); !ok {
+			return -1, false
+		}
+	}
+	t.Pin(p)
+	return p, true
+}
+
+func (c *storeCore[S, A]) stepAt(i int, slot int32, now, cost int64, commit bool) Decision {
+	return c.alg.step(c.shards[i].t.State(slot), now, cost, commit)
+}
+
+// digestKey returns the SHA-256 digest of a long key, hashed in pieces so
+// that a huge key is never copied whole.
+func digestKey(key string) string {
+	h := sha256.New()
+	var buf [512]byte
+	for len(key) > 0 {
+		n := copy(buf[:], key)
+		h.Write(buf[:n])
+		key = key[n:]
+	}
+	return string(h.Sum(buf[:0]))
+}

@@ -1,0 +1,238 @@
+package ratelimit_test
+
+import (
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratelimit"
+)
+
+// The store's benchmarks run against a bare map[string]int64 on the same
+// pre-generated keys, in the same pre-computed random order, so that the
+// ratio of the two is the cost of the store over the hash lookup it cannot
+// avoid. Compare the ratios from one run: run with
+//
+//	go test -run '^$' -bench 'Store' -count 5
+const (
+	benchStoreKeys = 1_000_000 // keys checked in the Check benchmarks
+	benchMaxKeys   = 1 << 21   // the bound in the benchmarks: above every key set
+)
+
+var benchKeys struct {
+	once  sync.Once
+	keys  []string // 1,400,000 distinct IPv4 addresses in a random order
+	order []int32  // a random permutation of [0, benchStoreKeys)
+}
+
+// storeBenchKeys returns the key set and the access order, made once.
+func storeBenchKeys() ([]string, []int32) {
+	benchKeys.once.Do(func() {
+		r := rand.New(rand.NewPCG(1, 2))
+		seen := make(map[uint32]bool, 1_400_000)
+		keys := make([]string, 0, 1_400_000)
+		for len(keys) < cap(keys) {
+			ip := r.Uint32()
+			if seen[ip] {
+				continue
+			}
+			seen[ip] = true
+			keys = append(keys, strconv.Itoa(int(ip>>24))+"."+strconv.Itoa(int(ip>>16&255))+"."+
+				strconv.Itoa(int(ip>>8&255))+"."+strconv.Itoa(int(ip&255)))
+		}
+		benchKeys.keys = keys
+		benchKeys.order = make([]int32, benchStoreKeys)
+		for i := range benchKeys.order {
+			benchKeys.order[i] = int32(i)
+		}
+		r.Shuffle(len(benchKeys.order), func(i, j int) {
+			benchKeys.order[i], benchKeys.order[j] = benchKeys.order[j], benchKeys.order[i]
+		})
+	})
+	return benchKeys.keys, benchKeys.order
+}
+
+// storeBenchRules are the store's benchmark subjects: rules that admit
+// nearly everything a benchmark sends (the common path of a limiter).
+func storeBenchRules() []struct {
+	name string
+	rule ratelimit.Rule
+} {
+	const big = 1_000_000_000_000
+	rate := ratelimit.PerSecond(1_000_000)
+	return []struct {
+		name string
+		rule ratelimit.Rule
+	}{
+		{"GCRA", ratelimit.GCRA{Rate: rate, Burst: big}},
+		{"TokenBucket", ratelimit.TokenBucket{Rate: rate, Burst: big}},
+		{"LeakyBucket", ratelimit.LeakyBucket{Rate: rate, Capacity: big}},
+		{"FixedWindow", ratelimit.FixedWindow{Limit: big, Window: time.Minute}},
+		{"SlidingCounter", ratelimit.SlidingCounter{Limit: big, Window: time.Minute}},
+		{"SlidingLog", ratelimit.SlidingLog{Limit: big, Window: time.Second}},
+	}
+}
+
+var benchSink atomic.Int64
+
+// BenchmarkStoreCheck checks existing keys: "map" is the bare map lookup,
+// the others a Store's Check under each rule, with the system clock.
+func BenchmarkStoreCheck(b *testing.B) {
+	keys, order := storeBenchKeys()
+	keys = keys[:benchStoreKeys]
+	b.Run("map/serial", func(b *testing.B) {
+		m := make(map[string]int64)
+		for i, k := range keys {
+			m[k] = int64(i)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		var sum int64
+		for i := 0; i < b.N; i++ {
+			sum += m[keys[order[i%len(order)]]]
+		}
+		benchSink.Add(sum)
+	})
+	b.Run("map/parallel", func(b *testing.B) {
+		m := make(map[string]int64)
+		for i, k := range keys {
+			m[k] = int64(i)
+		}
+		var start atomic.Int64
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			i := int(start.Add(7919)) % len(order)
+			var sum int64
+			for pb.Next() {
+				sum += m[keys[order[i]]]
+				if i++; i == len(order) {
+					i = 0
+				}
+			}
+			benchSink.Add(sum)
+		})
+	})
+	for _, br := range storeBenchRules() {
+		var s *ratelimit.Store
+		fill := func(b *testing.B) *ratelimit.Store {
+			if s == nil {
+				var err error
+				s, err = ratelimit.NewStore(br.rule, ratelimit.WithMaxKeys(benchMaxKeys))
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, k := range keys {
+					if _, err := s.Check(k, ratelimit.Unit); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			return s
+		}
+		b.Run(br.name+"/serial", func(b *testing.B) {
+			s := fill(b)
+			b.ReportAllocs()
+			b.ResetTimer()
+			var allowed int64
+			for i := 0; i < b.N; i++ {
+				d, _ := s.Check(keys[order[i%len(order)]], ratelimit.Unit)
+				if d.Allowed {
+					allowed++
+				}
+			}
+			benchSink.Add(allowed)
+		})
+		b.Run(br.name+"/parallel", func(b *testing.B) {
+			s := fill(b)
+			var start atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(start.Add(7919)) % len(order)
+				var allowed int64
+				for pb.Next() {
+					d, _ := s.Check(keys[order[i]], ratelimit.Unit)
+					if d.Allowed {
+						allowed++
+					}
+					if i++; i == len(order) {
+						i = 0
+					}
+				}
+				benchSink.Add(allowed)
+			})
+		})
+		if s != nil && s.Stats().Evictions != 0 {
+			b.Fatalf("%s: %d evictions during the benchmark", br.name, s.Stats().Evictions)
+		}
+	}
+}
+
+// liveHeap returns the live heap after a full collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// BenchmarkStoreMemory reports the heap a store takes per key held, key
+// string bytes excluded (the benchmark holds every key before it starts),
+// after 1,000,000 and 1,400,000 distinct keys: in a store bounded at 2^21
+// (room for all), in one bounded at 1,000,000 (the default: the last
+// 400,000 evict), and for a bare map[string]int64 of the same keys.
+func BenchmarkStoreMemory(b *testing.B) {
+	allKeys, _ := storeBenchKeys()
+	for _, n := range []int{1_000_000, 1_400_000} {
+		keys := allKeys[:n]
+		nk := "/keys=" + strconv.Itoa(n)
+		b.Run("map"+nk, func(b *testing.B) {
+			var perKey float64
+			for i := 0; i < b.N; i++ {
+				before := liveHeap()
+				m := make(map[string]int64)
+				for i, k := range keys {
+					m[k] = int64(i)
+				}
+				perKey = float64(liveHeap()-before) / float64(len(m))
+				runtime.KeepAlive(m)
+			}
+			b.ReportMetric(perKey, "B/key")
+		})
+		for _, br := range storeBenchRules() {
+			for _, bound := range []int{benchMaxKeys, ratelimit.DefaultMaxKeys} {
+				if bound >= n && bound != benchMaxKeys {
+					continue // the same as the room-for-all case
+				}
+				name := br.name + nk
+				if bound != benchMaxKeys {
+					name += "/bound=" + strconv.Itoa(bound)
+				}
+				b.Run(name, func(b *testing.B) {
+					var perKey float64
+					for i := 0; i < b.N; i++ {
+						before := liveHeap()
+						s, err := ratelimit.NewStore(br.rule, ratelimit.WithMaxKeys(bound))
+						if err != nil {
+							b.Fatal(err)
+						}
+						for _, k := range keys {
+							if _, err := s.Check(k, ratelimit.Unit); err != nil {
+								b.Fatal(err)
+							}
+						}
+						perKey = float64(liveHeap()-before) / float64(s.Len())
+						runtime.KeepAlive(s)
+					}
+					b.ReportMetric(perKey, "B/key")
+				})
+			}
+		}
+	}
+}
