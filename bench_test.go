@@ -24,6 +24,11 @@ func benchRules() []struct {
 		{"GCRA", ratelimit.GCRA{Rate: rate, Burst: burst}},
 		{"GCRA/fractional", ratelimit.GCRA{Rate: odd, Burst: burst}},
 		{"LeakyBucket", ratelimit.LeakyBucket{Rate: rate, Capacity: burst}},
+		// On the system clock a millisecond holds a few ten thousand
+		// admissions, each logged at its own instant: the log's steady state.
+		{"SlidingLog", ratelimit.SlidingLog{Limit: 1_000_000, Window: time.Millisecond}},
+		{"FixedWindow", ratelimit.FixedWindow{Limit: burst, Window: time.Second}},
+		{"SlidingCounter", ratelimit.SlidingCounter{Limit: burst, Window: time.Second}},
 	}
 }
 

@@ -21,6 +21,9 @@ func hundredRules() map[string]ratelimit.Rule {
 		"GCRA":            ratelimit.GCRA{Rate: slow, Burst: 100},
 		"GCRA/fractional": ratelimit.GCRA{Rate: ratelimit.Rate{Count: 7, Per: 3 * 24 * time.Hour}, Burst: 100},
 		"LeakyBucket":     ratelimit.LeakyBucket{Rate: slow, Capacity: 100},
+		"SlidingLog":      ratelimit.SlidingLog{Limit: 100, Window: 24 * time.Hour},
+		"FixedWindow":     ratelimit.FixedWindow{Limit: 100, Window: 100 * 365 * 24 * time.Hour},
+		"SlidingCounter":  ratelimit.SlidingCounter{Limit: 100, Window: 100 * 365 * 24 * time.Hour},
 	}
 }
 

@@ -12,24 +12,39 @@ import (
 	"github.com/ratekit/ratelimit/internal/refmodel"
 )
 
-// fuzzRule builds a rule of the kind selected by kind from raw numbers.
-// ok is false for kinds this build does not know.
-func fuzzRule(kind uint8, count, per, capacity int64) (rule ratelimit.Rule, model func() refmodel.Model) {
+// fuzzRule builds a rule of the kind selected by kind from raw numbers: per
+// is the rate's period or the window, capacity the burst, capacity or limit.
+// valid says whether the rule's numbers are acceptable, computed
+// independently of the library.
+func fuzzRule(kind uint8, count, per, capacity int64) (rule ratelimit.Rule, model func() refmodel.Model, valid bool) {
 	r := ratelimit.Rate{Count: count, Per: time.Duration(per)}
-	switch kind % 3 {
+	capOK := capacity > 0 && capacity <= 1e15
+	if w := time.Duration(per); kind%6 >= 3 {
+		valid = capOK && w > 0 && w < ratelimit.MaxTime
+		switch kind % 6 {
+		case 3:
+			return ratelimit.SlidingLog{Limit: capacity, Window: w}, func() refmodel.Model { return refmodel.NewLog(capacity, w) }, valid
+		case 4:
+			return ratelimit.FixedWindow{Limit: capacity, Window: w}, func() refmodel.Model { return refmodel.NewFixedWindow(capacity, w) }, valid
+		default:
+			return ratelimit.SlidingCounter{Limit: capacity, Window: w}, func() refmodel.Model { return refmodel.NewSlidingCounter(capacity, w) }, valid
+		}
+	}
+	valid = capOK && count > 0 && count <= 1e15 && per > 0 && per < int64(ratelimit.MaxTime) && spanFits(r, capacity)
+	switch kind % 6 {
 	case 0:
-		return ratelimit.TokenBucket{Rate: r, Burst: capacity}, func() refmodel.Model { return refmodel.NewBucket(r, capacity) }
+		return ratelimit.TokenBucket{Rate: r, Burst: capacity}, func() refmodel.Model { return refmodel.NewBucket(r, capacity) }, valid
 	case 1:
-		return ratelimit.GCRA{Rate: r, Burst: capacity}, func() refmodel.Model { return refmodel.NewBucket(r, capacity) }
+		return ratelimit.GCRA{Rate: r, Burst: capacity}, func() refmodel.Model { return refmodel.NewBucket(r, capacity) }, valid
 	default:
-		return ratelimit.LeakyBucket{Rate: r, Capacity: capacity}, func() refmodel.Model { return refmodel.NewQueue(r, capacity) }
+		return ratelimit.LeakyBucket{Rate: r, Capacity: capacity}, func() refmodel.Model { return refmodel.NewQueue(r, capacity) }, valid
 	}
 }
 
 // FuzzRuleValidation: any rule is either rejected with a *RuleError that
-// matches ErrInvalidRule, or yields a working limiter; and a bucket is
-// accepted exactly when its numbers are in range and its burst refills
-// within MaxTime.
+// matches ErrInvalidRule, or yields a working limiter; and a rule is
+// accepted exactly when its numbers are in range (for a bucket: and its
+// burst refills within MaxTime).
 func FuzzRuleValidation(f *testing.F) {
 	f.Add(uint8(0), int64(10), int64(time.Second), int64(20))
 	f.Add(uint8(1), int64(7), int64(3*time.Second), int64(1_000_000))
@@ -38,11 +53,13 @@ func FuzzRuleValidation(f *testing.F) {
 	f.Add(uint8(1), int64(1_000_000_000_000), int64(time.Microsecond), int64(1_000_000_000_000))
 	f.Add(uint8(2), int64(-5), int64(-1), int64(-1))
 	f.Add(uint8(0), int64(1<<62), int64(1), int64(1<<62))
+	f.Add(uint8(3), int64(0), int64(time.Minute), int64(5))
+	f.Add(uint8(3), int64(0), int64(1<<62), int64(5))
+	f.Add(uint8(4), int64(0), int64(time.Second), int64(10))
+	f.Add(uint8(5), int64(0), int64(time.Minute), int64(100))
 	f.Fuzz(func(t *testing.T, kind uint8, count, per, capacity int64) {
-		rule, _ := fuzzRule(kind, count, per, capacity)
+		rule, _, want := fuzzRule(kind, count, per, capacity)
 		lim, err := ratelimit.New(rule, ratelimit.WithClock(ratelimit.NewManualClock(0)))
-		inRange := count > 0 && count <= 1e15 && per > 0 && capacity > 0 && capacity <= 1e15
-		want := inRange && spanFits(ratelimit.Rate{Count: count, Per: time.Duration(per)}, capacity)
 		if err != nil {
 			var re *ratelimit.RuleError
 			require.True(t, errors.As(err, &re), "error %v is not a *RuleError", err)
@@ -68,7 +85,7 @@ func FuzzOperations(f *testing.F) {
 	f.Add(uint8(1), int64(7), int64(3*time.Second), int64(5), []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18})
 	f.Add(uint8(2), int64(1_000_003), int64(time.Hour), int64(3), []byte("a long trace of clock moves and costs"))
 	f.Fuzz(func(t *testing.T, kind uint8, count, per, capacity int64, ops []byte) {
-		rule, model := fuzzRule(kind, count, per, capacity)
+		rule, model, _ := fuzzRule(kind, count, per, capacity)
 		clk := &traceClock{ManualClock: ratelimit.NewManualClock(0)}
 		lim, err := ratelimit.New(rule, ratelimit.WithClock(clk))
 		if err != nil {

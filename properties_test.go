@@ -35,6 +35,18 @@ var ruleKinds = map[string]func(*rapid.T) ruleCase{
 		r, c := drawValidBucket(t)
 		return ruleCase{ratelimit.LeakyBucket{Rate: r, Capacity: c}, c * 1000, r.Per}
 	},
+	"SlidingLog": func(t *rapid.T) ruleCase {
+		l, w := drawCapacity(t), drawWindow(t)
+		return ruleCase{ratelimit.SlidingLog{Limit: l, Window: w}, l * 1000, w}
+	},
+	"FixedWindow": func(t *rapid.T) ruleCase {
+		l, w := drawCapacity(t), drawWindow(t)
+		return ruleCase{ratelimit.FixedWindow{Limit: l, Window: w}, l * 1000, w}
+	},
+	"SlidingCounter": func(t *rapid.T) ruleCase {
+		l, w := drawCapacity(t), drawWindow(t)
+		return ruleCase{ratelimit.SlidingCounter{Limit: l, Window: w}, l * 1000, w}
+	},
 }
 
 func drawValidBucket(t *rapid.T) (ratelimit.Rate, int64) {

@@ -93,7 +93,7 @@ func (r Rate) compile(rule, field string) (pace, error) {
 	case r.Per <= 0:
 		return pace{}, &RuleError{Rule: rule, Field: field + ".Per", Reason: "must be positive"}
 	case int64(r.Per) > maxSpan:
-		return pace{}, &RuleError{Rule: rule, Field: field + ".Per", Reason: "must be at most MaxTime"}
+		return pace{}, &RuleError{Rule: rule, Field: field + ".Per", Reason: "must be less than MaxTime"}
 	}
 	n, p := uint64(r.Count)*uint64(Unit), uint64(r.Per)
 	g := wide.GCD(n, p)

@@ -127,3 +127,35 @@ func TestLeakyBucketVectors(t *testing.T) {
 		}
 	})
 }
+
+func TestSameTrafficAgainstEveryAlgorithm(t *testing.T) {
+	// 200 requests, 10 a second from 50 s to 70 s, against 100 per minute.
+	minute := time.Minute
+	for _, tc := range []struct {
+		name string
+		rule ratelimit.Rule
+		want int
+	}{
+		{"fixed window", ratelimit.FixedWindow{Limit: 100, Window: minute}, 200},
+		{"sliding log", ratelimit.SlidingLog{Limit: 100, Window: minute}, 100},
+		{"sliding counter", ratelimit.SlidingCounter{Limit: 100, Window: minute}, 116},
+		{"token bucket", ratelimit.TokenBucket{Rate: ratelimit.PerMinute(100), Burst: 100}, 133},
+		{"GCRA", ratelimit.GCRA{Rate: ratelimit.PerMinute(100), Burst: 100}, 133},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := ratelimit.NewManualClock(0)
+			lim, err := ratelimit.New(tc.rule, ratelimit.WithClock(clk))
+			require.NoError(t, err)
+			admitted := 0
+			for i := 0; i < 200; i++ {
+				clk.Set(50*time.Second + time.Duration(i)*100*time.Millisecond)
+				d, err := lim.Check(ratelimit.Unit)
+				require.NoError(t, err)
+				if d.Allowed {
+					admitted++
+				}
+			}
+			assert.Equal(t, tc.want, admitted)
+		})
+	}
+}
