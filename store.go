@@ -192,6 +192,8 @@ func (s *Store) Stats() StoreStats { return s.core.stats() }
 type keyedStore interface {
 	check(key string, cost Units) (Decision, error)
 	stats() StoreStats
+	// holds reports whether the store has an entry for key.
+	holds(key string) bool
 
 	// now reads the store's clock (no lock, no clamp to any shard).
 	now() int64
@@ -336,6 +338,14 @@ func (c *storeCore[S, A]) stats() StoreStats {
 		st.Sweeps += ts.Sweeps
 	}
 	return st
+}
+
+func (c *storeCore[S, A]) holds(key string) bool {
+	k := c.prepare(key)
+	sh := &c.shards[k.h&c.mask]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.t.Lookup(k.key, k.tag) >= 0
 }
 
 func (c *storeCore[S, A]) now() int64                { return clampTime(c.clock.Now()) }

@@ -1,25 +1,559 @@
 package ratelimit_test
 
 import (
+	"crypto/sha256"
+	"errors"
+	"math"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
 
 	"github.com/ratekit/ratelimit"
 )
 
-func TestStoreSmoke(t *testing.T) {
-	clk := ratelimit.NewManualClock(0)
-	s, err := ratelimit.NewStore(ratelimit.GCRA{Rate: ratelimit.PerSecond(10), Burst: 20}, ratelimit.WithClock(clk))
-	require.NoError(t, err)
-	for i := range 21 {
-		d, err := s.Check("a", ratelimit.Unit)
-		require.NoError(t, err)
-		assert.Equal(t, i < 20, d.Allowed)
+// storeAlgorithms is every algorithm the store is tested with, each drawn
+// as its model tests draw it: adding an algorithm is one line.
+var storeAlgorithms = []struct {
+	name string
+	draw func(*rapid.T) modelCase
+}{
+	{"TokenBucket", func(t *rapid.T) modelCase { return drawBucketCase(t, "TokenBucket") }},
+	{"GCRA", func(t *rapid.T) modelCase { return drawBucketCase(t, "GCRA") }},
+	{"LeakyBucket", func(t *rapid.T) modelCase { return drawBucketCase(t, "LeakyBucket") }},
+	{"FixedWindow", func(t *rapid.T) modelCase { return drawWindowCase(t, "FixedWindow") }},
+	{"SlidingCounter", func(t *rapid.T) modelCase { return drawWindowCase(t, "SlidingCounter") }},
+	{"SlidingLog", drawSlidingLogCase},
+}
+
+// longKey is longer than MaxKeyLen, so the store keeps its digest.
+var longKey = strings.Repeat("k", ratelimit.MaxKeyLen+1)
+
+// storeKeys are the keys the store properties draw from: the empty key, a
+// key of exactly MaxKeyLen bytes, two long keys that differ only in their
+// last byte, a 1 MiB key, and the raw bytes of a long key's digest, which
+// must not share an allowance with that long key.
+var storeKeys = func() []string {
+	sum := sha256.Sum256([]byte(longKey))
+	return []string{
+		"", "a", "b", "203.0.113.7",
+		strings.Repeat("k", ratelimit.MaxKeyLen),
+		longKey, longKey[:len(longKey)-1] + "j",
+		strings.Repeat("m", 1<<20),
+		string(sum[:]),
 	}
-	d, err := s.Check("b", ratelimit.Unit)
+}()
+
+// monotonicClock is the clock of the single-key limiters a one-shard store
+// is compared with: it clamps the shared clock to the latest reading any of
+// them has seen, as the store's one shard does for all its keys.
+type monotonicClock struct {
+	c    ratelimit.Clock
+	seen time.Duration
+}
+
+func (m *monotonicClock) Now() time.Duration {
+	m.seen = max(m.seen, m.c.Now())
+	return m.seen
+}
+
+// forwardActions moves the clock only forwards, saturating at MaxTime
+// rather than wrapping around: the traces for stores whose keys must see
+// the same times as independent limiters, which clamp time each on its own.
+func forwardActions(clk *ratelimit.ManualClock, scale time.Duration) map[string]func(*rapid.T) {
+	forward := func(d time.Duration) {
+		clk.Set(clk.Now() + min(d, ratelimit.MaxTime-clk.Now()))
+	}
+	return map[string]func(*rapid.T){
+		"advance": func(t *rapid.T) {
+			forward(time.Duration(rapid.Int64Range(0, 2*min(int64(scale), int64(ratelimit.MaxTime))).Draw(t, "advance")))
+		},
+		"nudge": func(t *rapid.T) { forward(time.Duration(rapid.Int64Range(0, 3).Draw(t, "nudge"))) },
+		"leap":  func(t *rapid.T) { forward(time.Duration(rapid.Int64Range(0, 2*int64(year)).Draw(t, "leap"))) },
+	}
+}
+
+func sameError(t require.TestingT, want, got error) {
+	for _, e := range []error{ratelimit.ErrInvalidCost, ratelimit.ErrCostExceedsCapacity} {
+		require.Equal(t, errors.Is(want, e), errors.Is(got, e), "want %v, got %v", want, got)
+	}
+	require.Equal(t, want == nil, got == nil, "want %v, got %v", want, got)
+}
+
+// TestStoreMatchesLimiters: a store with room behaves exactly like one
+// independent single-key limiter per key, for every algorithm, long keys
+// and clocks that go backwards included.
+func TestStoreMatchesLimiters(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		alg := rapid.SampledFrom(storeAlgorithms).Draw(t, "algorithm")
+		mc := alg.draw(t)
+		shards := rapid.SampledFrom([]int{1, 2, 16}).Draw(t, "shards")
+		clk := &traceClock{ManualClock: ratelimit.NewManualClock(0)}
+		store, err := ratelimit.NewStore(mc.rule, ratelimit.WithClock(clk),
+			ratelimit.WithShards(shards), ratelimit.WithMaxKeys(1<<16))
+		if !mc.valid {
+			require.ErrorIs(t, err, ratelimit.ErrInvalidRule)
+			return
+		}
+		require.NoError(t, err)
+		// With one shard the store clamps time across all keys; the
+		// limiters then share one clamp too. With several, the clock only
+		// moves forwards.
+		var limClock ratelimit.Clock = clk
+		actions := forwardActions(clk.ManualClock, mc.scale)
+		if shards == 1 {
+			limClock = &monotonicClock{c: clk, seen: math.MinInt64}
+			actions = traceActions(clk, mc.scale)
+		}
+		limiters := map[string]ratelimit.Limiter{}
+		actions["check"] = func(t *rapid.T) {
+			key := rapid.SampledFrom(storeKeys).Draw(t, "key")
+			cost := drawCost(t, mc.model.Capacity())
+			lim := limiters[key]
+			if lim == nil {
+				lim, err = ratelimit.New(mc.rule, ratelimit.WithClock(limClock))
+				require.NoError(t, err)
+				limiters[key] = lim
+			}
+			want, werr := lim.Check(cost)
+			got, gerr := store.Check(key, cost)
+			sameError(t, werr, gerr)
+			require.Equal(t, want, got, "key %.20q cost %d at %d", key, cost, clk.Now())
+		}
+		t.Repeat(actions)
+		st := store.Stats()
+		require.Zero(t, st.Evictions)
+		require.LessOrEqual(t, st.Keys, len(limiters))
+		require.Equal(t, uint64(st.Keys), st.Inserts)
+	})
+}
+
+// TestStoreEvictionAccounting: in a store too small for its keys, every
+// eviction is counted, a lossy one exactly when the key dropped was not
+// fresh (by its own last Decision.ResetAfter), a dropped key starts again
+// as a fresh key, and nothing else changes any key's decisions. A live key
+// is dropped only when no other key is fresh, as a store this small sweeps
+// for fresh keys before every eviction.
+func TestStoreEvictionAccounting(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		alg := rapid.SampledFrom(storeAlgorithms).Draw(t, "algorithm")
+		mc := alg.draw(t)
+		if !mc.valid {
+			return
+		}
+		maxKeys := rapid.IntRange(1, 7).Draw(t, "maxKeys")
+		clk := ratelimit.NewManualClock(0)
+		store, err := ratelimit.NewStore(mc.rule, ratelimit.WithClock(clk), ratelimit.WithMaxKeys(maxKeys))
+		require.NoError(t, err)
+		require.Equal(t, 1, store.Stats().Shards)
+		keys := storeKeys[:rapid.IntRange(1, len(storeKeys)).Draw(t, "keys")]
+
+		type ref struct {
+			lim     ratelimit.Limiter
+			freshAt time.Duration // when the key's state is as good as a fresh key's
+		}
+		refs := map[string]*ref{}
+		actions := forwardActions(clk, mc.scale)
+		actions["check"] = func(t *rapid.T) {
+			key := rapid.SampledFrom(keys).Draw(t, "key")
+			cost := drawCost(t, mc.model.Capacity())
+			now := clk.Now()
+			before := store.Stats()
+			held := map[string]bool{}
+			anyFresh := false
+			for k, r := range refs {
+				held[k] = ratelimit.StoreHolds(store, k)
+				require.Equal(t, held[k], true, "key %.20q vanished outside an insertion", k)
+				anyFresh = anyFresh || (k != key && r.freshAt <= now)
+			}
+			r := refs[key]
+			if r == nil {
+				lim, err := ratelimit.New(mc.rule, ratelimit.WithClock(clk))
+				require.NoError(t, err)
+				r = &ref{lim: lim}
+			}
+			want, werr := r.lim.Check(cost)
+			got, gerr := store.Check(key, cost)
+			sameError(t, werr, gerr)
+			require.Equal(t, want, got, "key %.20q cost %d at %d", key, cost, now)
+			if werr != nil {
+				require.Equal(t, before, store.Stats(), "an invalid cost touches nothing")
+				return
+			}
+			r.freshAt = now + got.ResetAfter
+			if r.freshAt < now {
+				r.freshAt = math.MaxInt64 // past the end of time
+			}
+			refs[key] = r
+			after := store.Stats()
+			var dropped, lossy uint64
+			for k, rk := range refs {
+				if k == key || ratelimit.StoreHolds(store, k) {
+					continue
+				}
+				dropped++
+				if rk.freshAt > now {
+					lossy++
+				}
+				delete(refs, k) // it starts again as a fresh key
+			}
+			require.True(t, ratelimit.StoreHolds(store, key))
+			require.LessOrEqual(t, after.Keys, maxKeys)
+			require.Equal(t, len(refs), after.Keys)
+			require.Equal(t, before.Evictions+dropped, after.Evictions)
+			require.Equal(t, before.LossyEvictions+lossy, after.LossyEvictions)
+			if lossy > 0 {
+				require.False(t, anyFresh, "a partly spent key was dropped while a fresh one was held")
+			}
+		}
+		t.Repeat(actions)
+	})
+}
+
+// raceEnabled is set by store_race_test.go.
+var raceEnabled bool
+
+// TestStoreBoundUnderFlood sends 2,000,000 distinct keys (200,000 with
+// -short or -race) into a store bounded at 50,000 (5,000).
+func TestStoreBoundUnderFlood(t *testing.T) {
+	n, bound, live := 2_000_000, 50_000, 10_000
+	if testing.Short() || raceEnabled {
+		n, bound, live = 200_000, 5_000, 1_000
+	}
+	clk := ratelimit.NewManualClock(0)
+	// Refills 1 unit per ms: a key that spent 1 unit is fresh 1 ms later,
+	// one that spent the whole burst only after 1,000 s.
+	const burst = 1_000_000
+	rule := ratelimit.TokenBucket{Rate: ratelimit.PerSecond(1000), Burst: burst}
+	store, err := ratelimit.NewStore(rule, ratelimit.WithClock(clk), ratelimit.WithMaxKeys(bound), ratelimit.WithShards(8))
 	require.NoError(t, err)
-	assert.True(t, d.Allowed)
-	assert.Equal(t, 2, s.Len())
+	heapBefore := liveHeap()
+
+	check := func(key string, cost ratelimit.Units) ratelimit.Decision {
+		d, err := store.Check(key, cost)
+		require.NoError(t, err)
+		return d
+	}
+	for i := range live {
+		require.True(t, check("live-"+strconv.Itoa(i), burst*ratelimit.Unit).Allowed)
+	}
+	// Phase 1: one-off keys that spend 1 unit, 1 µs apart: each is fresh
+	// 1,000 keys later. Only fresh keys may be evicted.
+	for i := range n / 2 {
+		clk.Advance(time.Microsecond)
+		require.True(t, check("once-"+strconv.Itoa(i), ratelimit.Unit).Allowed)
+		if i%10_000 == 0 {
+			require.LessOrEqual(t, store.Len(), bound)
+		}
+	}
+	st := store.Stats()
+	require.LessOrEqual(t, st.Keys, bound)
+	assert.Zero(t, st.LossyEvictions, "fresh keys must go before live ones")
+	assert.Greater(t, st.Evictions, uint64(n/2-bound))
+	for i := range live {
+		require.True(t, ratelimit.StoreHolds(store, "live-"+strconv.Itoa(i)), "live key %d evicted", i)
+	}
+	d := check("live-0", ratelimit.Unit)
+	assert.Less(t, d.Remaining, int64(burst/2), "the live key kept its spent state")
+
+	// Phase 2: one-off keys that spend the whole burst, with the clock
+	// standing still: nothing is fresh, so evictions are lossy and counted.
+	for i := range n / 2 {
+		require.True(t, check("spent-"+strconv.Itoa(i), burst*ratelimit.Unit).Allowed)
+		if i%10_000 == 0 {
+			require.LessOrEqual(t, store.Len(), bound)
+		}
+	}
+	st2 := store.Stats()
+	require.LessOrEqual(t, st2.Keys, bound)
+	assert.Greater(t, st2.LossyEvictions, uint64(n/2-2*bound))
+	assert.LessOrEqual(t, st2.LossyEvictions, st2.Evictions)
+	assert.Equal(t, st2.Inserts-st2.Evictions, uint64(st2.Keys))
+
+	// The heap holds the bounded store, not the keys that went through it.
+	grown := int64(liveHeap()) - int64(heapBefore)
+	t.Logf("%d keys through a store bounded at %d: heap grew %d bytes (%.0f per key held), %+v",
+		n+live, bound, grown, float64(grown)/float64(st2.Keys), st2)
+	assert.Less(t, grown, int64(bound)*256, "heap growth beyond the bound's worth")
+	runtime.KeepAlive(store)
+}
+
+// TestStoreKeepsHotKeys: under a flood of one-off keys, keys that keep
+// coming back stay, and one-off keys leave in the order they came (CLOCK).
+func TestStoreKeepsHotKeys(t *testing.T) {
+	clk := ratelimit.NewManualClock(0)
+	rule := ratelimit.GCRA{Rate: ratelimit.PerHour(1), Burst: 10}
+	const bound, hot, flood = 1000, 20, 50_000
+	store, err := ratelimit.NewStore(rule, ratelimit.WithClock(clk), ratelimit.WithMaxKeys(bound), ratelimit.WithShards(1))
+	require.NoError(t, err)
+	for i := range flood {
+		if i%100 == 0 {
+			for h := range hot {
+				d, err := store.Check("hot-"+strconv.Itoa(h), ratelimit.Unit)
+				require.NoError(t, err)
+				require.Equal(t, i/100 < 10, d.Allowed, "hot key %d kept its state", h)
+			}
+		}
+		_, err := store.Check("once-"+strconv.Itoa(i), ratelimit.Unit)
+		require.NoError(t, err)
+	}
+	st := store.Stats()
+	assert.Equal(t, uint64(hot+flood), st.Inserts, "no hot key was ever dropped")
+	assert.Equal(t, st.Evictions, st.LossyEvictions)
+	assert.Equal(t, bound, st.Keys)
+	for i := flood - 50; i < flood; i++ {
+		assert.True(t, ratelimit.StoreHolds(store, "once-"+strconv.Itoa(i)), "a recent one-off key was dropped before older ones")
+	}
+}
+
+// TestStoreOneKeyConcurrent: 1,000 goroutines on one key with a limit of
+// 100 admit exactly 100, for every algorithm.
+func TestStoreOneKeyConcurrent(t *testing.T) {
+	rules := []ratelimit.Rule{
+		ratelimit.TokenBucket{Rate: ratelimit.PerHour(1), Burst: 100},
+		ratelimit.GCRA{Rate: ratelimit.PerHour(1), Burst: 100},
+		ratelimit.LeakyBucket{Rate: ratelimit.PerHour(1), Capacity: 100},
+		ratelimit.FixedWindow{Limit: 100, Window: time.Hour},
+		ratelimit.SlidingCounter{Limit: 100, Window: time.Hour},
+		ratelimit.SlidingLog{Limit: 100, Window: time.Hour},
+	}
+	for _, rule := range rules {
+		store, err := ratelimit.NewStore(rule, ratelimit.WithClock(ratelimit.NewManualClock(time.Minute)))
+		require.NoError(t, err)
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range 1000 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				d, err := store.Check("k", ratelimit.Unit)
+				if err == nil && d.Allowed {
+					admitted.Add(1)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		assert.Equal(t, int64(100), admitted.Load(), "%T", rule)
+	}
+}
+
+// TestStoreManyKeysConcurrent: many goroutines on many keys, first with
+// room (each key admits exactly its limit), then in a store far too small
+// with a moving clock, for the race detector and the bound.
+func TestStoreManyKeysConcurrent(t *testing.T) {
+	const keys, workers, limit = 500, 16, 10
+	rule := ratelimit.GCRA{Rate: ratelimit.PerHour(1), Burst: limit}
+	store, err := ratelimit.NewStore(rule, ratelimit.WithClock(ratelimit.NewManualClock(0)), ratelimit.WithShards(4))
+	require.NoError(t, err)
+	var admitted [keys]atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 2 * limit * keys / workers * 2 {
+				k := (i*7 + w*31) % keys
+				d, err := store.Check("key-"+strconv.Itoa(k), ratelimit.Unit)
+				if err == nil && d.Allowed {
+					admitted[k].Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for k := range keys {
+		assert.Equal(t, int64(limit), admitted[k].Load(), "key %d", k)
+	}
+
+	clk := ratelimit.NewManualClock(0)
+	small, err := ratelimit.NewStore(ratelimit.TokenBucket{Rate: ratelimit.PerSecond(100), Burst: 5},
+		ratelimit.WithClock(clk), ratelimit.WithMaxKeys(300), ratelimit.WithShards(4))
+	require.NoError(t, err)
+	stop := make(chan struct{})
+	var ticker sync.WaitGroup
+	ticker.Add(1)
+	go func() {
+		defer ticker.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				clk.Advance(time.Millisecond)
+				runtime.Gosched()
+			}
+		}
+	}()
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 3000 {
+				_, err := small.Check("k"+strconv.Itoa((i*13+w)%2000), ratelimit.Unit)
+				assert.NoError(t, err)
+				if i%500 == 0 {
+					assert.LessOrEqual(t, small.Len(), 300)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	ticker.Wait()
+	st := small.Stats()
+	assert.LessOrEqual(t, st.Keys, 300)
+	assert.Equal(t, st.Inserts-st.Evictions, uint64(st.Keys))
+}
+
+// TestStoreCheckAllocs: Check on a key the store holds allocates nothing.
+func TestStoreCheckAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	rules := []ratelimit.Rule{
+		ratelimit.TokenBucket{Rate: ratelimit.PerSecond(1), Burst: 1_000_000},
+		ratelimit.GCRA{Rate: ratelimit.PerSecond(1), Burst: 1_000_000},
+		ratelimit.GCRA{Rate: ratelimit.PerSecond(3), Burst: 1_000_000},
+		ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(1), Capacity: 1_000_000},
+		ratelimit.FixedWindow{Limit: 1_000_000, Window: time.Minute},
+		ratelimit.SlidingCounter{Limit: 1_000_000, Window: time.Minute},
+		ratelimit.SlidingLog{Limit: 1_000_000, Window: time.Minute},
+	}
+	for _, rule := range rules {
+		clk := ratelimit.NewManualClock(0)
+		store, err := ratelimit.NewStore(rule, ratelimit.WithClock(clk))
+		require.NoError(t, err)
+		keys := []string{"a", "203.0.113.7", strings.Repeat("k", ratelimit.MaxKeyLen)}
+		for _, k := range keys {
+			_, err := store.Check(k, ratelimit.Unit)
+			require.NoError(t, err)
+		}
+		i := 0
+		allocs := testing.AllocsPerRun(1000, func() {
+			d, err := store.Check(keys[i%len(keys)], ratelimit.Unit)
+			if err != nil || !d.Allowed {
+				t.Fatal(d, err)
+			}
+			i++
+		})
+		assert.Zero(t, allocs, "%T", rule)
+	}
+}
+
+// TestStoreLongKeys: a key longer than MaxKeyLen costs the store its
+// digest, not its length, and keeps its own allowance.
+func TestStoreLongKeys(t *testing.T) {
+	clk := ratelimit.NewManualClock(0)
+	store, err := ratelimit.NewStore(ratelimit.GCRA{Rate: ratelimit.PerHour(1), Burst: 1}, ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	before := liveHeap()
+	for i := range 20 {
+		huge := strings.Repeat("x", 1<<20) + strconv.Itoa(i)
+		d, err := store.Check(huge, ratelimit.Unit)
+		require.NoError(t, err)
+		assert.True(t, d.Allowed, "each long key has its own allowance")
+		d, err = store.Check(huge, ratelimit.Unit)
+		require.NoError(t, err)
+		assert.False(t, d.Allowed, "the same long key again shares it")
+	}
+	grown := int64(liveHeap()) - int64(before)
+	assert.Less(t, grown, int64(1<<20), "the store kept a 1 MiB key")
+	assert.Equal(t, 20, store.Len())
+	runtime.KeepAlive(store)
+}
+
+func TestStoreCostErrors(t *testing.T) {
+	store, err := ratelimit.NewStore(ratelimit.GCRA{Rate: ratelimit.PerSecond(1), Burst: 5, Name: "api"},
+		ratelimit.WithClock(ratelimit.NewManualClock(0)))
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		cost ratelimit.Units
+		want error
+	}{
+		{"zero", 0, ratelimit.ErrInvalidCost},
+		{"negative", -ratelimit.Unit, ratelimit.ErrInvalidCost},
+		{"above capacity", 5*ratelimit.Unit + 1, ratelimit.ErrCostExceedsCapacity},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := store.Check("k", tc.cost)
+			require.ErrorIs(t, err, tc.want)
+			assert.Equal(t, ratelimit.Decision{Limit: 5, Policy: "api", Window: 5 * time.Second}, d)
+			assert.Zero(t, store.Len(), "an invalid cost never adds its key")
+		})
+	}
+}
+
+// TestStoreClockBackwards: each key sees time only move forwards, even when
+// the clock goes back between checks of different keys in one shard.
+func TestStoreClockBackwards(t *testing.T) {
+	clk := ratelimit.NewManualClock(10 * time.Second)
+	store, err := ratelimit.NewStore(ratelimit.TokenBucket{Rate: ratelimit.PerSecond(1), Burst: 2},
+		ratelimit.WithClock(clk), ratelimit.WithShards(1))
+	require.NoError(t, err)
+	check := func(key string) ratelimit.Decision {
+		d, err := store.Check(key, 2*ratelimit.Unit)
+		require.NoError(t, err)
+		return d
+	}
+	require.True(t, check("a").Allowed)
+	clk.Set(9 * time.Second) // back: taken as 10 s
+	d := check("a")
+	require.False(t, d.Allowed)
+	assert.Equal(t, 2*time.Second, d.RetryAfter, "time did not go back for the key")
+	clk.Set(-time.Hour)
+	require.True(t, check("b").Allowed, "a new key at the shard's latest time")
+	clk.Set(12 * time.Second)
+	require.True(t, check("a").Allowed)
+}
+
+func TestStoreOptions(t *testing.T) {
+	rule := ratelimit.GCRA{Rate: ratelimit.PerSecond(1), Burst: 1}
+	for _, tc := range []struct {
+		name   string
+		opts   []ratelimit.Option
+		err    error
+		max    int
+		shards int
+	}{
+		{"defaults", nil, nil, ratelimit.DefaultMaxKeys, -1},
+		{"max keys", []ratelimit.Option{ratelimit.WithMaxKeys(5000), ratelimit.WithShards(8)}, nil, 5000, 8},
+		{"small default shards", []ratelimit.Option{ratelimit.WithMaxKeys(300)}, nil, 300, 1},
+		{"rounded up", []ratelimit.Option{ratelimit.WithShards(5)}, nil, ratelimit.DefaultMaxKeys, 8},
+		{"at most one per key", []ratelimit.Option{ratelimit.WithMaxKeys(3), ratelimit.WithShards(64)}, nil, 3, 2},
+		{"zero keys", []ratelimit.Option{ratelimit.WithMaxKeys(0)}, ratelimit.ErrInvalidOption, 0, 0},
+		{"too many keys", []ratelimit.Option{ratelimit.WithMaxKeys(1<<40 + 1)}, ratelimit.ErrInvalidOption, 0, 0},
+		{"zero shards", []ratelimit.Option{ratelimit.WithShards(0)}, ratelimit.ErrInvalidOption, 0, 0},
+		{"too many shards", []ratelimit.Option{ratelimit.WithShards(1<<16 + 1)}, ratelimit.ErrInvalidOption, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := ratelimit.NewStore(rule, tc.opts...)
+			if tc.err != nil {
+				require.ErrorIs(t, err, tc.err)
+				assert.Nil(t, s)
+				return
+			}
+			require.NoError(t, err)
+			st := s.Stats()
+			assert.Equal(t, tc.max, st.MaxKeys)
+			if tc.shards > 0 {
+				assert.Equal(t, tc.shards, st.Shards)
+			}
+			assert.Equal(t, st.Shards&(st.Shards-1), 0, "a power of two")
+		})
+	}
+	_, err := ratelimit.NewStore(ratelimit.GCRA{})
+	require.ErrorIs(t, err, ratelimit.ErrInvalidRule)
+	_, err = ratelimit.NewStore(nil)
+	require.ErrorIs(t, err, ratelimit.ErrInvalidRule)
 }

@@ -108,6 +108,17 @@ func (t *Table[S]) Max() int { return t.max }
 // Find returns the position of key, whose hash gave tag, or -1 if t does not
 // hold it. It marks a found entry referenced.
 func (t *Table[S]) Find(key string, tag uint32) int32 {
+	p := t.Lookup(key, tag)
+	if p >= 0 {
+		if w := &t.ref[p>>6]; *w&(1<<(p&63)) == 0 {
+			*w |= 1 << (p & 63)
+		}
+	}
+	return p
+}
+
+// Lookup is Find without marking the entry referenced.
+func (t *Table[S]) Lookup(key string, tag uint32) int32 {
 	mask := uint32(len(t.index) - 1)
 	for i := tag >> t.shift; ; i = (i + 1) & mask {
 		s := t.index[i]
@@ -117,9 +128,6 @@ func (t *Table[S]) Find(key string, tag uint32) int32 {
 		if uint32(s>>32) == tag {
 			p := int32(uint32(s)) - 1
 			if t.chunks[p>>chunkBits][p&(ChunkLen-1)].key == key {
-				if w := &t.ref[p>>6]; *w&(1<<(p&63)) == 0 {
-					*w |= 1 << (p & 63)
-				}
 				return p
 			}
 		}

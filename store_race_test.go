@@ -1,0 +1,5 @@
+//go:build race
+
+package ratelimit_test
+
+func init() { raceEnabled = true }
