@@ -1,0 +1,554 @@
+// Package httplimit is net/http middleware over a keyed rate limiter such as
+// a [ratelimit.Store]. It answers a client over its limit with 429 Too Many
+// Requests and a Retry-After in whole seconds, tells every client its quota
+// in the RateLimit-Policy and RateLimit fields of the IETF draft "RateLimit
+// header fields for HTTP", finds client addresses safely behind reverse
+// proxies ([ClientIP]), delays leaky-bucket traffic, and can run in shadow
+// mode to measure a limit before enforcing it.
+//
+//	store, err := ratelimit.NewStore(ratelimit.TokenBucket{Rate: ratelimit.PerSecond(10), Burst: 20, Name: "api"})
+//	...
+//	http.ListenAndServe(addr, httplimit.Middleware(store)(mux))
+//
+// It is a package of its own so that programs using the limiter without
+// HTTP (workers, gRPC services, clients pacing themselves) do not link
+// net/http, and so that the HTTP vocabulary (keys, costs, proxies, hooks)
+// stays out of the core package's documentation.
+//
+// # Response fields
+//
+// Every response to a checked request, admitted or not, carries
+//
+//	RateLimit-Policy: "<name>";q=<Limit>;w=<Window in seconds, rounded up>
+//	RateLimit: "<name>";r=<Remaining>;t=<ResetAfter in seconds, rounded up>
+//
+// from the request's [ratelimit.Decision]. The name is the rule's Name, or
+// "default" for an unnamed rule. q is the rule's capacity in units: Limit
+// for a window algorithm, whose w is the window; Burst for a token bucket
+// or GCRA and Capacity for a leaky bucket, whose w is the time to earn that
+// whole capacity back at the rule's rate, so that q/w is the sustained rate
+// and q the most a client can spend at once. (TokenBucket{Rate: 10/s, Burst:
+// 20} sends q=20;w=2.) r is what the client could spend right now, and t the
+// seconds until its allowance is whole again if it sends nothing more. A
+// denied request also gets Retry-After (the exact wait for the same request
+// to pass, rounded up to whole seconds, at least 1), Cache-Control:
+// no-store, and a JSON body. [WithLegacyHeaders] adds the older
+// X-RateLimit-Limit, -Remaining and -Reset (delta seconds) fields.
+//
+// t is the time until the allowance is whole, so on a denial it can exceed
+// Retry-After: a sliding log of 5 per 10 s that is full admits again when
+// its oldest entry expires, seconds before the last one does. Clients
+// should honour Retry-After, which the draft says takes precedence, and can
+// read t as the longest they might have to wait for a full allowance.
+package httplimit
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/bits"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/ratekit/ratelimit"
+)
+
+// KeyFunc returns the key a request is limited by, such as a client address
+// or an API key. An error means the request's limit cannot be checked; it
+// goes to the [ErrorHandler].
+type KeyFunc func(*http.Request) (string, error)
+
+// CostFunc returns what a request costs, such as 10*[ratelimit.Unit] for a
+// bulk call. An error, a cost of zero or less, and a cost above the rule's
+// capacity (a request that could never pass) are the client's fault: they
+// are answered 400 Bad Request with a JSON body saying why, never 429.
+type CostFunc func(*http.Request) (ratelimit.Units, error)
+
+// DeniedHandler writes the response to a request over its limit. When it is
+// called, the RateLimit, RateLimit-Policy, Retry-After and Cache-Control
+// fields are already set on w; it writes the status (429 unless there is a
+// reason for another) and the body. d.RetryAfter is the exact wait.
+type DeniedHandler func(w http.ResponseWriter, r *http.Request, d ratelimit.Decision)
+
+// ErrorHandler decides what happens to a request whose limit could not be
+// checked: its key function or the limiter failed. It returns true to
+// forward the request anyway (fail open), or writes a response and returns
+// false (fail closed). The middleware has already logged err.
+type ErrorHandler func(w http.ResponseWriter, r *http.Request, err error) (forward bool)
+
+// FailOpen is the default [ErrorHandler]: it forwards the request, so that a
+// broken limiter degrades to no limit rather than to an outage.
+func FailOpen(http.ResponseWriter, *http.Request, error) bool { return true }
+
+// FailClosed is an [ErrorHandler] that refuses the request with 503 Service
+// Unavailable and a JSON body. The error itself is not disclosed.
+func FailClosed(w http.ResponseWriter, _ *http.Request, _ error) bool {
+	writeJSON(w, http.StatusServiceUnavailable, problem{
+		Error:   "limiter_unavailable",
+		Message: "the rate limiter is unavailable; try again later",
+	})
+	return false
+}
+
+// FixedCost returns a [CostFunc] charging every request c.
+func FixedCost(c ratelimit.Units) CostFunc {
+	return func(*http.Request) (ratelimit.Units, error) { return c, nil }
+}
+
+// HeaderKey returns a [KeyFunc] keying requests by the value of the header
+// name, such as an API key, and by fallback (often [ClientIP.Key]) when the
+// header is absent or empty. The key is "hdr:" and the first 16 bytes of the
+// value's SHA-256 in hex, so that every key has the same small size however
+// long the value, and secrets are neither held by the store nor logged. The
+// "hdr:" prefix keeps these keys apart from [ClientIP.Key]'s "ip:" ones, so
+// a client cannot spend another client's address allowance by sending it as
+// a header value.
+//
+// The header is not authenticated: anyone may send any value. Check keys
+// before limiting by them, or limit by client address as well.
+func HeaderKey(name string, fallback KeyFunc) KeyFunc {
+	return func(r *http.Request) (string, error) {
+		v := r.Header.Get(name)
+		if v == "" {
+			if fallback == nil {
+				return "", fmt.Errorf("httplimit: no %s header", name)
+			}
+			return fallback(r)
+		}
+		sum := sha256.Sum256([]byte(v))
+		return "hdr:" + hex.EncodeToString(sum[:16]), nil
+	}
+}
+
+// Option configures [Middleware].
+type Option func(*config)
+
+type config struct {
+	key      KeyFunc
+	cost     CostFunc
+	denied   DeniedHandler
+	onError  ErrorHandler
+	logger   *slog.Logger
+	shadow   bool
+	legacy   bool
+	maxDelay time.Duration
+	// sleep waits d or until ctx ends; tests replace it to wait on virtual
+	// time.
+	sleep func(ctx context.Context, d time.Duration) error
+}
+
+// WithKey sets how requests are keyed. The default is [ClientIP]{}.Key: the
+// immediate peer's address, trusting no forwarded header.
+func WithKey(f KeyFunc) Option {
+	return func(c *config) {
+		if f != nil {
+			c.key = f
+		}
+	}
+}
+
+// WithCost sets what each request costs. The default is one
+// [ratelimit.Unit].
+func WithCost(f CostFunc) Option {
+	return func(c *config) {
+		if f != nil {
+			c.cost = f
+		}
+	}
+}
+
+// WithDeniedHandler replaces the default response to a request over its
+// limit: 429 with a JSON body {"error":"rate_limited","policy":...,
+// "retry_after_ms":...,"message":...}.
+func WithDeniedHandler(h DeniedHandler) Option {
+	return func(c *config) {
+		if h != nil {
+			c.denied = h
+		}
+	}
+}
+
+// WithErrorHandler sets what happens when a request's limit cannot be
+// checked. The default is [FailOpen]; [FailClosed] refuses with 503.
+func WithErrorHandler(h ErrorHandler) Option {
+	return func(c *config) {
+		if h != nil {
+			c.onError = h
+		}
+	}
+}
+
+// WithLogger sets the logger for limited requests (one line each, at level
+// Info, with the key, policy and wait), requests shadow mode would have
+// limited (Info), and errors (Error). The default is [slog.Default]; pass a
+// logger over [slog.DiscardHandler] for silence.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l != nil {
+			c.logger = l
+		}
+	}
+}
+
+// WithShadowMode makes the middleware decide and log but never act: every
+// request is forwarded at once, with no RateLimit fields, no leaky-bucket
+// wait and no 400 for a bad cost, and those it would have refused are
+// logged. Admitted requests spend their allowance exactly as when
+// enforcing, so the log shows what enforcement would do.
+func WithShadowMode() Option {
+	return func(c *config) { c.shadow = true }
+}
+
+// WithLegacyHeaders adds X-RateLimit-Limit (the Limit), X-RateLimit-Remaining
+// (Remaining) and X-RateLimit-Reset (seconds until the allowance is whole
+// again, rounded up: a delay, not a timestamp, so that it needs no clock
+// agreement) to every response that carries the RateLimit fields.
+func WithLegacyHeaders() Option {
+	return func(c *config) { c.legacy = true }
+}
+
+// WithMaxDelay caps how long an admitted request may wait for its turn
+// (its [ratelimit.Decision] Delay, set by a [ratelimit.LeakyBucket]); d <= 0
+// means no cap, the default. A request whose Delay exceeds d is answered
+// like one over its limit, with a Retry-After after which a request of the
+// same cost would wait at most d.
+//
+// The limiter has already admitted such a request when the middleware sees
+// its Delay, and a keyed limiter cannot take an admission back: the refused
+// request's place in the queue stays taken, and drains at the rule's rate as
+// if it had been served. A client that keeps sending while its queue is
+// longer than d therefore keeps it that long, and is refused until it backs
+// off for its Retry-After. To refuse without spending anything, size the
+// rule instead: a LeakyBucket admits nothing that would wait longer than
+// (Capacity - cost)/Rate, so Capacity = Rate x (longest wait) + 1 caps the
+// wait of unit requests exactly. WithMaxDelay is the safety net for limiters
+// whose rules the middleware does not control.
+func WithMaxDelay(d time.Duration) Option {
+	return func(c *config) { c.maxDelay = d }
+}
+
+// Middleware returns net/http middleware that checks every request against
+// lim and forwards it only if it is admitted. lim is typically a
+// [ratelimit.Store]; it must be safe for concurrent use. Middleware panics
+// if lim is nil.
+//
+// For each request the key and the cost are computed, and lim.Check
+// decides:
+//
+//   - admitted: the RateLimit fields are set and the request is forwarded,
+//     after waiting out the Decision's Delay if it has one (a leaky bucket).
+//     If the request's context ends during the wait the request is answered
+//     503 Service Unavailable, not 429: it was within its limit, and it is
+//     the request's own deadline or cancellation that cut the wait short.
+//     Its allowance stays spent.
+//   - denied: the fields, Retry-After and Cache-Control: no-store are set,
+//     the request is logged, and the [DeniedHandler] answers (429 by
+//     default). A client over its own limit never gets 503.
+//   - bad cost: 400 Bad Request with a JSON body.
+//   - error from the key function or the limiter: logged, then the
+//     [ErrorHandler] decides ([FailOpen] by default).
+//
+// The middleware starts no goroutines; the returned function and the
+// handlers it builds are safe for concurrent use.
+func Middleware(lim ratelimit.KeyedLimiter, opts ...Option) func(http.Handler) http.Handler {
+	if lim == nil {
+		panic("httplimit: nil limiter")
+	}
+	c := config{
+		key:     ClientIP{}.Key,
+		cost:    FixedCost(ratelimit.Unit),
+		denied:  deny,
+		onError: FailOpen,
+		sleep:   sleep,
+	}
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	if c.logger == nil {
+		c.logger = slog.Default()
+	}
+	return func(next http.Handler) http.Handler {
+		if next == nil {
+			panic("httplimit: nil handler")
+		}
+		return &handler{config: c, lim: lim, next: next}
+	}
+}
+
+type handler struct {
+	config
+	lim  ratelimit.KeyedLimiter
+	next http.Handler
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	key, err := h.key(r)
+	if err != nil {
+		h.fail(w, r, fmt.Errorf("httplimit: key: %w", err))
+		return
+	}
+	cost, err := h.cost(r)
+	if err != nil {
+		h.badCost(w, r, key, nil, err)
+		return
+	}
+	d, err := h.lim.Check(key, cost)
+	if err != nil {
+		if errors.Is(err, ratelimit.ErrInvalidCost) || errors.Is(err, ratelimit.ErrCostExceedsCapacity) {
+			h.badCost(w, r, key, &d, err)
+			return
+		}
+		h.fail(w, r, fmt.Errorf("httplimit: limiter: %w", err))
+		return
+	}
+	if d.Allowed && h.maxDelay > 0 && d.Delay > h.maxDelay {
+		d = h.overCap(d, cost)
+	}
+	if h.shadow {
+		if !d.Allowed {
+			h.logger.LogAttrs(r.Context(), slog.LevelInfo, "httplimit: would limit request",
+				limitAttrs(r, key, d)...)
+		}
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	if !d.Allowed {
+		setFields(w.Header(), d, h.legacy, 0)
+		w.Header().Set("Retry-After", strconv.FormatInt(max(1, ceilDiv(d.RetryAfter, time.Second)), 10))
+		w.Header().Set("Cache-Control", "no-store")
+		h.logger.LogAttrs(r.Context(), slog.LevelInfo, "httplimit: rate limited", limitAttrs(r, key, d)...)
+		h.denied(w, r, d)
+		return
+	}
+	if d.Delay > 0 {
+		if err := h.sleep(r.Context(), d.Delay); err != nil {
+			h.logger.LogAttrs(r.Context(), slog.LevelInfo, "httplimit: wait abandoned",
+				slog.String("key", key), slog.Duration("delay", d.Delay), slog.Any("error", err))
+			writeJSON(w, http.StatusServiceUnavailable, problem{
+				Error:   "wait_abandoned",
+				Policy:  policyName(d),
+				Message: "the request ended while waiting for its turn",
+			})
+			return
+		}
+	}
+	setFields(w.Header(), d, h.legacy, d.Delay)
+	h.next.ServeHTTP(w, r)
+}
+
+// overCap turns an admission that would wait longer than maxDelay into a
+// denial. The admission is spent (see WithMaxDelay): a request of the same
+// cost sent at now+x would wait Delay + cost/rate - x, so it waits at most
+// maxDelay from x = Delay + cost/rate - maxDelay. cost/rate is cost x
+// Window / Limit, Window being the time to earn Limit.
+func (h *handler) overCap(d ratelimit.Decision, cost ratelimit.Units) ratelimit.Decision {
+	span := time.Duration(0)
+	if d.Limit > 0 {
+		hi, lo := bits.Mul64(uint64(cost), uint64(d.Window))
+		den := uint64(d.Limit) * uint64(ratelimit.Unit)
+		if hi < den {
+			q, r := bits.Div64(hi, lo, den)
+			if r != 0 {
+				q++
+			}
+			span = time.Duration(min(q, uint64(ratelimit.MaxTime)))
+		} else {
+			span = ratelimit.MaxTime
+		}
+	}
+	d.Allowed = false
+	d.RetryAfter = min(d.Delay-h.maxDelay+span, ratelimit.MaxTime)
+	d.Delay = 0
+	return d
+}
+
+// fail handles an error from the key function or the limiter.
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	h.logger.LogAttrs(r.Context(), slog.LevelError, "httplimit: limit not checked",
+		slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
+	if h.shadow || h.onError(w, r, err) {
+		h.next.ServeHTTP(w, r)
+	}
+}
+
+// badCost answers a request whose cost can never be admitted: err is the
+// cost function's error (d is nil), shown to the client as it is, or one of
+// the limiter's cost errors, with d carrying the policy.
+func (h *handler) badCost(w http.ResponseWriter, r *http.Request, key string, d *ratelimit.Decision, err error) {
+	if h.shadow {
+		h.logger.LogAttrs(r.Context(), slog.LevelWarn, "httplimit: would reject cost",
+			slog.String("key", key), slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.Any("error", err))
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	p := problem{Error: "invalid_cost", Message: err.Error()}
+	switch {
+	case d == nil:
+	case errors.Is(err, ratelimit.ErrCostExceedsCapacity):
+		p = problem{
+			Error:  "cost_exceeds_limit",
+			Policy: policyName(*d),
+			Message: fmt.Sprintf("this request costs more than the %d that policy %q allows at once; it can never be admitted",
+				d.Limit, policyName(*d)),
+		}
+		w.Header().Set("RateLimit-Policy", policyField(*d))
+	default:
+		p.Policy = policyName(*d)
+		p.Message = "this request has no positive cost"
+	}
+	writeJSON(w, http.StatusBadRequest, p)
+}
+
+func limitAttrs(r *http.Request, key string, d ratelimit.Decision) []slog.Attr {
+	return []slog.Attr{
+		slog.String("key", key),
+		slog.String("policy", policyName(d)),
+		slog.Duration("retry_after", d.RetryAfter),
+		slog.String("method", r.Method),
+		slog.String("path", r.URL.Path),
+	}
+}
+
+// problem is the JSON body of the middleware's own error responses.
+type problem struct {
+	Error   string `json:"error"`
+	Policy  string `json:"policy,omitempty"`
+	Message string `json:"message"`
+}
+
+// denial is the JSON body of the default 429 response.
+type denial struct {
+	Error        string `json:"error"`
+	Policy       string `json:"policy"`
+	RetryAfterMs int64  `json:"retry_after_ms"`
+	Message      string `json:"message"`
+}
+
+// deny is the default DeniedHandler.
+func deny(w http.ResponseWriter, _ *http.Request, d ratelimit.Decision) {
+	ms := ceilDiv(d.RetryAfter, time.Millisecond)
+	writeJSON(w, http.StatusTooManyRequests, denial{
+		Error:        "rate_limited",
+		Policy:       policyName(d),
+		RetryAfterMs: ms,
+		Message: fmt.Sprintf("too many requests for policy %q: retry in %v",
+			policyName(d), time.Duration(ms)*time.Millisecond),
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, body any) {
+	b, err := json.Marshal(body)
+	if err != nil { // cannot happen for the types above
+		b = []byte(`{"error":"internal"}`)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// defaultPolicy names the policy of a rule without a Name, as the draft's
+// own examples do.
+const defaultPolicy = "default"
+
+func policyName(d ratelimit.Decision) string {
+	if d.Policy == "" {
+		return defaultPolicy
+	}
+	return d.Policy
+}
+
+// maxSFInt is the largest Integer a structured field (RFC 9651) may carry.
+const maxSFInt = 999_999_999_999_999
+
+// setFields sets the RateLimit-Policy and RateLimit fields (and the legacy
+// ones) for d, as seen elapsed after the decision was made. Both values are
+// built in one buffer and share one string, and the header map is written
+// directly under the canonical names, to keep allocations per response few.
+func setFields(h http.Header, d ratelimit.Decision, legacy bool, elapsed time.Duration) {
+	reset := ceilDiv(max(0, d.ResetAfter-elapsed), time.Second)
+	buf := make([]byte, 0, 2*len(d.Policy)+64)
+	buf = appendPolicy(buf, d)
+	split := len(buf)
+	buf = appendSFString(buf, policyName(d))
+	buf = append(buf, ";r="...)
+	buf = strconv.AppendInt(buf, min(max(0, d.Remaining), maxSFInt), 10)
+	buf = append(buf, ";t="...)
+	buf = strconv.AppendInt(buf, reset, 10)
+	both := string(buf)
+	vals := make([]string, 2)
+	vals[0], vals[1] = both[:split], both[split:]
+	h["Ratelimit-Policy"] = vals[0:1:1]
+	h["Ratelimit"] = vals[1:2:2]
+	if legacy {
+		h.Set("X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
+		h.Set("X-RateLimit-Remaining", strconv.FormatInt(d.Remaining, 10))
+		h.Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
+	}
+}
+
+// policyField is the RateLimit-Policy value for d's rule.
+func policyField(d ratelimit.Decision) string {
+	return string(appendPolicy(nil, d))
+}
+
+// appendPolicy appends the RateLimit-Policy value for d's rule. w must be a
+// positive integer, so a window under a second is reported as 1.
+func appendPolicy(buf []byte, d ratelimit.Decision) []byte {
+	buf = appendSFString(buf, policyName(d))
+	buf = append(buf, ";q="...)
+	buf = strconv.AppendInt(buf, min(max(0, d.Limit), maxSFInt), 10)
+	buf = append(buf, ";w="...)
+	return strconv.AppendInt(buf, max(1, ceilDiv(d.Window, time.Second)), 10)
+}
+
+// appendSFString appends s as a structured-field String: quoted, with '"'
+// and '\' escaped; bytes outside printable ASCII, which a String cannot
+// carry, are replaced by '?'.
+func appendSFString(buf []byte, s string) []byte {
+	buf = append(buf, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			buf = append(buf, '\\', c)
+		case c < 0x20 || c > 0x7e:
+			buf = append(buf, '?')
+		default:
+			buf = append(buf, c)
+		}
+	}
+	return append(buf, '"')
+}
+
+// ceilDiv returns d/unit rounded up, for d >= 0.
+func ceilDiv(d, unit time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d-1)/unit + 1)
+}
+
+// sleep waits d, or until ctx ends, whichever is first.
+func sleep(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return context.Cause(ctx)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}

@@ -1,0 +1,524 @@
+package httplimit_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ratekit/ratelimit"
+	"github.com/ratekit/ratelimit/httplimit"
+)
+
+var api = ratelimit.TokenBucket{Rate: ratelimit.PerSecond(10), Burst: 20, Name: "api"}
+
+func TestAdmittedResponse(t *testing.T) {
+	f := newFixture(t, api)
+	w := f.do()
+	assert.Equal(t, http.StatusOK, w.Code)
+	assert.Equal(t, "ok", w.Body.String())
+	assert.Equal(t, `"api";q=20;w=2`, w.Header().Get("RateLimit-Policy"))
+	assert.Equal(t, `"api";r=19;t=1`, w.Header().Get("RateLimit"))
+	for _, h := range []string{"Retry-After", "Cache-Control", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"} {
+		assert.Empty(t, w.Header().Values(h), h)
+	}
+	assert.EqualValues(t, 1, f.calls.Load())
+	assert.Empty(t, f.logs.String(), "admitted requests are not logged")
+}
+
+func TestDeniedResponse(t *testing.T) {
+	f := newFixture(t, api)
+	for i := 0; i < 20; i++ {
+		require.Equal(t, http.StatusOK, f.do().Code, "request %d", i)
+	}
+	w := f.do()
+	assert.Equal(t, http.StatusTooManyRequests, w.Code)
+	assert.Equal(t, "1", w.Header().Get("Retry-After"))
+	assert.Equal(t, "no-store", w.Header().Get("Cache-Control"))
+	assert.Equal(t, "application/json", w.Header().Get("Content-Type"))
+	assert.Equal(t, "nosniff", w.Header().Get("X-Content-Type-Options"))
+	assert.Equal(t, `"api";q=20;w=2`, w.Header().Get("RateLimit-Policy"))
+	assert.Equal(t, `"api";r=0;t=2`, w.Header().Get("RateLimit"))
+	assert.JSONEq(t, `{"error":"rate_limited","policy":"api","retry_after_ms":100,`+
+		`"message":"too many requests for policy \"api\": retry in 100ms"}`, w.Body.String())
+	assert.EqualValues(t, 20, f.calls.Load(), "a denied request never reaches the handler")
+
+	logs := f.logs.lines(t)
+	require.Len(t, logs, 1, "one line per limited request")
+	assert.Equal(t, "INFO", logs[0]["level"])
+	assert.Equal(t, "httplimit: rate limited", logs[0]["msg"])
+	assert.Equal(t, "ip:192.0.2.1", logs[0]["key"])
+	assert.Equal(t, "api", logs[0]["policy"])
+	assert.EqualValues(t, 100*time.Millisecond, logs[0]["retry_after"])
+}
+
+func TestRetryAfterRounding(t *testing.T) {
+	tests := []struct {
+		name       string
+		rate       ratelimit.Rate
+		retryAfter string
+		ms         float64
+	}{
+		{"1ms rounds up to the minimum of 1 s", ratelimit.PerSecond(1000), "1", 1},
+		{"exactly 1 s", ratelimit.Every(time.Second), "1", 1000},
+		{"1 s and 1 ns", ratelimit.Every(time.Second + 1), "2", 1001},
+		{"1.5 s", ratelimit.Every(1500 * time.Millisecond), "2", 1500},
+		{"7 per 3 s: 428571428.57 ns", ratelimit.Rate{Count: 7, Per: 3 * time.Second}, "1", 429},
+		{"an hour", ratelimit.PerHour(1), "3600", 3_600_000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, ratelimit.GCRA{Rate: tt.rate, Burst: 1})
+			require.Equal(t, http.StatusOK, f.do().Code)
+			w := f.do()
+			require.Equal(t, http.StatusTooManyRequests, w.Code)
+			assert.Equal(t, tt.retryAfter, w.Header().Get("Retry-After"))
+			assert.Equal(t, tt.ms, jsonBody(t, w)["retry_after_ms"])
+		})
+	}
+}
+
+func TestPolicyFields(t *testing.T) {
+	tests := []struct {
+		name      string
+		rule      ratelimit.Rule
+		policy    string // RateLimit-Policy
+		ratelimit string // RateLimit after one request at 0
+	}{
+		{"token bucket: q is the burst, w the time to earn it", api,
+			`"api";q=20;w=2`, `"api";r=19;t=1`},
+		{"GCRA 100/min burst 100", ratelimit.GCRA{Rate: ratelimit.PerMinute(100), Burst: 100, Name: "g"},
+			`"g";q=100;w=60`, `"g";r=99;t=1`},
+		{"leaky bucket: q is the capacity, w the time to drain it", ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(5), Capacity: 10, Name: "q"},
+			`"q";q=10;w=2`, `"q";r=9;t=1`},
+		{"an unnamed rule is \"default\"", ratelimit.TokenBucket{Rate: ratelimit.PerMinute(1), Burst: 3},
+			`"default";q=3;w=180`, `"default";r=2;t=60`},
+		{"a window under a second is w=1", ratelimit.TokenBucket{Rate: ratelimit.Rate{Count: 7, Per: 3 * time.Second}, Burst: 1},
+			`"default";q=1;w=1`, `"default";r=0;t=1`},
+		{"windows round up", ratelimit.TokenBucket{Rate: ratelimit.Rate{Count: 3, Per: 2 * time.Second}, Burst: 2},
+			`"default";q=2;w=2`, `"default";r=1;t=1`},
+		{"fixed window", ratelimit.FixedWindow{Limit: 10, Window: time.Second, Name: "fw"},
+			`"fw";q=10;w=1`, `"fw";r=9;t=1`},
+		{"sliding log", ratelimit.SlidingLog{Limit: 5, Window: 10 * time.Second, Name: "login"},
+			`"login";q=5;w=10`, `"login";r=4;t=10`},
+		{"sliding counter", ratelimit.SlidingCounter{Limit: 100, Window: time.Minute, Name: "sc"},
+			`"sc";q=100;w=60`, ""},
+		{"names are structured-field strings", ratelimit.TokenBucket{Rate: ratelimit.PerSecond(1), Burst: 1, Name: `we"ird\név`},
+			`"we\"ird\\n??v";q=1;w=1`, `"we\"ird\\n??v";r=0;t=1`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, tt.rule)
+			w := f.do()
+			require.Equal(t, http.StatusOK, w.Code)
+			assert.Equal(t, tt.policy, w.Header().Get("RateLimit-Policy"))
+			if tt.ratelimit != "" {
+				assert.Equal(t, tt.ratelimit, w.Header().Get("RateLimit"))
+			}
+		})
+	}
+}
+
+func TestDeniedBodyCarriesThePolicyName(t *testing.T) {
+	f := newFixture(t, ratelimit.TokenBucket{Rate: ratelimit.PerSecond(1), Burst: 1, Name: `we"ird`})
+	f.do()
+	assert.Equal(t, `we"ird`, jsonBody(t, f.do())["policy"], "JSON carries the name as it is")
+
+	f = newFixture(t, ratelimit.TokenBucket{Rate: ratelimit.PerSecond(1), Burst: 1})
+	f.do()
+	assert.Equal(t, "default", jsonBody(t, f.do())["policy"])
+}
+
+func TestLegacyHeaders(t *testing.T) {
+	f := newFixture(t, api, httplimit.WithLegacyHeaders())
+	w := f.do()
+	assert.Equal(t, "20", w.Header().Get("X-RateLimit-Limit"))
+	assert.Equal(t, "19", w.Header().Get("X-RateLimit-Remaining"))
+	assert.Equal(t, "1", w.Header().Get("X-RateLimit-Reset"))
+	for i := 0; i < 19; i++ {
+		f.do()
+	}
+	w = f.do()
+	require.Equal(t, http.StatusTooManyRequests, w.Code)
+	assert.Equal(t, "0", w.Header().Get("X-RateLimit-Remaining"))
+	assert.Equal(t, "2", w.Header().Get("X-RateLimit-Reset"))
+}
+
+func TestCost(t *testing.T) {
+	badBatch := errors.New("batch size must be between 1 and 100")
+	costs := map[string]func(*http.Request) (ratelimit.Units, error){
+		"/ten":  func(*http.Request) (ratelimit.Units, error) { return 10 * ratelimit.Unit, nil },
+		"/half": func(*http.Request) (ratelimit.Units, error) { return ratelimit.Unit / 2, nil },
+		"/bad":  func(*http.Request) (ratelimit.Units, error) { return 0, badBatch },
+		"/zero": func(*http.Request) (ratelimit.Units, error) { return 0, nil },
+		"/huge": func(*http.Request) (ratelimit.Units, error) { return 25 * ratelimit.Unit, nil },
+	}
+	byPath := httplimit.WithCost(func(r *http.Request) (ratelimit.Units, error) {
+		if c, ok := costs[r.URL.Path]; ok {
+			return c(r)
+		}
+		return ratelimit.Unit, nil
+	})
+	path := func(p string) func(*http.Request) { return func(r *http.Request) { r.URL.Path = p } }
+
+	t.Run("weighted costs spend more", func(t *testing.T) {
+		f := newFixture(t, api, byPath)
+		assert.Equal(t, `"api";r=10;t=1`, f.do(path("/ten")).Header().Get("RateLimit"))
+		assert.Equal(t, `"api";r=9;t=2`, f.do(path("/half")).Header().Get("RateLimit"), "9.5 left, rounded down")
+		w := f.do(path("/ten"))
+		assert.Equal(t, http.StatusTooManyRequests, w.Code)
+		assert.Equal(t, "1", w.Header().Get("Retry-After"))
+		assert.EqualValues(t, 50, jsonBody(t, w)["retry_after_ms"], "0.5 units short at 10/s")
+	})
+	t.Run("a cost function error is 400 with its reason, spending nothing", func(t *testing.T) {
+		f := newFixture(t, api, byPath)
+		w := f.do(path("/bad"))
+		assert.Equal(t, http.StatusBadRequest, w.Code)
+		assert.JSONEq(t, `{"error":"invalid_cost","message":"batch size must be between 1 and 100"}`, w.Body.String())
+		assert.Equal(t, "no-store", w.Header().Get("Cache-Control"))
+		assert.Empty(t, w.Header().Values("RateLimit"))
+		assert.Empty(t, w.Header().Values("RateLimit-Policy"))
+		assert.Empty(t, w.Header().Values("Retry-After"))
+		assert.Zero(t, f.calls.Load())
+		assert.Equal(t, `"api";r=19;t=1`, f.do().Header().Get("RateLimit"))
+	})
+	t.Run("a cost of zero is 400", func(t *testing.T) {
+		f := newFixture(t, api, byPath)
+		w := f.do(path("/zero"))
+		assert.Equal(t, http.StatusBadRequest, w.Code)
+		assert.JSONEq(t, `{"error":"invalid_cost","policy":"api","message":"this request has no positive cost"}`, w.Body.String())
+		assert.Zero(t, f.calls.Load())
+	})
+	t.Run("a cost above the capacity is 400, not 429", func(t *testing.T) {
+		f := newFixture(t, api, byPath)
+		w := f.do(path("/huge"))
+		assert.Equal(t, http.StatusBadRequest, w.Code)
+		assert.JSONEq(t, `{"error":"cost_exceeds_limit","policy":"api",`+
+			`"message":"this request costs more than the 20 that policy \"api\" allows at once; it can never be admitted"}`,
+			w.Body.String())
+		assert.Equal(t, `"api";q=20;w=2`, w.Header().Get("RateLimit-Policy"))
+		assert.Empty(t, w.Header().Values("RateLimit"))
+		assert.Empty(t, w.Header().Values("Retry-After"))
+		assert.Zero(t, f.calls.Load())
+		assert.Equal(t, `"api";r=19;t=1`, f.do().Header().Get("RateLimit"), "nothing spent")
+	})
+	t.Run("FixedCost", func(t *testing.T) {
+		f := newFixture(t, api, httplimit.WithCost(httplimit.FixedCost(10*ratelimit.Unit)))
+		assert.Equal(t, http.StatusOK, f.do().Code)
+		assert.Equal(t, http.StatusOK, f.do().Code)
+		assert.Equal(t, http.StatusTooManyRequests, f.do().Code)
+	})
+}
+
+// TestSlidingLogVector is the design's sliding-log vector through HTTP:
+// 5 per 10 s, requests at 0, 1, 2, 2.5, 3, 3.1, 9, 10.5 and 10.6 s.
+func TestSlidingLogVector(t *testing.T) {
+	f := newFixture(t, ratelimit.SlidingLog{Limit: 5, Window: 10 * time.Second, Name: "login"})
+	steps := []struct {
+		at         time.Duration
+		status     int
+		retryAfter string
+		ms         float64
+	}{
+		{0, 200, "", 0},
+		{1 * time.Second, 200, "", 0},
+		{2 * time.Second, 200, "", 0},
+		{2500 * time.Millisecond, 200, "", 0},
+		{3 * time.Second, 200, "", 0},
+		{3100 * time.Millisecond, 429, "7", 6900},
+		{9 * time.Second, 429, "1", 1000},
+		{10500 * time.Millisecond, 200, "", 0},
+		{10600 * time.Millisecond, 429, "1", 400},
+	}
+	for _, s := range steps {
+		f.clk.Set(s.at)
+		w := f.do()
+		require.Equal(t, s.status, w.Code, "at %v", s.at)
+		assert.Equal(t, s.retryAfter, w.Header().Get("Retry-After"), "at %v", s.at)
+		assert.Equal(t, `"login";q=5;w=10`, w.Header().Get("RateLimit-Policy"))
+		if s.status == http.StatusTooManyRequests {
+			assert.Equal(t, s.ms, jsonBody(t, w)["retry_after_ms"], "at %v", s.at)
+		}
+	}
+	assert.EqualValues(t, 6, f.calls.Load())
+}
+
+func TestLeakyBucketWaits(t *testing.T) {
+	f := newFixture(t, ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(5), Capacity: 10, Name: "shaped"})
+	for i := 0; i < 10; i++ {
+		w := f.do()
+		require.Equal(t, http.StatusOK, w.Code, "request %d", i)
+		// The fields describe the moment the request goes on: by then, the
+		// queue ahead of it has drained.
+		assert.Equal(t, `"shaped";r=`+itoa(9-i)+`;t=1`, w.Header().Get("RateLimit"), "request %d", i)
+	}
+	assert.Equal(t, []time.Duration{200, 400, 600, 800, 1000, 1200, 1400, 1600, 1800}, msList(f.sleeps),
+		"the first goes at once, each later one waits its Delay")
+	w := f.do()
+	assert.Equal(t, http.StatusTooManyRequests, w.Code)
+	assert.Equal(t, "1", w.Header().Get("Retry-After"))
+	assert.EqualValues(t, 200, jsonBody(t, w)["retry_after_ms"])
+	assert.EqualValues(t, 10, f.calls.Load())
+}
+
+func TestLeakyBucketWaitAbandoned(t *testing.T) {
+	var f *fixture
+	f = newFixture(t, ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(5), Capacity: 10},
+		httplimit.WithSleep(func(ctx context.Context, d time.Duration) error {
+			f.sleeps = append(f.sleeps, d)
+			<-ctx.Done() // the wait outlasts the request
+			return context.Cause(ctx)
+		}))
+	require.Equal(t, http.StatusOK, f.do().Code, "the first request does not wait")
+
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(errors.New("client went away"))
+	w := f.do(withContext(ctx))
+	assert.Equal(t, http.StatusServiceUnavailable, w.Code)
+	assert.JSONEq(t, `{"error":"wait_abandoned","policy":"default","message":"the request ended while waiting for its turn"}`,
+		w.Body.String())
+	assert.Equal(t, "no-store", w.Header().Get("Cache-Control"))
+	assert.Empty(t, w.Header().Values("Retry-After"))
+	assert.Equal(t, []time.Duration{200 * time.Millisecond}, f.sleeps)
+	assert.EqualValues(t, 1, f.calls.Load(), "the abandoned request never reaches the handler")
+	logs := f.logs.lines(t)
+	require.Len(t, logs, 1)
+	assert.Equal(t, "httplimit: wait abandoned", logs[0]["msg"])
+	assert.Equal(t, "client went away", logs[0]["error"])
+}
+
+func TestSleep(t *testing.T) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cause := errors.New("shutting down")
+	cancel(cause)
+	start := time.Now()
+	assert.ErrorIs(t, httplimit.Sleep(ctx, time.Hour), cause, "an ended context ends the wait at once")
+	assert.Less(t, time.Since(start), time.Minute)
+	assert.NoError(t, httplimit.Sleep(context.Background(), time.Nanosecond))
+}
+
+func TestMaxDelay(t *testing.T) {
+	shaped := ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(5), Capacity: 10, Name: "shaped"}
+	t.Run("a wait over the cap is refused with the wait until one fits", func(t *testing.T) {
+		f := newFixture(t, shaped, httplimit.WithMaxDelay(500*time.Millisecond))
+		for i := 0; i < 3; i++ {
+			require.Equal(t, http.StatusOK, f.do().Code) // Delays 0, 200, 400 ms
+		}
+		w := f.do() // Delay 600 ms
+		assert.Equal(t, http.StatusTooManyRequests, w.Code)
+		assert.Equal(t, "1", w.Header().Get("Retry-After"))
+		// Its place stays taken: the next one would wait 800 ms, 300 ms too long.
+		assert.EqualValues(t, 300, jsonBody(t, w)["retry_after_ms"])
+		assert.Equal(t, "no-store", w.Header().Get("Cache-Control"))
+		assert.EqualValues(t, 3, f.calls.Load())
+
+		f.clk.Set(299 * time.Millisecond)
+		assert.Equal(t, http.StatusTooManyRequests, f.do().Code, "a millisecond early")
+	})
+	t.Run("exactly at its Retry-After a request fits", func(t *testing.T) {
+		f := newFixture(t, shaped, httplimit.WithMaxDelay(500*time.Millisecond))
+		for i := 0; i < 4; i++ {
+			f.do()
+		}
+		f.clk.Set(300 * time.Millisecond)
+		assert.Equal(t, http.StatusOK, f.do().Code)
+		assert.Equal(t, []time.Duration{200, 400, 500}, msList(f.sleeps))
+	})
+	t.Run("no cap by default", func(t *testing.T) {
+		f := newFixture(t, shaped)
+		for i := 0; i < 10; i++ {
+			require.Equal(t, http.StatusOK, f.do().Code)
+		}
+	})
+}
+
+func TestShadowMode(t *testing.T) {
+	t.Run("decides and logs but forwards everything", func(t *testing.T) {
+		f := newFixture(t, ratelimit.TokenBucket{Rate: ratelimit.PerSecond(1), Burst: 2, Name: "trial"},
+			httplimit.WithShadowMode())
+		for i := 0; i < 3; i++ {
+			w := f.do()
+			assert.Equal(t, http.StatusOK, w.Code)
+			assert.Empty(t, w.Header().Values("RateLimit"))
+			assert.Empty(t, w.Header().Values("RateLimit-Policy"))
+			assert.Empty(t, w.Header().Values("Retry-After"))
+		}
+		assert.EqualValues(t, 3, f.calls.Load())
+		logs := f.logs.lines(t)
+		require.Len(t, logs, 1, "only the third would have been limited")
+		assert.Equal(t, "httplimit: would limit request", logs[0]["msg"])
+		assert.Equal(t, "ip:192.0.2.1", logs[0]["key"])
+		assert.Equal(t, "trial", logs[0]["policy"])
+		assert.EqualValues(t, time.Second, logs[0]["retry_after"])
+	})
+	t.Run("spends like enforcement, so it predicts it", func(t *testing.T) {
+		rule := ratelimit.TokenBucket{Rate: ratelimit.PerSecond(1), Burst: 2}
+		shadow := newFixture(t, rule, httplimit.WithShadowMode())
+		enforce := newFixture(t, rule)
+		for i := 0; i < 20; i++ {
+			at := time.Duration(i) * 300 * time.Millisecond
+			shadow.clk.Set(at)
+			enforce.clk.Set(at)
+			shadow.do()
+			enforce.do()
+		}
+		assert.Equal(t, 20-enforce.calls.Load(), int64(len(shadow.logs.lines(t))))
+	})
+	t.Run("no waits and no 400s", func(t *testing.T) {
+		f := newFixture(t, ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(5), Capacity: 10},
+			httplimit.WithShadowMode(),
+			httplimit.WithCost(func(r *http.Request) (ratelimit.Units, error) {
+				if r.URL.Path == "/bad" {
+					return 0, errors.New("bad")
+				}
+				return ratelimit.Unit, nil
+			}))
+		for i := 0; i < 5; i++ {
+			assert.Equal(t, http.StatusOK, f.do().Code)
+		}
+		assert.Empty(t, f.sleeps)
+		w := f.do(func(r *http.Request) { r.URL.Path = "/bad" })
+		assert.Equal(t, http.StatusOK, w.Code)
+		logs := f.logs.lines(t)
+		require.Len(t, logs, 1)
+		assert.Equal(t, "httplimit: would reject cost", logs[0]["msg"])
+		assert.EqualValues(t, 6, f.calls.Load())
+	})
+	t.Run("errors are forwarded even when failing closed", func(t *testing.T) {
+		f := newFixture(t, api, httplimit.WithShadowMode(), httplimit.WithErrorHandler(httplimit.FailClosed),
+			httplimit.WithKey(func(*http.Request) (string, error) { return "", errors.New("no key") }))
+		assert.Equal(t, http.StatusOK, f.do().Code)
+		assert.EqualValues(t, 1, f.calls.Load())
+	})
+}
+
+func TestDeniedHandler(t *testing.T) {
+	var got ratelimit.Decision
+	f := newFixture(t, ratelimit.GCRA{Rate: ratelimit.PerSecond(2), Burst: 1, Name: "p"},
+		httplimit.WithDeniedHandler(func(w http.ResponseWriter, r *http.Request, d ratelimit.Decision) {
+			got = d
+			// The fields are already set when the hook runs.
+			assert.Equal(t, "1", w.Header().Get("Retry-After"))
+			assert.Equal(t, "no-store", w.Header().Get("Cache-Control"))
+			assert.Equal(t, `"p";r=0;t=1`, w.Header().Get("RateLimit"))
+			w.Header().Set("Content-Type", "text/plain")
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = w.Write([]byte("slow down"))
+		}))
+	f.do()
+	w := f.do()
+	assert.Equal(t, http.StatusTooManyRequests, w.Code)
+	assert.Equal(t, "slow down", w.Body.String())
+	assert.False(t, got.Allowed)
+	assert.Equal(t, 500*time.Millisecond, got.RetryAfter)
+	assert.Equal(t, "p", got.Policy)
+}
+
+// failing is a keyed limiter whose backend is down.
+type failing struct{}
+
+func (failing) Check(string, ratelimit.Units) (ratelimit.Decision, error) {
+	return ratelimit.Decision{}, errors.New("backend unreachable")
+}
+
+func TestErrors(t *testing.T) {
+	noKey := httplimit.WithKey(func(*http.Request) (string, error) { return "", errors.New("no session") })
+	for _, tt := range []struct {
+		name string
+		mw   func(...httplimit.Option) func(http.Handler) http.Handler
+		opts []httplimit.Option
+		err  string
+	}{
+		{"key error", func(o ...httplimit.Option) func(http.Handler) http.Handler {
+			return httplimit.Middleware(newKeyed(t, api, ratelimit.NewManualClock(0)), o...)
+		}, []httplimit.Option{noKey}, "httplimit: key: no session"},
+		{"limiter error", func(o ...httplimit.Option) func(http.Handler) http.Handler {
+			return httplimit.Middleware(failing{}, o...)
+		}, nil, "httplimit: limiter: backend unreachable"},
+	} {
+		run := func(t *testing.T, extra ...httplimit.Option) (*httptest.ResponseRecorder, int, []map[string]any) {
+			logs := &syncBuffer{}
+			calls := 0
+			opts := append([]httplimit.Option{httplimit.WithLogger(slog.New(slog.NewJSONHandler(logs, nil)))}, tt.opts...)
+			h := tt.mw(append(opts, extra...)...)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls++ }))
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/x", nil))
+			return w, calls, logs.lines(t)
+		}
+		t.Run(tt.name+": fails open by default, logging", func(t *testing.T) {
+			w, calls, logs := run(t)
+			assert.Equal(t, http.StatusOK, w.Code)
+			assert.Equal(t, 1, calls)
+			assert.Empty(t, w.Header().Values("RateLimit"))
+			require.Len(t, logs, 1)
+			assert.Equal(t, "ERROR", logs[0]["level"])
+			assert.Equal(t, tt.err, logs[0]["error"])
+		})
+		t.Run(tt.name+": FailClosed answers 503", func(t *testing.T) {
+			w, calls, logs := run(t, httplimit.WithErrorHandler(httplimit.FailClosed))
+			assert.Equal(t, http.StatusServiceUnavailable, w.Code)
+			assert.JSONEq(t, `{"error":"limiter_unavailable","message":"the rate limiter is unavailable; try again later"}`,
+				w.Body.String())
+			assert.Equal(t, "no-store", w.Header().Get("Cache-Control"))
+			assert.Zero(t, calls)
+			require.Len(t, logs, 1)
+		})
+		t.Run(tt.name+": a custom handler sees the error", func(t *testing.T) {
+			var seen error
+			w, calls, _ := run(t, httplimit.WithErrorHandler(func(w http.ResponseWriter, _ *http.Request, err error) bool {
+				seen = err
+				w.WriteHeader(http.StatusTeapot)
+				return false
+			}))
+			assert.Equal(t, http.StatusTeapot, w.Code)
+			assert.Zero(t, calls)
+			assert.EqualError(t, seen, tt.err)
+		})
+	}
+}
+
+func TestHeaderKey(t *testing.T) {
+	f := newFixture(t, ratelimit.TokenBucket{Rate: ratelimit.PerHour(1), Burst: 1},
+		httplimit.WithKey(httplimit.HeaderKey("X-API-Key", httplimit.ClientIP{}.Key)))
+	assert.Equal(t, http.StatusOK, f.do(header("X-API-Key", "alpha")).Code)
+	assert.Equal(t, http.StatusTooManyRequests, f.do(header("X-API-Key", "alpha")).Code)
+	assert.Equal(t, http.StatusOK, f.do(header("X-API-Key", "beta")).Code, "another key, another allowance")
+	assert.Equal(t, http.StatusOK, f.do().Code, "no header: the client address")
+	assert.Equal(t, http.StatusTooManyRequests, f.do(header("X-API-Key", "")).Code, "an empty header is no header")
+	assert.Equal(t, http.StatusOK, f.do(header("X-API-Key", "ip:192.0.2.9"), from("192.0.2.9:1")).Code,
+		"a header value cannot name another client's address key")
+	assert.Equal(t, http.StatusOK, f.do(from("192.0.2.9:1")).Code)
+
+	key := httplimit.HeaderKey("X-API-Key", nil)
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.Header.Set("X-API-Key", "alpha")
+	k, err := key(r)
+	require.NoError(t, err)
+	// "hdr:" and the first 16 bytes of SHA-256("alpha").
+	assert.Equal(t, "hdr:8ed3f6ad685b959ead7022518e1af76c", k)
+	r.Header.Del("X-API-Key")
+	_, err = key(r)
+	assert.EqualError(t, err, "httplimit: no X-API-Key header")
+}
+
+func TestMiddlewarePanicsOnNil(t *testing.T) {
+	assert.PanicsWithValue(t, "httplimit: nil limiter", func() { httplimit.Middleware(nil) })
+	assert.PanicsWithValue(t, "httplimit: nil handler", func() { httplimit.Middleware(failing{})(nil) })
+}
+
+func itoa(i int) string { return string(rune('0' + i)) }
+
+// msList returns ds in milliseconds, for readable comparisons.
+func msList(ds []time.Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = d / time.Millisecond
+	}
+	return out
+}
