@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestRun starts the server on 127.0.0.1:0, sends it real requests and
+// shuts it down.
+func TestRun(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := &syncBuffer{}
+	addrs := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"-addr", "127.0.0.1:0"}, logs, func(a net.Addr) { addrs <- a }) }()
+	var base string
+	select {
+	case a := <-addrs:
+		base = "http://" + a.String()
+	case err := <-done:
+		t.Fatalf("run returned early: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("server did not start")
+	}
+
+	client := &http.Client{Timeout: 5 * time.Second}
+	send := func(method, path, apiKey string) *http.Response {
+		t.Helper()
+		req, err := http.NewRequest(method, base+path, nil)
+		require.NoError(t, err)
+		if apiKey != "" {
+			req.Header.Set("X-API-Key", apiKey)
+		}
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		require.NoError(t, resp.Body.Close())
+		return resp
+	}
+
+	resp := send(http.MethodGet, "/quote", "")
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, `"api";q=20;w=2`, resp.Header.Get("RateLimit-Policy"))
+	assert.Equal(t, `"api";r=19;t=1`, resp.Header.Get("RateLimit"))
+
+	// The batch route spends 10 of the same per-key bucket: two fit in a
+	// burst of 20, and the third needs a second of refill.
+	start := time.Now()
+	assert.Equal(t, http.StatusOK, send(http.MethodPost, "/labels:batch", "k1").StatusCode)
+	resp = send(http.MethodPost, "/labels:batch", "k1")
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, `"api";r=0;t=2`, resp.Header.Get("RateLimit"))
+	resp = send(http.MethodPost, "/labels:batch", "k1")
+	if time.Since(start) < 900*time.Millisecond {
+		assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+		assert.Equal(t, "1", resp.Header.Get("Retry-After"))
+	}
+	assert.Equal(t, http.StatusOK, send(http.MethodPost, "/labels:batch", "k2").StatusCode, "another key")
+	assert.Equal(t, http.StatusMethodNotAllowed, send(http.MethodGet, "/labels:batch", "").StatusCode)
+
+	for i := 0; i < 5; i++ {
+		require.Equal(t, http.StatusOK, send(http.MethodPost, "/login", "").StatusCode, "attempt %d", i+1)
+	}
+	req, err := http.NewRequest(http.MethodPost, base+"/login", nil)
+	require.NoError(t, err)
+	resp, err = client.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	assert.Equal(t, `"login";q=5;w=60`, resp.Header.Get("RateLimit-Policy"))
+	retry, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+	require.NoError(t, err)
+	assert.True(t, retry >= 55 && retry <= 60, "Retry-After %d", retry)
+	var body map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+	assert.Equal(t, "rate_limited", body["error"])
+	assert.Equal(t, "login", body["policy"])
+
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("server did not shut down")
+	}
+	out := logs.String()
+	assert.Contains(t, out, "msg=listening")
+	assert.Contains(t, out, "msg=stopped")
+	limited := strings.Count(out, `msg="httplimit: rate limited"`)
+	assert.True(t, limited == 1 || limited == 2, "one line per limited request:\n%s", out)
+	assert.Contains(t, out, `policy=login`)
+}
+
+func TestRunArguments(t *testing.T) {
+	for _, args := range [][]string{
+		{"-trust", "10.0.0.0/33"},
+		{"-addr", "256.0.0.1:0"},
+		{"-nope"},
+		{"extra"},
+	} {
+		err := run(context.Background(), args, io.Discard, nil)
+		assert.Error(t, err, "%q", args)
+	}
+}
