@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,11 +16,20 @@ import (
 // ([ErrCostExceedsCapacity]). On an error nothing is spent and the Decision
 // carries only Limit.
 //
+// Wait blocks until cost is admitted and returns the admitting Decision.
+// After a denial it sleeps on the limiter's clock for exactly the denial's
+// RetryAfter and asks again; it never polls. A [LeakyBucket] request also
+// waits out its Delay before Wait returns. Wait gives up at once, spending
+// nothing, when ctx ends or when ctx's deadline would come before the
+// request could go on (an error matching [ErrWouldExceedDeadline] and
+// [context.DeadlineExceeded]). Its cost errors are Check's.
+//
 // Implementations in this package are safe for concurrent use, and
 // concurrent checks are linearizable: they behave as if they happened one at
 // a time, in some order consistent with real time.
 type Limiter interface {
 	Check(cost Units) (Decision, error)
+	Wait(ctx context.Context, cost Units) (Decision, error)
 }
 
 // Rule is a rate-limiting rule: one of [TokenBucket], [GCRA],

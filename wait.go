@@ -1,0 +1,213 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// ErrWouldExceedDeadline is returned by Wait when the context's deadline
+// would come before the request could go on: Wait gives up at once instead
+// of sleeping towards a deadline it cannot meet, and spends nothing. The
+// error Wait returns also matches [context.DeadlineExceeded], so code that
+// treats every missed deadline alike needs no special case.
+var ErrWouldExceedDeadline = errors.New("ratelimit: wait would outlast the context's deadline")
+
+// errWouldExceedDeadline is what Wait returns: both sentinels in one error.
+var errWouldExceedDeadline = fmt.Errorf("%w: %w", ErrWouldExceedDeadline, context.DeadlineExceeded)
+
+// How Wait works, for every limiter in this package.
+//
+// Each round makes one attempt at the limiter's current time, under the
+// limiter's lock (or compare-and-swap): it looks at what the request would
+// get, and commits only a request that is admitted and would go on before
+// the context's deadline. A denied request spends nothing, so a waiter that
+// gives up between rounds leaves no trace. After a denial the waiter sleeps
+// until the decision's instant plus its RetryAfter, on the limiter's own
+// clock (a [ManualClock] wakes it when it is moved there), and tries again:
+// with nothing else arriving it is then admitted, at exactly the earliest
+// instant it could be. Other traffic may take the allowance first, in which
+// case the next denial says how much longer to sleep. Waiters hold no
+// place: the one whose retry comes first is served first, and at the instant
+// allowance returns every waiter that was due then wakes and all but the
+// ones it fits go back to sleep. A [LeakyBucket] is the exception: it admits
+// a request into its queue at once and Wait then sleeps the request's Delay,
+// so each waiter wakes once, in the queue's order, which makes it the rule
+// to pace many workers with.
+//
+// The deadline test compares durations: the time left until ctx's deadline
+// (by the wall clock, as package context measures it) against the time the
+// request would wait on the limiter's clock if nothing else arrived. With
+// [SystemClock] the two run at the same speed.
+
+// attempt is the outcome of one admission attempt made for Wait.
+type attempt struct {
+	d   Decision
+	now int64 // the limiter's time of the decision, in ns
+	// goOn is how long after now the request would go on if nothing else
+	// arrived: an admissible request's Delay, and for a denied one its
+	// RetryAfter plus the Delay it would then be admitted with.
+	goOn time.Duration
+	// committed reports that the request was admitted and its cost spent.
+	committed bool
+	// undo, set only for a committed request with a Delay, gives the cost
+	// back if nothing else was admitted since, and reports whether it did.
+	undo func() bool
+}
+
+// tryFunc makes one admission attempt at the limiter's current time,
+// committing an admissible request only if its goOn is at most budget.
+type tryFunc func(cost int64, budget time.Duration) attempt
+
+// waitFor is Wait for every limiter: the loop around its attempts.
+func waitFor(ctx context.Context, clk Clock, cost Units, capMilli int64, pol *policy, try tryFunc) (Decision, error) {
+	if d, err := checkCost(cost, capMilli, pol); err != nil {
+		return d, err
+	}
+	d := pol.decision()
+	for {
+		if err := ctx.Err(); err != nil {
+			return d, err
+		}
+		budget := timeLeft(ctx)
+		a := try(int64(cost), budget)
+		d = a.d
+		if !a.committed {
+			d.Allowed, d.Delay = false, 0
+		}
+		if a.goOn > budget {
+			return d, errWouldExceedDeadline
+		}
+		if a.committed {
+			if d.Delay > 0 {
+				if err := sleepUntil(ctx, clk, a.now+int64(d.Delay)); err != nil {
+					if a.undo != nil && a.undo() {
+						d.Allowed, d.Delay = false, 0
+					}
+					return d, err
+				}
+			}
+			return d, nil
+		}
+		retry := a.now + int64(d.RetryAfter)
+		if retry > int64(MaxTime) {
+			// The limiter's time stops at MaxTime, so the request can never
+			// be admitted: wait for the context, whose end is the only way
+			// out.
+			<-ctx.Done()
+			return d, ctx.Err()
+		}
+		if err := sleepUntil(ctx, clk, retry); err != nil {
+			return d, err
+		}
+	}
+}
+
+// timeLeft returns the time until ctx's deadline, or the longest Duration
+// if it has none.
+func timeLeft(ctx context.Context) time.Duration {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return math.MaxInt64
+	}
+	return time.Until(deadline)
+}
+
+// sleepUntil blocks until clk reads at least t (ns) or ctx ends.
+func sleepUntil(ctx context.Context, clk Clock, t int64) error {
+	if s, ok := clk.(sleeper); ok {
+		return s.sleepUntil(ctx, t)
+	}
+	return realSleepUntil(ctx, clk, t)
+}
+
+// Wait implements [Limiter.Wait].
+func (l *single[S, A]) Wait(ctx context.Context, cost Units) (Decision, error) {
+	return waitFor(ctx, l.clock, cost, l.alg.capacity(), l.alg.policy(), l.try)
+}
+
+// try implements tryFunc: a look at the state and, if the request is
+// admissible soon enough, the same step again with commit, under one lock
+// and at one instant, so that the look is exact.
+func (l *single[S, A]) try(cost int64, budget time.Duration) attempt {
+	now := clampTime(l.clock.Now())
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now < l.last {
+		now = l.last
+	}
+	l.last = now
+	a := attempt{now: now, d: l.alg.step(&l.state, now, cost, false)}
+	if !a.d.Allowed {
+		a.goOn = a.d.RetryAfter
+		// What the request would get when its RetryAfter is over: for the
+		// leaky bucket, the Delay it would then queue for.
+		at := min(now+int64(a.d.RetryAfter), int64(MaxTime))
+		if later := l.alg.step(&l.state, at, cost, false); later.Allowed {
+			a.goOn += later.Delay
+		}
+		return a
+	}
+	a.goOn = a.d.Delay
+	if a.goOn > budget {
+		return a
+	}
+	if vs, ok := any(&l.state).(*vtime); ok && a.d.Delay > 0 {
+		// A queued request (the leaky bucket's) can be taken back exactly
+		// while it is still the last in the queue: the state is then what
+		// it would have been had it never been admitted.
+		before := *vs
+		a.d = l.alg.step(&l.state, now, cost, true)
+		after := *vs
+		a.undo = func() bool {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			if *vs != after {
+				return false
+			}
+			*vs = before
+			return true
+		}
+	} else {
+		a.d = l.alg.step(&l.state, now, cost, true)
+	}
+	a.committed = true
+	return a
+}
+
+// Wait implements [Limiter.Wait].
+func (l *atomicGCRA) Wait(ctx context.Context, cost Units) (Decision, error) {
+	var clk Clock = systemClock{}
+	if l.mono != nil {
+		clk = l.mono.clock
+	}
+	return waitFor(ctx, clk, cost, l.alg.capMilli, &l.alg.pol, l.try)
+}
+
+// try implements tryFunc for the lock-free GCRA. GCRA never delays an
+// admitted request, so an admissible request is committed unless the
+// deadline has already passed.
+func (l *atomicGCRA) try(cost int64, budget time.Duration) attempt {
+	for {
+		tat := l.tat.Load()
+		var now int64
+		if l.mono == nil {
+			now = clampTime(systemClock{}.Now())
+		} else {
+			now = l.mono.now()
+		}
+		s := vtime{t: tat}
+		d := l.alg.step(&s, now, cost, true)
+		if !d.Allowed {
+			return attempt{d: d, now: now, goOn: d.RetryAfter}
+		}
+		if budget < 0 {
+			return attempt{d: d, now: now}
+		}
+		if l.tat.CompareAndSwap(tat, s.t) {
+			return attempt{d: d, now: now, committed: true}
+		}
+	}
+}
