@@ -2,7 +2,153 @@
 //
 // Six algorithms are used through one [Limiter] interface: [TokenBucket],
 // [GCRA], [LeakyBucket], [FixedWindow], [SlidingLog] and [SlidingCounter].
-// Time comes from an injected monotonic [Clock] ([ManualClock] for virtual
-// time in tests), allowance is counted in integer milli-units ([Units]), rates
-// are exact rationals ([Rate]), and every check returns a [Decision].
+// A rule is a plain value; [New] validates it and returns a limiter for one
+// key, [NewStore] a bounded [Store] with one allowance per key. Time comes
+// from an injected monotonic [Clock] ([ManualClock] for virtual time in
+// tests), allowance is counted in integer milli-units ([Units]), rates are
+// exact rationals ([Rate]), and every check returns a [Decision].
+//
+//	lim, err := ratelimit.New(ratelimit.GCRA{Rate: ratelimit.PerSecond(10), Burst: 20})
+//	if err != nil {
+//		return err // a malformed rule: errors.Is(err, ratelimit.ErrInvalidRule)
+//	}
+//	d, err := lim.Check(ratelimit.Unit) // one request
+//	if err == nil && !d.Allowed {
+//		// refused: tell the client to come back after d.RetryAfter
+//	}
+//
+// # Which algorithm?
+//
+// The buckets limit a rate and allow a burst on top of it; the window rules
+// count what was admitted in a window of time. State is what one key costs
+// the algorithm (a [Store] adds its own overhead per key); t is any span of
+// time, W the rule's Window.
+//
+//	                burst               state per key     most admitted in t        RetryAfter
+//	TokenBucket     Burst, then Rate    24 bytes          Burst + Rate x t          exact: tokens earned
+//	GCRA            as TokenBucket      16 bytes          as TokenBucket            as TokenBucket
+//	LeakyBucket     queued up to        16 bytes          as TokenBucket, but they  exact: room in the queue
+//	                Capacity, each                        go on at Rate, one after
+//	                waits its Delay                       another
+//	FixedWindow     Limit               16 bytes          2 x Limit (t = W across   end of the window
+//	                                                      a boundary)
+//	SlidingLog      Limit               40 bytes + a log  Limit (t = W): exact      exact: oldest cost leaves
+//	                                    of what is still
+//	                                    in W (see there)
+//	SlidingCounter  Limit               24 bytes          an estimate: nearly       exact for the estimate
+//	                                                      2 x Limit (t = W) when
+//	                                                      traffic is uneven
+//
+// In short:
+//   - [GCRA] is the default for an API: a sustained rate with a burst
+//     allowance, constant memory, exact retry times. [TokenBucket] makes
+//     the same decisions and reads more familiarly; GCRA's state is smaller
+//     and, for rates of a whole number of nanoseconds per milli-unit (10/s,
+//     100/min, ...), its single-key limiter needs no lock.
+//   - [LeakyBucket] when the work behind the limit must arrive smoothly (a
+//     fragile upstream, outbound calls to a partner): it queues rather than
+//     refuses, up to Capacity, and Delay says how long each request waits.
+//     NGINX's limit_req "rate=r burst=b" is LeakyBucket{Rate: r, Capacity:
+//     b+1}.
+//   - [SlidingLog] when "at most N in any window of W" is a promise (a
+//     contract, a partner's hard quota). Its memory grows with N, so keep N
+//     moderate.
+//   - [FixedWindow] when quotas reset at window boundaries and twice the
+//     limit across a boundary is acceptable: the cheapest, and the easiest
+//     to explain.
+//   - [SlidingCounter] for a sliding window in constant memory, if an
+//     estimate will do: it assumes the previous window's traffic was spread
+//     evenly. A burst at the end of one window followed by steady traffic
+//     gets close to twice the limit through in a sliding window.
+//
+// go run ./examples/playground runs all six on the same traffic and prints
+// what each admits.
+//
+// # Units, rates and limits
+//
+// A request's cost is in [Units], thousandths of one request's allowance:
+// [Unit] is one request, 10*Unit a bulk call that counts as ten, Unit/4 a
+// cheap one. Burst, Capacity and Limit are whole units, from 1 to 1e15. A
+// [Rate] is Count units per Per, kept as an exact fraction: PerMinute(100)
+// is exactly 100 per 60 s, not 1.67 per second, and rates such as 7 per 3 s
+// or 1,000,003 per hour are exact too. Rate.Count is at most 1e15, and every
+// duration a rule implies (its period, its window, the time to refill or
+// drain its whole capacity) must be less than [MaxTime], about 146 years.
+//
+// # Decisions, exactness and rounding
+//
+// Every field of a [Decision] has one definition for every algorithm:
+//   - Allowed: whether the request was admitted. An admitted request spends
+//     its cost; a refused one spends nothing.
+//   - Remaining: the largest cost, in whole units rounded down, that could
+//     be admitted at the same instant after this decision.
+//   - RetryAfter (refused only): the smallest wait after which this same
+//     request would be admitted if nothing else arrives, rounded up to the
+//     nanosecond. A request sent exactly RetryAfter later passes; one sent
+//     a nanosecond earlier does not.
+//   - ResetAfter: how long until the key is as good as a fresh one if
+//     nothing else arrives (Remaining back at Limit and, for the window
+//     rules, nothing admitted still counting), rounded up; 0 for a fresh key.
+//   - Delay (leaky bucket only): how long the admitted request waits before
+//     it goes on, rounded up so that it never leaves early.
+//   - Limit, Policy and Window describe the rule: its capacity in whole
+//     units, its Name, and the span Limit is a quota for (the window, or
+//     for a bucket the time to earn the whole capacity).
+//
+// Decisions are computed in integers only: time in nanoseconds, allowance
+// in milli-units, rates as fractions, with 128-bit intermediates where a
+// product could overflow and the remainder of every division carried, so
+// nothing drifts over years of virtual time. There is no floating point in
+// any decision; each algorithm is tested against a reference model in exact
+// rational arithmetic. A fresh key starts full.
+//
+// # Clocks and time
+//
+// A [Clock] returns monotonic time since an origin of its choosing.
+// [SystemClock], the default, reads Go's monotonic clock and so never sees
+// wall-clock steps. [ManualClock] is virtual time that moves only when told
+// to ([ManualClock.Set], [ManualClock.Advance]): build the limiter under
+// test with [WithClock] and a test never sleeps and gives the same result
+// every run. Limiters do not trust a clock: a reading earlier than the
+// latest one already used is taken as that latest instant, a negative one
+// as 0 and one beyond MaxTime as MaxTime.
+//
+// The window rules cut time into windows [kW, (k+1)W) from the clock's
+// origin. For SystemClock that is when the process started, not the top of
+// a wall-clock minute or hour.
+//
+// # Concurrency
+//
+// Limiters and stores are safe for concurrent use, and concurrent checks
+// are linearizable: they behave as if made one at a time, in an order
+// consistent with real time, so 1,000 concurrent requests against a limit
+// of 100 admit exactly 100. Rules are immutable values. Nothing in the
+// package starts a goroutine or needs closing, and Check does not
+// allocate, except that a sliding log grows its log as admissions
+// accumulate and a [Store] allocates for new keys (and for keys longer
+// than [MaxKeyLen]).
+//
+// # Many keys
+//
+// A [Store] keeps one allowance per key (a client, an API key, an address)
+// under one rule, with exactly the single-key semantics for each key. It
+// is bounded ([WithMaxKeys], [DefaultMaxKeys] by default) and never holds
+// more keys: when full it first drops keys whose state is as good as a
+// fresh key's, which loses nothing, then the least recently used. Dropping
+// a partly spent key hands it a fresh allowance when it comes back;
+// [StoreStats].LossyEvictions counts those, and a count that keeps growing
+// means the store is too small for its traffic. For the bucket rules a
+// store costs 50 to 60 bytes per key, plus the bytes of the key strings it
+// keeps.
+//
+// # Errors
+//
+// A refusal is not an error: it is a Decision with Allowed false. Check
+// returns an error only for a request that could never pass: a cost of
+// zero or less ([ErrInvalidCost]) or one larger than the rule's capacity
+// ([ErrCostExceedsCapacity]); an HTTP layer answers those with 400 or 413,
+// not 429. Constructors return an error matching [ErrInvalidRule] (a
+// [*RuleError] naming the rule and field) for a malformed rule, and
+// [NewStore] one matching [ErrInvalidOption] for an option out of range:
+// bad input is an error, never a panic. Match errors with [errors.Is].
 package ratelimit

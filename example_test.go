@@ -1,0 +1,357 @@
+package ratelimit_test
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/ratekit/ratelimit"
+	"github.com/ratekit/ratelimit/httplimit"
+)
+
+// A limiter of 10 requests a second with bursts of up to 20, on virtual
+// time. In a program, leave out WithClock: the default is the process's
+// monotonic clock.
+func ExampleNew() {
+	clk := ratelimit.NewManualClock(0)
+	lim, err := ratelimit.New(ratelimit.TokenBucket{Rate: ratelimit.PerSecond(10), Burst: 20},
+		ratelimit.WithClock(clk))
+	if err != nil {
+		panic(err) // only a malformed rule fails
+	}
+
+	d, _ := lim.Check(ratelimit.Unit) // one request
+	fmt.Println(d.Allowed, d.Remaining)
+
+	d, _ = lim.Check(10 * ratelimit.Unit) // a bulk call that counts as ten
+	fmt.Println(d.Allowed, d.Remaining)
+
+	d, _ = lim.Check(10 * ratelimit.Unit) // only 9 are left
+	fmt.Println(d.Allowed, d.Remaining, d.RetryAfter)
+
+	clk.Advance(d.RetryAfter) // wait exactly as long as told
+	d, _ = lim.Check(10 * ratelimit.Unit)
+	fmt.Println(d.Allowed, d.Remaining)
+	// Output:
+	// true 19
+	// true 9
+	// false 9 100ms
+	// true 0
+}
+
+// Errors are for requests that can never pass and for malformed rules, not
+// for refusals: a refused request is a Decision with Allowed false.
+func ExampleNew_errors() {
+	_, err := ratelimit.New(ratelimit.TokenBucket{Rate: ratelimit.PerSecond(10)})
+	fmt.Println(errors.Is(err, ratelimit.ErrInvalidRule))
+	fmt.Println(err)
+
+	lim, _ := ratelimit.New(ratelimit.FixedWindow{Limit: 5, Window: time.Second})
+	_, err = lim.Check(0)
+	fmt.Println(errors.Is(err, ratelimit.ErrInvalidCost))
+	_, err = lim.Check(6 * ratelimit.Unit) // more than the limit: it could never pass
+	fmt.Println(errors.Is(err, ratelimit.ErrCostExceedsCapacity))
+	// Output:
+	// true
+	// ratelimit: invalid TokenBucket: Burst must be positive
+	// true
+	// true
+}
+
+// The token bucket holds up to Burst tokens and refills at Rate: after a
+// burst empties it, requests pass at the rate.
+func ExampleTokenBucket() {
+	clk := ratelimit.NewManualClock(0)
+	lim, _ := ratelimit.New(ratelimit.TokenBucket{Rate: ratelimit.PerSecond(10), Burst: 20},
+		ratelimit.WithClock(clk))
+
+	burst := func(n int) {
+		allowed := 0
+		var last ratelimit.Decision
+		for range n {
+			last, _ = lim.Check(ratelimit.Unit)
+			if last.Allowed {
+				allowed++
+			}
+		}
+		fmt.Printf("at %v: %d of %d allowed; remaining %d, retry after %v, full again after %v\n",
+			clk.Now(), allowed, n, last.Remaining, last.RetryAfter, last.ResetAfter)
+	}
+	burst(25)
+	clk.Set(500 * time.Millisecond) // 5 tokens earned
+	burst(8)
+	clk.Set(2500 * time.Millisecond)
+	burst(1)
+	// Output:
+	// at 0s: 20 of 25 allowed; remaining 0, retry after 100ms, full again after 2s
+	// at 500ms: 5 of 8 allowed; remaining 0, retry after 100ms, full again after 2s
+	// at 2.5s: 1 of 1 allowed; remaining 19, retry after 0s, full again after 100ms
+}
+
+// GCRA makes the token bucket's decisions from one timestamp. RetryAfter is
+// exact: the same request is refused one nanosecond earlier and admitted at
+// that instant.
+func ExampleGCRA() {
+	clk := ratelimit.NewManualClock(0)
+	lim, _ := ratelimit.New(ratelimit.GCRA{Rate: ratelimit.PerSecond(10), Burst: 20},
+		ratelimit.WithClock(clk))
+
+	for range 20 {
+		lim.Check(ratelimit.Unit)
+	}
+	d, _ := lim.Check(ratelimit.Unit)
+	fmt.Println("21st:", d.Allowed, d.RetryAfter)
+
+	clk.Advance(d.RetryAfter - 1)
+	d, _ = lim.Check(ratelimit.Unit)
+	fmt.Println("1ns early:", d.Allowed, d.RetryAfter)
+
+	clk.Advance(1)
+	d, _ = lim.Check(ratelimit.Unit)
+	fmt.Println("on time:", d.Allowed)
+	// Output:
+	// 21st: false 100ms
+	// 1ns early: false 1ns
+	// on time: true
+}
+
+// The leaky bucket is a queue: it admits up to Capacity at once and tells
+// each admitted request, through Delay, when it may go on, so that they
+// leave at Rate. NGINX's "rate=5r/s burst=9" is Capacity 10.
+func ExampleLeakyBucket() {
+	clk := ratelimit.NewManualClock(0)
+	lim, _ := ratelimit.New(ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(5), Capacity: 10},
+		ratelimit.WithClock(clk))
+
+	for i := 1; i <= 14; i++ {
+		d, _ := lim.Check(ratelimit.Unit)
+		if d.Allowed {
+			fmt.Printf("#%d goes on after %v\n", i, d.Delay) // a server would sleep d.Delay
+		} else {
+			fmt.Printf("#%d refused, retry after %v\n", i, d.RetryAfter)
+		}
+	}
+	clk.Set(time.Second) // five have gone out: room for five more
+	d, _ := lim.Check(ratelimit.Unit)
+	fmt.Printf("at 1s: allowed %v, goes on after %v (at 2s)\n", d.Allowed, d.Delay)
+	// Output:
+	// #1 goes on after 0s
+	// #2 goes on after 200ms
+	// #3 goes on after 400ms
+	// #4 goes on after 600ms
+	// #5 goes on after 800ms
+	// #6 goes on after 1s
+	// #7 goes on after 1.2s
+	// #8 goes on after 1.4s
+	// #9 goes on after 1.6s
+	// #10 goes on after 1.8s
+	// #11 refused, retry after 200ms
+	// #12 refused, retry after 200ms
+	// #13 refused, retry after 200ms
+	// #14 refused, retry after 200ms
+	// at 1s: allowed true, goes on after 1s (at 2s)
+}
+
+// A fixed window counts from zero again at every boundary, so a client
+// that times its requests can get twice the limit through in a short span.
+func ExampleFixedWindow() {
+	clk := ratelimit.NewManualClock(0)
+	lim, _ := ratelimit.New(ratelimit.FixedWindow{Limit: 10, Window: time.Second},
+		ratelimit.WithClock(clk))
+
+	allowed := 0
+	for ms := 900; ms < 1100; ms += 10 { // 20 requests from 0.9 s to 1.09 s
+		clk.Set(time.Duration(ms) * time.Millisecond)
+		if d, _ := lim.Check(ratelimit.Unit); d.Allowed {
+			allowed++
+		}
+	}
+	fmt.Println("allowed in 200ms:", allowed)
+
+	d, _ := lim.Check(ratelimit.Unit)
+	fmt.Println("next:", d.Allowed, "retry after", d.RetryAfter) // until the window [1s, 2s) ends
+	// Output:
+	// allowed in 200ms: 20
+	// next: false retry after 910ms
+}
+
+// The sliding log admits at most Limit in any window of length Window. A
+// request admitted at t counts until exactly t+Window, and RetryAfter is
+// when enough of the oldest requests have left the window.
+func ExampleSlidingLog() {
+	clk := ratelimit.NewManualClock(0)
+	lim, _ := ratelimit.New(ratelimit.SlidingLog{Limit: 5, Window: 10 * time.Second},
+		ratelimit.WithClock(clk))
+
+	for _, at := range []time.Duration{0, 1000, 2000, 2500, 3000, 3100, 9000, 10500, 10600} {
+		clk.Set(at * time.Millisecond)
+		d, _ := lim.Check(ratelimit.Unit)
+		fmt.Printf("%5v: allowed %-5v retry after %v\n", clk.Now(), d.Allowed, d.RetryAfter)
+	}
+	// Output:
+	//    0s: allowed true  retry after 0s
+	//    1s: allowed true  retry after 0s
+	//    2s: allowed true  retry after 0s
+	//  2.5s: allowed true  retry after 0s
+	//    3s: allowed true  retry after 0s
+	//  3.1s: allowed false retry after 6.9s
+	//    9s: allowed false retry after 1s
+	// 10.5s: allowed true  retry after 0s
+	// 10.6s: allowed false retry after 400ms
+}
+
+// The sliding counter estimates the sliding window from two counts: the
+// previous window's, weighted by how much of it the sliding window still
+// covers, and the current one's.
+func ExampleSlidingCounter() {
+	clk := ratelimit.NewManualClock(0)
+	lim, _ := ratelimit.New(ratelimit.SlidingCounter{Limit: 100, Window: time.Minute},
+		ratelimit.WithClock(clk))
+
+	lim.Check(80 * ratelimit.Unit) // the window [0, 60s) admits 80
+	clk.Set(79 * time.Second)
+	lim.Check(30 * ratelimit.Unit) // and [60s, 120s) 30, 19 s into it
+
+	// At 80 s the estimate is 80 x 40/60 + 30 = 83.3, and 1 more fits.
+	clk.Set(80 * time.Second)
+	d, _ := lim.Check(ratelimit.Unit)
+	fmt.Println(d.Allowed, "remaining", d.Remaining)
+
+	// 16 do not fit (83.3 + 1 + 16 > 100) until the estimate falls far enough.
+	d, _ = lim.Check(16 * ratelimit.Unit)
+	fmt.Println(d.Allowed, "retry after", d.RetryAfter)
+	// Output:
+	// true remaining 15
+	// false retry after 250ms
+}
+
+// Code under test takes a Limiter (or an Option); the test builds it on a
+// ManualClock and moves time by hand, so that it never sleeps and every run
+// is the same.
+func ExampleManualClock() {
+	clk := ratelimit.NewManualClock(0)
+	lim, _ := ratelimit.New(ratelimit.GCRA{Rate: ratelimit.PerMinute(100), Burst: 2},
+		ratelimit.WithClock(clk))
+
+	send := func() string {
+		d, _ := lim.Check(ratelimit.Unit)
+		if !d.Allowed {
+			return fmt.Sprintf("429, retry after %v", d.RetryAfter)
+		}
+		return "200"
+	}
+	fmt.Println(send(), "|", send(), "|", send())
+
+	clk.Advance(600 * time.Millisecond) // one request's worth at 100/min
+	fmt.Println(send(), "|", send())
+
+	clk.Set(0) // a clock that goes back is clamped, never trusted
+	fmt.Println(send())
+	// Output:
+	// 200 | 200 | 429, retry after 600ms
+	// 200 | 429, retry after 600ms
+	// 429, retry after 600ms
+}
+
+// Costs are in milli-units: a cheap call can cost a quarter of a request.
+func ExampleUnits() {
+	lim, _ := ratelimit.New(ratelimit.TokenBucket{Rate: ratelimit.PerHour(3600), Burst: 1},
+		ratelimit.WithClock(ratelimit.NewManualClock(0)))
+	cost := ratelimit.Unit / 4
+	for i := 1; i <= 5; i++ {
+		d, _ := lim.Check(cost)
+		fmt.Println(i, "x", cost, d.Allowed)
+	}
+	// Output:
+	// 1 x 0.25 true
+	// 2 x 0.25 true
+	// 3 x 0.25 true
+	// 4 x 0.25 true
+	// 5 x 0.25 false
+}
+
+// One allowance per key, every key under the same rule: the usual way to
+// limit each client of an API. Keys are independent.
+func ExampleNewStore() {
+	clk := ratelimit.NewManualClock(0)
+	store, err := ratelimit.NewStore(ratelimit.GCRA{Rate: ratelimit.PerMinute(100), Burst: 100},
+		ratelimit.WithMaxKeys(2_000_000), ratelimit.WithClock(clk))
+	if err != nil {
+		panic(err)
+	}
+
+	for range 100 {
+		store.Check("alice", ratelimit.Unit)
+	}
+	d, _ := store.Check("alice", ratelimit.Unit)
+	fmt.Println("alice:", d.Allowed, "retry after", d.RetryAfter)
+
+	d, _ = store.Check("bob", ratelimit.Unit)
+	fmt.Println("bob:", d.Allowed, "remaining", d.Remaining)
+	fmt.Println("keys:", store.Len())
+	// Output:
+	// alice: false retry after 600ms
+	// bob: true remaining 99
+	// keys: 2
+}
+
+// A store bounded to fewer keys than its traffic has to drop keys. Keys that
+// are as good as fresh go first and lose nothing; dropping a partly spent
+// key hands it a fresh allowance, and Stats counts that as a lossy
+// eviction: a growing count means the store is too small.
+func ExampleStore_Stats() {
+	clk := ratelimit.NewManualClock(0)
+	store, _ := ratelimit.NewStore(ratelimit.FixedWindow{Limit: 10, Window: time.Minute},
+		ratelimit.WithMaxKeys(2), ratelimit.WithClock(clk))
+
+	store.Check("a", ratelimit.Unit)
+	store.Check("b", ratelimit.Unit)
+	store.Check("c", ratelimit.Unit) // no room: a or b is dropped, partly spent
+	st := store.Stats()
+	fmt.Println("keys", st.Keys, "evictions", st.Evictions, "lossy", st.LossyEvictions)
+
+	// A new window: both keys held are as good as fresh, so making room for
+	// another drops them both and loses nothing.
+	clk.Set(time.Minute)
+	store.Check("d", ratelimit.Unit)
+	st = store.Stats()
+	fmt.Println("keys", st.Keys, "evictions", st.Evictions, "lossy", st.LossyEvictions)
+	// Output:
+	// keys 2 evictions 1 lossy 1
+	// keys 1 evictions 3 lossy 1
+}
+
+// An HTTP handler limited per client address, in one line, with the
+// middleware of package httplimit over a Store. Every response tells the
+// client its allowance; a refused request gets 429 and Retry-After.
+func ExampleNewStore_middleware() {
+	clk := ratelimit.NewManualClock(0)
+	store, _ := ratelimit.NewStore(ratelimit.TokenBucket{Rate: ratelimit.PerSecond(1), Burst: 2, Name: "api"},
+		ratelimit.WithClock(clk))
+	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "hello") })
+
+	h := httplimit.Middleware(store, httplimit.WithLogger(slog.New(slog.DiscardHandler)))(hello)
+
+	send := func() {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil)) // from 192.0.2.1
+		fmt.Print(rec.Code, " RateLimit: ", rec.Header().Get("RateLimit"))
+		if ra := rec.Header().Get("Retry-After"); ra != "" {
+			fmt.Print(", Retry-After: ", ra)
+		}
+		fmt.Println()
+	}
+	send()
+	send()
+	send()
+	clk.Advance(time.Second)
+	send()
+	// Output:
+	// 200 RateLimit: "api";r=1;t=1
+	// 200 RateLimit: "api";r=0;t=2
+	// 429 RateLimit: "api";r=0;t=2, Retry-After: 1
+	// 200 RateLimit: "api";r=0;t=2
+}
