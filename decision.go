@@ -52,6 +52,12 @@ type Decision struct {
 	// has spent its cost; a denied one has spent nothing.
 	Allowed bool
 
+	// Shadowed reports that a limit in shadow mode would have denied this
+	// request (see [Shadow]): Allowed is true only because that limit
+	// watches without enforcing. The limit's own answer, RetryAfter
+	// included, goes to its [ShadowFunc].
+	Shadowed bool
+
 	// Limit is the rule's capacity in whole units: Burst for a token bucket
 	// or GCRA, Capacity for a leaky bucket, Limit for the window algorithms.
 	Limit int64

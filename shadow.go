@@ -1,0 +1,103 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+)
+
+// ShadowReport is what a limit in shadow mode would have decided about one
+// request.
+type ShadowReport struct {
+	// Key is the key the limit was asked about: the key given to a
+	// [ShadowKeyed] limiter, a [Composite] layer's own key, or "" for a
+	// single-key [Shadow].
+	Key string
+
+	// Decision is the limit's own Decision, as if it enforced: Allowed false
+	// means it would have denied the request, with this RetryAfter.
+	Decision Decision
+
+	// Err is the error the limit would have returned instead, such as
+	// [ErrCostExceedsCapacity] for a cost it could never admit; nil
+	// otherwise.
+	Err error
+}
+
+// ShadowFunc receives a shadow limit's report on every request it is asked
+// about, admitted or not. It is called on the requesting goroutine, after
+// the decision and outside every lock, so it may be called concurrently; it
+// should be quick, as the request waits for it.
+type ShadowFunc func(ShadowReport)
+
+// Shadow returns a [Limiter] that watches lim without enforcing it, so that a
+// new rule can be observed on real traffic before it is trusted to refuse
+// any. Every request is asked of lim as usual and then admitted whatever lim
+// said; report, if not nil, receives lim's own answer.
+//
+// The Decision returned is lim's, made into an admission: Allowed is true,
+// RetryAfter and Delay are 0 (the request goes on now), and Shadowed reports
+// whether lim would have denied it. Limit, Remaining, ResetAfter, Policy and
+// Window are lim's. A cost lim could never admit ([ErrCostExceedsCapacity])
+// is admitted too, reported with its error and Shadowed set; a cost of zero
+// or less is still [ErrInvalidCost].
+//
+// lim's state evolves exactly as it would if it enforced: it spends on the
+// requests it would admit and on no others, so its reports are the
+// decisions it would make if it were switched on for the same traffic. Wait
+// never waits: it returns as Check does, unless ctx has already ended.
+func Shadow(lim Limiter, report ShadowFunc) Limiter {
+	return &shadowLimiter{lim: lim, report: report}
+}
+
+// ShadowKeyed is [Shadow] for a keyed limiter such as a [Store]: it admits
+// every request, asks lim about it under its key, and reports lim's answer
+// with the key. A [Composite] can also run single layers in shadow mode
+// (see [Layer]).
+func ShadowKeyed(lim KeyedLimiter, report ShadowFunc) KeyedLimiter {
+	return &shadowKeyed{lim: lim, report: report}
+}
+
+type shadowLimiter struct {
+	lim    Limiter
+	report ShadowFunc
+}
+
+func (s *shadowLimiter) Check(cost Units) (Decision, error) {
+	d, err := s.lim.Check(cost)
+	return shadowed("", d, err, s.report)
+}
+
+func (s *shadowLimiter) Wait(ctx context.Context, cost Units) (Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return Decision{}, err
+	}
+	return s.Check(cost)
+}
+
+type shadowKeyed struct {
+	lim    KeyedLimiter
+	report ShadowFunc
+}
+
+func (s *shadowKeyed) Check(key string, cost Units) (Decision, error) {
+	d, err := s.lim.Check(key, cost)
+	return shadowed(key, d, err, s.report)
+}
+
+// shadowed reports a shadow limit's answer and turns it into an admission.
+func shadowed(key string, d Decision, err error, report ShadowFunc) (Decision, error) {
+	if errors.Is(err, ErrInvalidCost) {
+		return d, err // no rule admits such a cost: the caller's mistake
+	}
+	if report != nil {
+		report(ShadowReport{Key: key, Decision: d, Err: err})
+	}
+	return admitShadow(d, err != nil || !d.Allowed), nil
+}
+
+// admitShadow makes a shadow limit's Decision into an admission.
+func admitShadow(d Decision, wouldDeny bool) Decision {
+	d.Allowed, d.Shadowed = true, wouldDeny
+	d.RetryAfter, d.Delay = 0, 0
+	return d
+}
