@@ -17,6 +17,13 @@
 //		// refused: tell the client to come back after d.RetryAfter
 //	}
 //
+// Check decides at once. [Limiter.Wait] blocks instead until the request is
+// admitted, sleeping for exactly the wait each denial names, and gives up
+// at once, spending nothing, if the context's deadline would pass first: the
+// way to pace outbound calls. Package
+// [github.com/ratekit/ratelimit/httplimit] puts a [Store] in front of any
+// [net/http.Handler], with 429 answers, Retry-After and the RateLimit fields.
+//
 // # Which algorithm?
 //
 // The buckets limit a rate and allow a burst on top of it; the window rules
@@ -109,7 +116,9 @@
 // wall-clock steps. [ManualClock] is virtual time that moves only when told
 // to ([ManualClock.Set], [ManualClock.Advance]): build the limiter under
 // test with [WithClock] and a test never sleeps and gives the same result
-// every run. Limiters do not trust a clock: a reading earlier than the
+// every run. Goroutines in Wait sleep on the ManualClock's own time, and
+// [ManualClock.BlockUntilSleepers] and [ManualClock.NextWake] let a test
+// move the clock to the moment they wake. Limiters do not trust a clock: a reading earlier than the
 // latest one already used is taken as that latest instant, a negative one
 // as 0 and one beyond MaxTime as MaxTime.
 //

@@ -1,6 +1,7 @@
 package ratelimit_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -254,6 +255,48 @@ func ExampleManualClock() {
 	// 200 | 200 | 429, retry after 600ms
 	// 200 | 429, retry after 600ms
 	// 429, retry after 600ms
+}
+
+// Wait blocks until the request is admitted, sleeping on the limiter's own
+// clock for exactly the wait a denial names. On a ManualClock a test moves
+// time itself; here a goroutine moves the clock to each sleeper's wake-up.
+func ExampleLimiter_Wait() {
+	clk := ratelimit.NewManualClock(0)
+	lim, _ := ratelimit.New(ratelimit.GCRA{Rate: ratelimit.PerSecond(2), Burst: 2},
+		ratelimit.WithClock(clk))
+
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go func() {
+		for clk.BlockUntilSleepers(ctx, 1) == nil {
+			if t, ok := clk.NextWake(); ok {
+				clk.Set(t)
+			}
+		}
+	}()
+
+	for i := 1; i <= 4; i++ {
+		if _, err := lim.Wait(context.Background(), ratelimit.Unit); err != nil {
+			panic(err)
+		}
+		fmt.Printf("call %d at %v\n", i, clk.Now())
+	}
+
+	// A caller whose deadline would pass before its turn is told so at once,
+	// and spends nothing.
+	hourly, _ := ratelimit.New(ratelimit.TokenBucket{Rate: ratelimit.PerHour(1), Burst: 1},
+		ratelimit.WithClock(clk))
+	hourly.Wait(context.Background(), ratelimit.Unit)
+	hurry, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := hourly.Wait(hurry, ratelimit.Unit)
+	fmt.Println(errors.Is(err, ratelimit.ErrWouldExceedDeadline), errors.Is(err, context.DeadlineExceeded))
+	// Output:
+	// call 1 at 0s
+	// call 2 at 0s
+	// call 3 at 500ms
+	// call 4 at 1s
+	// true true
 }
 
 // Costs are in milli-units: a cheap call can cost a quarter of a request.
