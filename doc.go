@@ -23,6 +23,8 @@
 // way to pace outbound calls. Package
 // [github.com/ratekit/ratelimit/httplimit] puts a [Store] in front of any
 // [net/http.Handler], with 429 answers, Retry-After and the RateLimit fields.
+// [Shadow] and [ShadowKeyed] run a rule on live traffic without refusing
+// anything, reporting what it would have refused.
 //
 // # Which algorithm?
 //

@@ -299,6 +299,31 @@ func ExampleLimiter_Wait() {
 	// true true
 }
 
+// Shadow tries a rule on live traffic without refusing anyone: every
+// request is admitted, and the report says what the rule would have done.
+func ExampleShadow() {
+	clk := ratelimit.NewManualClock(0)
+	strict, _ := ratelimit.New(ratelimit.FixedWindow{Limit: 2, Window: time.Second, Name: "strict"},
+		ratelimit.WithClock(clk))
+	refusals := 0
+	lim := ratelimit.Shadow(strict, func(r ratelimit.ShadowReport) {
+		if !r.Decision.Allowed {
+			refusals++
+		}
+	})
+
+	for range 3 {
+		d, _ := lim.Check(ratelimit.Unit)
+		fmt.Println("allowed", d.Allowed, "would have been refused", d.Shadowed)
+	}
+	fmt.Println(refusals, "refusal reported")
+	// Output:
+	// allowed true would have been refused false
+	// allowed true would have been refused false
+	// allowed true would have been refused true
+	// 1 refusal reported
+}
+
 // Costs are in milli-units: a cheap call can cost a quarter of a request.
 func ExampleUnits() {
 	lim, _ := ratelimit.New(ratelimit.TokenBucket{Rate: ratelimit.PerHour(3600), Burst: 1},
