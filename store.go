@@ -97,22 +97,29 @@ func WithShards(n int) Option {
 // the key would start out the same. Such a sweep costs a pass over the
 // shard, so a shard sweeps at most once per 1/8 of its share of insertions;
 // in between, and when nothing is fresh, it drops the least recently used
-// key, approximated by CLOCK (second chance): a key checked again since the
-// hand last passed it is kept for another turn, and a key seen only once is
-// dropped before one that keeps coming back, so a flood of one-off keys
-// cycles through the store without pushing out the regular ones.
+// key, approximated by CLOCK: a hand visits the shard's keys in turn,
+// dropping a fresh key at once and otherwise the first key not checked
+// again for the last few turns (a two-bit use count, set to 3 by a check
+// and to 1 for a new key, counted down once a turn). A key that keeps
+// coming back is never dropped for one seen only once, so a flood of one-off
+// keys cycles through the store without pushing out the regular ones; among
+// keys not seen again, which goes first is arbitrary (hash order), not
+// strictly the oldest.
 //
 // Lossy evictions. Dropping a key that was partly spent hands that key a
 // fresh allowance the next time it comes. Those evictions are counted
 // apart, as [StoreStats].LossyEvictions: a store whose count grows is too
 // small for its traffic, and lets the keys it drops exceed their limit.
 //
-// Memory. Per key a store keeps an entry of the key's string header (16
-// bytes) and the rule's state (16 bytes for GCRA and the leaky bucket, 24
-// for the token bucket and the window rules; a sliding log adds its log,
-// bounded by its Limit), an 8-byte index slot at most 4/5 full, and two
-// bits. That is 50 to 60 bytes per key for the bucket rules. Entries are
-// allocated in blocks as the store grows and are kept when it shrinks.
+// Memory. Each shard is one array of slots, each holding a key's string
+// header (16 bytes), an 8-byte word with the key's hash tag and its CLOCK
+// bits, and the rule's state inline (16 bytes for GCRA, the leaky bucket
+// and the fixed window, 24 for the token bucket and the sliding counter; a
+// sliding log's state also points at its log, bounded by its Limit). The
+// array is at most 7/8 full and grows by 1/8 at a time, so a slot costs 8/7
+// to 4/3 of its size per key: 46 to 53 bytes for GCRA, 55 to 64 for the
+// token bucket. The key's bytes are the caller's (see Keys). Nothing is
+// allocated per key, and a shard's array is kept when keys leave.
 //
 // Keys. The store keeps the key string it was given without copying it: a
 // key that is a slice of a larger string keeps that string alive while the
@@ -185,8 +192,9 @@ func (s *Store) Stats() StoreStats { return s.core.stats() }
 //     (commit=true) on every entry;
 //  5. unlockShard every shard locked.
 //
-// Entries acquired stay where they are until their shard is unlocked: a
-// later acquire in the same shard never evicts them. A key acquired and
+// Entries acquired stay in the store until their shard is unlocked: a later
+// acquire in the same shard never evicts them (it may move them, so they
+// are found again by key). A key acquired and
 // then denied keeps a zero (fresh) entry, which the store drops first when
 // it needs room.
 type keyedStore interface {
@@ -210,13 +218,14 @@ type keyedStore interface {
 	// unlockShard releases every entry acquired in shard i and unlocks it.
 	unlockShard(i int)
 	// acquire finds k's entry in its shard, which the caller has locked,
-	// or adds a fresh one, evicting as Check does; the entry is pinned until
-	// unlockShard. It returns the entry's slot, or false if the shard has
-	// no room left that is not pinned (more keys in one shard at once than
-	// its share of MaxKeys).
-	acquire(k storeKey, now int64) (slot int32, ok bool)
-	// stepAt runs the rule's step on an acquired entry of shard i.
-	stepAt(i int, slot int32, now, cost int64, commit bool) Decision
+	// or adds a fresh one, evicting as Check does; the entry is pinned (it
+	// will not be evicted) until unlockShard. It returns false if the shard
+	// has no room left that is not pinned (more keys in one shard at once
+	// than its share of MaxKeys).
+	acquire(k storeKey, now int64) bool
+	// stepAt runs the rule's step on k's acquired entry, with its shard
+	// locked.
+	stepAt(k storeKey, now, cost int64, commit bool) Decision
 }
 
 // storeKey is a key prepared for a store: the key itself or, for a key
@@ -296,7 +305,7 @@ func newStoreCore[S any, A algorithm[S]](alg A, o *options) *storeCore[S, A] {
 		if i < maxKeys%n {
 			share++
 		}
-		c.shards[i].t.Init(share, c.seed, fresh)
+		c.shards[i].t.Init(share, fresh)
 	}
 	return c
 }
@@ -378,21 +387,20 @@ func (c *storeCore[S, A]) unlockShard(i int) {
 	sh.mu.Unlock()
 }
 
-func (c *storeCore[S, A]) acquire(k storeKey, now int64) (int32, bool) {
+func (c *storeCore[S, A]) acquire(k storeKey, now int64) bool {
 	t := &c.shards[k.h&c.mask].t
-	p := t.Find(k.key, k.tag)
-	if p < 0 {
-		var ok bool
-		if p, ok = t.Insert(k.key, k.tag, now); !ok {
-			return -1, false
+	if t.Find(k.key, k.tag) < 0 {
+		if _, ok := t.Insert(k.key, k.tag, now); !ok {
+			return false
 		}
 	}
-	t.Pin(p)
-	return p, true
+	t.Pin(k.key, k.tag)
+	return true
 }
 
-func (c *storeCore[S, A]) stepAt(i int, slot int32, now, cost int64, commit bool) Decision {
-	return c.alg.step(c.shards[i].t.State(slot), now, cost, commit)
+func (c *storeCore[S, A]) stepAt(k storeKey, now, cost int64, commit bool) Decision {
+	t := &c.shards[k.h&c.mask].t
+	return c.alg.step(t.State(t.Lookup(k.key, k.tag)), now, cost, commit)
 }
 
 // digestKey returns the SHA-256 digest of a long key, hashed in pieces so

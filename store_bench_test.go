@@ -77,6 +77,27 @@ func storeBenchRules() []struct {
 	}
 }
 
+// storeMemoryRules are the rules the memory benchmark fills stores with:
+// slow enough that no key is fresh again before the benchmark ends, so that
+// a bounded store is full of live keys.
+func storeMemoryRules() []struct {
+	name string
+	rule ratelimit.Rule
+} {
+	rate := ratelimit.PerHour(1)
+	return []struct {
+		name string
+		rule ratelimit.Rule
+	}{
+		{"GCRA", ratelimit.GCRA{Rate: rate, Burst: 10}},
+		{"TokenBucket", ratelimit.TokenBucket{Rate: rate, Burst: 10}},
+		{"LeakyBucket", ratelimit.LeakyBucket{Rate: rate, Capacity: 10}},
+		{"FixedWindow", ratelimit.FixedWindow{Limit: 10, Window: time.Hour}},
+		{"SlidingCounter", ratelimit.SlidingCounter{Limit: 10, Window: time.Hour}},
+		{"SlidingLog", ratelimit.SlidingLog{Limit: 10, Window: time.Hour}},
+	}
+}
+
 var benchSink atomic.Int64
 
 // BenchmarkStoreCheck checks existing keys: "map" is the bare map lookup,
@@ -205,7 +226,7 @@ func BenchmarkStoreMemory(b *testing.B) {
 			}
 			b.ReportMetric(perKey, "B/key")
 		})
-		for _, br := range storeBenchRules() {
+		for _, br := range storeMemoryRules() {
 			for _, bound := range []int{benchMaxKeys, ratelimit.DefaultMaxKeys} {
 				if bound >= n && bound != benchMaxKeys {
 					continue // the same as the room-for-all case

@@ -3,50 +3,40 @@
 // entries its owner reports as fresh and then the least recently used.
 //
 // A Table is not safe for concurrent use: the store guards each one with its
-// shard's mutex. It never allocates an object per key. Its memory is
+// shard's mutex. It never allocates an object per key: it is one array of
+// slots, each holding a key's string header, its state, and a word with the
+// key's 32-bit hash tag and a reference bit, kept inline so that finding a
+// key and reading its state touch one place in memory. The array is open
+// addressed with linear probing from a home slot chosen by the tag, is at
+// most 7/8 full, and grows by 1/8 at a time rather than doubling, so that
+// it is always more than 3/4 full once it has grown: memory per key stays
+// within 8/7 to 4/3 of a slot. Tables never shrink.
 //
-//   - an index of 8-byte slots (a power of two of them, at most 4/5 full),
-//     each a 32-bit tag taken from the key's hash and the entry's position;
-//   - the entries themselves, key string header plus state, in chunks of
-//     ChunkLen allocated as the table grows and kept when it shrinks;
-//   - two bits per entry: "in use" and "referenced" (for CLOCK).
-//
-// An entry never moves once placed: a position handed out by [Table.Find]
-// or [Table.Insert] stays valid until that entry is removed, and entries
-// can be pinned so that eviction passes them by.
+// Entries move when other entries are added or dropped, so a position is
+// valid only until the next [Table.Insert]; find an entry again by its key.
+// Entries can be pinned by key so that eviction passes them by.
 //
 // Eviction. A full table asked for room first sweeps every entry and drops
 // all those that are fresh (their state equals a fresh key's, so nothing is
 // lost). A sweep costs one pass over the table, so after one the table
 // waits for Max/8 insertions before sweeping again; in between, and when a
-// sweep frees nothing, it runs CLOCK (second chance): a hand walks the
-// entries in position order, drops the first one that is fresh or not
-// referenced since the hand last passed it, and clears the reference bit of
-// the others on its way. New entries start unreferenced, so a key seen once
-// is dropped before a key seen twice: a flood of one-off keys cycles through
-// the table without pushing out the keys that keep coming back.
+// sweep frees nothing, it runs CLOCK (second chance): a hand visits the
+// slots (in a scattered order, each once a turn), drops the first entry that is fresh or not referenced since the
+// hand last passed it, and clears the reference bit of the others on its
+// way. The reference bit is widened to a two-bit use count: a new entry
+// starts at 1 and one used again goes to 3; the hand takes one off as it
+// passes and drops entries it finds at 0. So every entry outlives at least
+// one pass of the hand (the hand walks slots in hash order, not in the
+// order keys came, and a key just added must not be the next to go), a key
+// seen only once goes before a key that keeps coming back, and a flood of
+// one-off keys cycles through the table without pushing those out.
 package table
 
-import (
-	"hash/maphash"
-	"math/bits"
-)
-
-// ChunkLen is the number of entries allocated at a time.
-const (
-	chunkBits = 9
-	ChunkLen  = 1 << chunkBits
-)
-
-// minIndex is the smallest index, in slots.
-const minIndex = 8
-
-// Tag derives an entry's tag from its key's 64-bit hash: the hash's high 32
-// bits with the lowest replaced by flag. The high bits of the tag pick the
-// entry's home slot in the index; the flag does not, so that the table can
-// find an entry's slot again from its key's hash alone. The flag lets the
-// owner keep two kinds of keys apart (raw keys and digests of long keys)
-// even when their bytes are equal: Find matches tags before keys.
+// Tag derives an entry's tag from its key's 64-bit hash (the owner hashes
+// keys with a seeded hash such as hash/maphash): the hash's high 32
+// bits with the lowest replaced by flag. The flag lets the owner keep two
+// kinds of keys apart (raw keys and digests of long keys) even when their
+// bytes are equal: Find matches tags before keys.
 func Tag(h uint64, flag bool) uint32 {
 	t := uint32(h>>32) &^ 1
 	if flag {
@@ -55,9 +45,45 @@ func Tag(h uint64, flag bool) uint32 {
 	return t
 }
 
-type entry[S any] struct {
+// Bits of a slot's meta word below the tag. An empty slot's meta is 0.
+// The use count is CLOCK's reference bit widened to two bits: 1 for a new
+// entry, 3 for one used again; each pass of the hand takes one off, and
+// the hand drops an entry it finds at 0.
+//
+// The turn bit records the parity of the hand's last turn over the entry,
+// so that an entry moved (by a removal or a resize) to a slot still ahead
+// of the hand is not counted down twice in one turn. A new entry takes the
+// current turn's parity: it is first counted down in the next turn.
+const (
+	metaUsed     = 1 << 0
+	useShift     = 1
+	useMask      = 3 << useShift
+	useNew       = 1 << useShift
+	useAgain     = 3 << useShift
+	metaTurn     = 1 << 3
+	tagMask      = 0xffffffff << 32
+	handTurnsMax = 5 // turns that skip entries new this turn, count every use down to 0 and find it there
+)
+
+// minSlots is the size of a new table's array.
+const minSlots = 8
+
+// handPrime is a prime above any table's size: the CLOCK hand moves by it,
+// modulo the size, so that it visits every slot once a turn but never two
+// neighbours in a row. A hand that walked slots in order would drop runs of
+// neighbouring entries while new ones land anywhere, crowding the rest of
+// the array into ever longer probe runs.
+const handPrime = 1<<32 + 15
+
+type slot[S any] struct {
+	meta  uint64 // tag<<32 | use count<<useShift | metaUsed; 0 when empty
 	key   string
 	state S
+}
+
+type pin struct {
+	tag uint32
+	key string
 }
 
 // Stats counts what a Table has done since it was made.
@@ -71,32 +97,26 @@ type Stats struct {
 // Table is one shard's bounded map. The zero Table holds nothing and admits
 // nothing; call [Table.Init] first.
 type Table[S any] struct {
-	index  []uint64 // tag<<32 | position+1; 0 is an empty slot
-	shift  uint32   // 32 - log2(len(index)): a tag's home slot is tag>>shift
-	chunks [][]entry[S]
-	used   []uint64 // a bit per position: holds an entry
-	ref    []uint64 // a bit per position: referenced since the hand passed
-	pins   []int32
+	slots  []slot[S]
+	n      int    // entries held
+	max    int    // the bound on n
+	growAt int    // n at which the array grows: 7/8 of it
+	hand   int    // CLOCK hand, a slot
+	stride int    // how far the hand moves at a time: coprime to len(slots)
+	steps  int    // slots the hand has visited this turn
+	turn   uint64 // metaTurn or 0: the parity of the hand's current turn
+	since  int    // insertions since the last sweep
+	pins   []pin
 
-	n      int // entries held
-	hi     int // positions handed out: [0, hi); positions n..hi-1 worth are holes
-	max    int // the bound on n
-	hand   int // CLOCK hand, a position
-	holeAt int // where the search for a hole resumes
-	since  int // insertions since the last sweep
-
-	seed  maphash.Seed
 	fresh func(s *S, now int64) bool
 	Stats Stats
 }
 
-// Init readies t to hold at most max entries. seed must be the seed the
-// owner hashes keys with (the table rehashes keys it drops), and fresh
-// reports whether a state at now is as good as the zero state.
-func (t *Table[S]) Init(max int, seed maphash.Seed, fresh func(s *S, now int64) bool) {
-	*t = Table[S]{max: max, seed: seed, fresh: fresh}
-	t.index = make([]uint64, minIndex)
-	t.shift = 32 - uint32(bits.TrailingZeros(minIndex))
+// Init readies t to hold at most max entries; fresh reports whether a state
+// at now is as good as the zero state.
+func (t *Table[S]) Init(max int, fresh func(s *S, now int64) bool) {
+	*t = Table[S]{max: max, fresh: fresh}
+	t.resize(minSlots)
 }
 
 // Len returns the number of entries held.
@@ -105,134 +125,94 @@ func (t *Table[S]) Len() int { return t.n }
 // Max returns the bound on Len.
 func (t *Table[S]) Max() int { return t.max }
 
+// home returns tag's home slot: tag scaled to the array's length.
+func (t *Table[S]) home(tag uint32) int {
+	return int(uint64(tag) * uint64(len(t.slots)) >> 32)
+}
+
 // Find returns the position of key, whose hash gave tag, or -1 if t does not
 // hold it. It marks a found entry referenced.
-func (t *Table[S]) Find(key string, tag uint32) int32 {
-	p := t.Lookup(key, tag)
-	if p >= 0 {
-		if w := &t.ref[p>>6]; *w&(1<<(p&63)) == 0 {
-			*w |= 1 << (p & 63)
+func (t *Table[S]) Find(key string, tag uint32) int {
+	i := t.Lookup(key, tag)
+	if i >= 0 {
+		if m := &t.slots[i].meta; *m&useMask != useAgain {
+			*m |= useAgain
 		}
 	}
-	return p
+	return i
 }
 
 // Lookup is Find without marking the entry referenced.
-func (t *Table[S]) Lookup(key string, tag uint32) int32 {
-	mask := uint32(len(t.index) - 1)
-	for i := tag >> t.shift; ; i = (i + 1) & mask {
-		s := t.index[i]
-		if s == 0 {
+func (t *Table[S]) Lookup(key string, tag uint32) int {
+	slots := t.slots
+	want := uint64(tag) << 32
+	for i := t.home(tag); ; {
+		s := &slots[i]
+		if s.meta == 0 {
 			return -1
 		}
-		if uint32(s>>32) == tag {
-			p := int32(uint32(s)) - 1
-			if t.chunks[p>>chunkBits][p&(ChunkLen-1)].key == key {
-				return p
-			}
+		if s.meta&tagMask == want && s.key == key {
+			return i
+		}
+		if i++; i == len(slots) {
+			i = 0
 		}
 	}
 }
 
-// State returns the state at position p, valid until the entry is removed.
-func (t *Table[S]) State(p int32) *S {
-	return &t.chunks[p>>chunkBits][p&(ChunkLen-1)].state
-}
-
-// Key returns the key at position p.
-func (t *Table[S]) Key(p int32) string {
-	return t.chunks[p>>chunkBits][p&(ChunkLen-1)].key
-}
+// State returns the state at position i, valid until the next Insert.
+func (t *Table[S]) State(i int) *S { return &t.slots[i].state }
 
 // Insert adds key, which t must not hold, with a zero state, making room if
 // t is full; now is the time fresh is asked about. It returns the new
 // entry's position, or false if no entry can be dropped (every one is
 // pinned, or the bound is 0). The table keeps the key string itself.
-func (t *Table[S]) Insert(key string, tag uint32, now int64) (int32, bool) {
-	p, ok := t.room(now)
-	if !ok {
+func (t *Table[S]) Insert(key string, tag uint32, now int64) (int, bool) {
+	if t.n >= t.max && !t.evict(now) {
 		return -1, false
 	}
-	t.chunks[p>>chunkBits][p&(ChunkLen-1)].key = key
-	t.used[p>>6] |= 1 << (p & 63)
+	if t.n >= t.growAt {
+		t.resize(len(t.slots) + max(len(t.slots)/8, minSlots))
+	}
+	i := t.place(tag)
+	t.slots[i] = slot[S]{meta: uint64(tag)<<32 | t.turn | useNew | metaUsed, key: key}
 	t.n++
 	t.since++
 	t.Stats.Inserts++
-	if t.n*5 > len(t.index)*4 {
-		t.grow()
-	}
-	t.place(tag, p)
-	return p, true
+	return i, true
 }
 
-// Pin keeps the entry at p from being evicted until [Table.Unpin].
-func (t *Table[S]) Pin(p int32) { t.pins = append(t.pins, p) }
+// Pin keeps key's entry from being evicted until [Table.Unpin].
+func (t *Table[S]) Pin(key string, tag uint32) { t.pins = append(t.pins, pin{tag, key}) }
 
 // Unpin releases every pin.
-func (t *Table[S]) Unpin() { t.pins = t.pins[:0] }
+func (t *Table[S]) Unpin() {
+	clear(t.pins) // drop the keys
+	t.pins = t.pins[:0]
+}
 
-// Pinned reports whether the entry at p is pinned.
-func (t *Table[S]) Pinned(p int32) bool {
-	for _, q := range t.pins {
-		if q == p {
+func (t *Table[S]) pinned(s *slot[S]) bool {
+	for _, p := range t.pins {
+		if uint64(p.tag)<<32 == s.meta&tagMask && p.key == s.key {
 			return true
 		}
 	}
 	return false
 }
 
-// room returns a free position: a hole, a never-used position, or the
-// position of an entry it drops.
-func (t *Table[S]) room(now int64) (int32, bool) {
-	if t.n < t.hi {
-		return t.hole(), true
-	}
-	if t.hi < t.max {
-		p := t.hi
-		t.hi++
-		if p&(ChunkLen-1) == 0 {
-			size := min(ChunkLen, t.max-p)
-			t.chunks = append(t.chunks, make([]entry[S], size))
-			words := (size + 63) / 64
-			t.used = append(t.used, make([]uint64, words)...)
-			t.ref = append(t.ref, make([]uint64, words)...)
-		}
-		return int32(p), true
-	}
+// evict drops an entry: every fresh one if a sweep is due and finds any,
+// otherwise the one CLOCK picks.
+func (t *Table[S]) evict(now int64) bool {
 	if t.max == 0 {
-		return -1, false
+		return false
 	}
 	if t.since >= t.max>>3 {
 		t.since = 0
 		if t.sweep(now) > 0 {
-			return t.hole(), true
+			return true
 		}
 	}
 	return t.clock(now)
-}
-
-// hole returns the first position not in use, searching on from where the
-// last search stopped. There must be one (n < hi).
-func (t *Table[S]) hole() int32 {
-	w := t.holeAt >> 6
-	free := ^t.used[w] &^ (1<<(t.holeAt&63) - 1)
-	for {
-		if free != 0 {
-			p := w<<6 | bits.TrailingZeros64(free)
-			if p < t.hi {
-				t.holeAt = p + 1
-				if t.holeAt >= t.hi {
-					t.holeAt = 0
-				}
-				return int32(p)
-			}
-		}
-		w++
-		if w<<6 >= t.hi {
-			w = 0
-		}
-		free = ^t.used[w]
-	}
 }
 
 // sweep drops every entry that is fresh at now and not pinned, and returns
@@ -240,76 +220,79 @@ func (t *Table[S]) hole() int32 {
 func (t *Table[S]) sweep(now int64) int {
 	t.Stats.Sweeps++
 	dropped := 0
-	for w, word := range t.used {
-		for word != 0 {
-			b := bits.TrailingZeros64(word)
-			word &^= 1 << b
-			p := int32(w<<6 | b)
-			if t.fresh(t.State(p), now) && !t.Pinned(p) {
-				t.remove(p, false)
-				dropped++
-			}
+	for i := 0; i < len(t.slots); {
+		s := &t.slots[i]
+		if s.meta != 0 && t.fresh(&s.state, now) && !t.pinned(s) {
+			t.remove(i, false)
+			dropped++
+			continue // another entry may have moved into slot i
 		}
+		i++
 	}
 	return dropped
 }
 
-// clock runs the CLOCK hand until it drops an entry, and returns its
-// position. Within two turns every unpinned entry has lost its reference
-// bit, so it fails only if every entry is pinned.
-func (t *Table[S]) clock(now int64) (int32, bool) {
-	for range 2*t.hi + 1 {
-		p := int32(t.hand)
-		t.hand++
-		if t.hand >= t.hi {
-			t.hand = 0
+// clock runs the CLOCK hand until it drops an entry. Within five turns it
+// has passed every entry new in the first, taken every unpinned entry's use
+// count down to 0 and come back to it, so it fails only if every entry is
+// pinned.
+func (t *Table[S]) clock(now int64) bool {
+	for range handTurnsMax*len(t.slots) + 1 {
+		i := t.hand
+		if t.hand += t.stride; t.hand >= len(t.slots) {
+			t.hand -= len(t.slots)
 		}
-		w, bit := p>>6, uint64(1)<<(p&63)
-		if t.used[w]&bit == 0 || t.Pinned(p) {
+		if t.steps++; t.steps == len(t.slots) {
+			t.steps = 0
+			t.turn ^= metaTurn
+		}
+		s := &t.slots[i]
+		if s.meta == 0 || s.meta&metaTurn == t.turn || t.pinned(s) {
 			continue
 		}
-		if t.fresh(t.State(p), now) {
-			t.remove(p, false)
-			return p, true
+		s.meta ^= metaTurn
+		if t.fresh(&s.state, now) {
+			t.remove(i, false)
+			return true
 		}
-		if t.ref[w]&bit != 0 {
-			t.ref[w] &^= bit
+		if s.meta&useMask != 0 {
+			s.meta -= 1 << useShift
 			continue
 		}
-		t.remove(p, true)
-		return p, true
+		t.remove(i, true)
+		return true
 	}
-	return -1, false
+	return false
 }
 
-// remove drops the entry at p: from the index (finding its slot from its
-// key's hash), then its key and state, so that neither is kept alive.
-func (t *Table[S]) remove(p int32, lossy bool) {
-	e := &t.chunks[p>>chunkBits][p&(ChunkLen-1)]
-	mask := uint32(len(t.index) - 1)
-	i := Tag(maphash.String(t.seed, e.key), false) >> t.shift
-	for uint32(t.index[i]) != uint32(p)+1 {
-		i = (i + 1) & mask
+// remove drops the entry at slot i, moving later members of its probe run
+// back into the gap (so that no tombstones are needed) and clearing the
+// slot left over, so that no key or state is kept alive.
+func (t *Table[S]) remove(i int, lossy bool) {
+	n := len(t.slots)
+	dist := func(from, to int) int { // cyclic distance
+		if d := to - from; d >= 0 {
+			return d
+		}
+		return to - from + n
 	}
-	// Backward-shift deletion: move later members of the probe run into
-	// the gap, so no tombstones are needed.
+	hole := i
 	for j := i; ; {
-		j = (j + 1) & mask
-		s := t.index[j]
-		if s == 0 {
+		if j++; j == n {
+			j = 0
+		}
+		s := &t.slots[j]
+		if s.meta == 0 {
 			break
 		}
-		home := uint32(s>>32) >> t.shift
-		if (j-home)&mask < (j-i)&mask {
-			continue // its home is between the gap and j: it stays
+		// The entry at j may fill the hole unless its home lies after the
+		// hole (cyclically, in (hole, j]).
+		if dist(t.home(uint32(s.meta>>32)), j) >= dist(hole, j) {
+			t.slots[hole] = *s
+			hole = j
 		}
-		t.index[i] = s
-		i = j
 	}
-	t.index[i] = 0
-	*e = entry[S]{}
-	t.used[p>>6] &^= 1 << (p & 63)
-	t.ref[p>>6] &^= 1 << (p & 63)
+	t.slots[hole] = slot[S]{}
 	t.n--
 	t.Stats.Evictions++
 	if lossy {
@@ -317,37 +300,38 @@ func (t *Table[S]) remove(p int32, lossy bool) {
 	}
 }
 
-// place records tag at position p in the index.
-func (t *Table[S]) place(tag uint32, p int32) {
-	mask := uint32(len(t.index) - 1)
-	i := tag >> t.shift
-	for t.index[i] != 0 {
-		i = (i + 1) & mask
+// place returns the first empty slot from tag's home on.
+func (t *Table[S]) place(tag uint32) int {
+	i := t.home(tag)
+	for t.slots[i].meta != 0 {
+		if i++; i == len(t.slots) {
+			i = 0
+		}
 	}
-	t.index[i] = uint64(tag)<<32 | uint64(uint32(p)+1)
+	return i
 }
 
-// grow doubles the index. Every slot carries its tag, so no key is read.
-func (t *Table[S]) grow() {
-	old := t.index
-	t.index = make([]uint64, 2*len(old))
-	t.shift--
-	for _, s := range old {
-		if s != 0 {
-			t.place(uint32(s>>32), int32(uint32(s))-1)
+// resize moves every entry into a new array of size slots. Each slot
+// carries its tag, so no key is read or hashed again.
+func (t *Table[S]) resize(size int) {
+	old := t.slots
+	t.slots = make([]slot[S], size)
+	t.growAt = size * 7 / 8
+	t.hand, t.steps = 0, 0
+	t.stride = int(handPrime % uint64(size))
+	for i := range old {
+		if s := &old[i]; s.meta != 0 {
+			t.slots[t.place(uint32(s.meta>>32))] = *s
 		}
 	}
 }
 
-// Each calls f for every entry held, in position order.
+// Each calls f for every entry held, in slot order. f must not add or drop
+// entries.
 func (t *Table[S]) Each(f func(key string, s *S)) {
-	for w, word := range t.used {
-		for word != 0 {
-			b := bits.TrailingZeros64(word)
-			word &^= 1 << b
-			p := int32(w<<6 | b)
-			e := &t.chunks[p>>chunkBits][p&(ChunkLen-1)]
-			f(e.key, &e.state)
+	for i := range t.slots {
+		if s := &t.slots[i]; s.meta != 0 {
+			f(s.key, &s.state)
 		}
 	}
 }
