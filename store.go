@@ -279,6 +279,8 @@ type storeShard[S any] struct {
 // storeCore is the store for an algorithm A with state S.
 type storeCore[S any, A algorithm[S]] struct {
 	alg     A
+	capMil  int64   // alg.capacity(), read once: no call on the hot path
+	pol     *policy // alg.policy()
 	clock   Clock
 	seed    maphash.Seed
 	mask    uint64
@@ -293,6 +295,8 @@ func newStoreCore[S any, A algorithm[S]](alg A, o *options) *storeCore[S, A] {
 	}
 	c := &storeCore[S, A]{
 		alg:     alg,
+		capMil:  alg.capacity(),
+		pol:     alg.policy(),
 		clock:   o.clock,
 		seed:    maphash.MakeSeed(),
 		mask:    uint64(n - 1),
@@ -311,8 +315,8 @@ func newStoreCore[S any, A algorithm[S]](alg A, o *options) *storeCore[S, A] {
 }
 
 func (c *storeCore[S, A]) check(key string, cost Units) (Decision, error) {
-	if d, err := checkCost(cost, c.alg.capacity(), c.alg.policy()); err != nil {
-		return d, err
+	if cost <= 0 || int64(cost) > c.capMil {
+		return checkCost(cost, c.capMil, c.pol)
 	}
 	k := c.prepare(key)
 	now := clampTime(c.clock.Now())
