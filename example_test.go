@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -322,6 +323,28 @@ func ExampleShadow() {
 	// allowed true would have been refused false
 	// allowed true would have been refused true
 	// 1 refusal reported
+}
+
+// Rules can live in configuration as JSON. Reading is strict: a field the
+// rule does not use, or a value its constructor would reject, is an error
+// naming the rule and the field.
+func ExampleRuleSpec() {
+	var spec ratelimit.RuleSpec
+	err := json.Unmarshal([]byte(`{"name":"api","algorithm":"gcra","rate":"100/min","burst":20}`), &spec)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("%+v\n", spec.Rule)
+	lim, _ := ratelimit.New(spec.Rule, ratelimit.WithClock(ratelimit.NewManualClock(0)))
+	d, _ := lim.Check(ratelimit.Unit)
+	fmt.Println(d.Policy, d.Limit, d.Window)
+
+	err = json.Unmarshal([]byte(`{"algorithm":"sliding_log","limit":5,"rate":"1/s","window":"10s"}`), &spec)
+	fmt.Println(errors.Is(err, ratelimit.ErrInvalidRule), err)
+	// Output:
+	// {Rate:100/min Burst:20 Name:api}
+	// api 20 12s
+	// true ratelimit: invalid sliding_log rule: rate is not a field of sliding_log
 }
 
 // Costs are in milli-units: a cheap call can cost a quarter of a request.
