@@ -55,25 +55,27 @@ type attempt struct {
 	// undo, set only for a committed request with a Delay, gives the cost
 	// back if nothing else was admitted since, and reports whether it did.
 	undo func() bool
+	// err ends the wait with this error.
+	err error
 }
 
 // tryFunc makes one admission attempt at the limiter's current time,
 // committing an admissible request only if its goOn is at most budget.
 type tryFunc func(cost int64, budget time.Duration) attempt
 
-// waitFor is Wait for every limiter: the loop around its attempts.
-func waitFor(ctx context.Context, clk Clock, cost Units, capMilli int64, pol *policy, try tryFunc) (Decision, error) {
-	if d, err := checkCost(cost, capMilli, pol); err != nil {
-		return d, err
-	}
-	d := pol.decision()
+// waitFor is Wait for every limiter: the loop around its attempts, for a
+// cost already validated. d is what to return if ctx has already ended.
+func waitFor(ctx context.Context, clk Clock, cost int64, d Decision, try tryFunc) (Decision, error) {
 	for {
 		if err := ctx.Err(); err != nil {
 			return d, err
 		}
 		budget := timeLeft(ctx)
-		a := try(int64(cost), budget)
+		a := try(cost, budget)
 		d = a.d
+		if a.err != nil {
+			return d, a.err
+		}
 		if !a.committed {
 			d.Allowed, d.Delay = false, 0
 		}
@@ -125,7 +127,10 @@ func sleepUntil(ctx context.Context, clk Clock, t int64) error {
 
 // Wait implements [Limiter.Wait].
 func (l *single[S, A]) Wait(ctx context.Context, cost Units) (Decision, error) {
-	return waitFor(ctx, l.clock, cost, l.alg.capacity(), l.alg.policy(), l.try)
+	if d, err := checkCost(cost, l.alg.capacity(), l.alg.policy()); err != nil {
+		return d, err
+	}
+	return waitFor(ctx, l.clock, int64(cost), l.alg.policy().decision(), l.try)
 }
 
 // try implements tryFunc: a look at the state and, if the request is
@@ -183,7 +188,10 @@ func (l *atomicGCRA) Wait(ctx context.Context, cost Units) (Decision, error) {
 	if l.mono != nil {
 		clk = l.mono.clock
 	}
-	return waitFor(ctx, clk, cost, l.alg.capMilli, &l.alg.pol, l.try)
+	if d, err := checkCost(cost, l.alg.capMilli, &l.alg.pol); err != nil {
+		return d, err
+	}
+	return waitFor(ctx, clk, int64(cost), l.alg.pol.decision(), l.try)
 }
 
 // try implements tryFunc for the lock-free GCRA. GCRA never delays an

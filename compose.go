@@ -1,0 +1,405 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Layer is one limit of a [Composite]: a rule, applied to a key of its own
+// that the layer derives from the key the composite is asked about.
+type Layer struct {
+	// Rule is the layer's rule. Its Name is the Policy that Decisions
+	// report when this layer is the one that limits.
+	Rule Rule
+
+	// Key derives the layer's key from the key given to Check or Wait: for
+	// example a constant for a global limit, the API key part of an
+	// "apikey route" key for a per-customer limit, or the whole key for a
+	// per-customer-and-route limit. A nil Key uses the given key as it is.
+	// Key must be safe for concurrent use, and quick: it runs on every
+	// request, before any lock is taken.
+	Key func(key string) string
+
+	// Shadow runs the layer in shadow mode: it is asked about every request
+	// and keeps its state as if it enforced, but never denies one. Its own
+	// answer goes to OnShadow, and a request that it alone would have
+	// denied is admitted with Decision.Shadowed set.
+	Shadow bool
+
+	// OnShadow, if not nil, receives a shadow layer's report on every
+	// request, with the layer's own key (see [ShadowFunc]).
+	OnShadow ShadowFunc
+
+	// Options configure the layer's store: [WithMaxKeys] and [WithShards].
+	// They apply after the options given to [Compose]; the composite's
+	// clock is used whatever they say.
+	Options []Option
+}
+
+// Composite is several limits that every request must pass together: a
+// global cap, a per-customer plan, a tighter per-route limit for expensive
+// endpoints. It has the same Check as a [Store] (it is a [KeyedLimiter],
+// so the HTTP middleware takes it) and a Wait.
+//
+// A request is admitted only if every enforced layer admits it, and a
+// request that any layer denies spends nothing from any layer. This holds
+// under any concurrency and for every algorithm.
+//
+// A Composite is safe for concurrent use, starts no goroutines and needs no
+// Close. The zero Composite is not usable; build one with [Compose].
+//
+// # Design, and why it is safe
+//
+// Each layer is a [Store] of its own, built from the layer's rule and
+// owned by the composite; nothing else can reach it. A Check prepares every
+// layer's key (hashing it, outside any lock), then takes the lock of the one
+// shard that holds each layer's key, always in the same order: layer after
+// layer. Since a composite's locks are only ever taken by the composite in
+// that order, and a layer's key is in exactly one shard of its store,
+// concurrent Checks cannot deadlock. With every lock held, it reads one
+// instant for all layers (the clock, raised to the latest instant any of
+// those shards has already used, so that no key ever sees time go back),
+// and asks every layer what it would decide at that instant without
+// changing anything (each algorithm's step with commit off, which is
+// pure). Only if every enforced layer admits the request does it run the
+// same steps again with commit on; then it releases the locks. No other
+// Check can touch those keys between the look and the commit, so the
+// commit does exactly what the look said: a denied request has changed no
+// state at all, and an admitted one has been spent in full in every layer.
+// Each Check takes effect at one instant, the one at which it held every
+// lock, so the composite is linearizable like its layers. A key that was
+// looked at but not spent stays in its store as a fresh entry, which the
+// store drops first when it needs room.
+//
+// This is a look-then-commit, not a spend-then-refund: nothing is ever
+// taken back, so no algorithm needs an inverse, and no other request can
+// see a layer briefly spent by a request that is then refused.
+//
+// # Decisions
+//
+// The Decision describes the most constraining enforced layer: for a
+// denied request, the denying layer with the longest RetryAfter; for an
+// admitted one, the layer with the least Remaining (the first in layer
+// order on ties). Its Limit, Remaining, ResetAfter, Policy and Window are
+// that layer's. RetryAfter is then exactly when this request would pass
+// every layer if nothing else arrived, since no algorithm makes a request
+// less eligible by waiting; an admitted request's Remaining is exactly the
+// largest cost the composite as a whole could still admit; and Delay is
+// the longest Delay of the layers (a leaky bucket's queue). A composite
+// whose layers are all in shadow mode reports its shadow layers this way,
+// made into an admission as [Shadow] does.
+//
+// Cost errors are those of the enforced layers: a cost above any enforced
+// layer's capacity is [ErrCostExceedsCapacity], with that layer's policy
+// in the Decision. A cost above a shadow layer's capacity is reported to
+// its OnShadow and does not stop the request.
+//
+// # Memory and speed
+//
+// Each layer costs what its store costs per key (see [Store]). A Check
+// takes one lock per layer and runs each layer's step twice when the
+// request is admitted.
+type Composite struct {
+	layers   []compositeLayer
+	clock    Clock
+	enforced int // how many layers enforce
+}
+
+// compositeLayer is a built Layer.
+type compositeLayer struct {
+	store  keyedStore
+	key    func(string) string
+	shadow bool
+	report ShadowFunc
+}
+
+// errNoRoom is returned if a store could not hold a key it was asked
+// about. A composite pins one key per store and every shard holds at least
+// one, so it cannot happen; the error exists so that a broken invariant is
+// an error and not a wrong decision.
+var errNoRoom = errors.New("ratelimit: a layer's store has no room for the key")
+
+// Compose builds a [Composite] from layers, in the order they are given.
+// opts apply to every layer's store: [WithClock] (one clock for all
+// layers), [WithMaxKeys] and [WithShards]; each layer's own Options follow
+// them. A malformed rule is an error that matches [ErrInvalidRule], and an
+// option out of range one that matches [ErrInvalidOption], each naming the
+// layer. At least one layer is needed.
+func Compose(layers []Layer, opts ...Option) (*Composite, error) {
+	if len(layers) == 0 {
+		return nil, &RuleError{Rule: "Composite", Field: "layers", Reason: "is empty"}
+	}
+	clock := buildOptions(opts).clock
+	c := &Composite{layers: make([]compositeLayer, len(layers)), clock: clock}
+	for i, l := range layers {
+		if l.Rule == nil {
+			return nil, &RuleError{Rule: "Composite", Field: fmt.Sprintf("layers[%d].Rule", i), Reason: "is nil"}
+		}
+		b, err := l.Rule.bind()
+		if err != nil {
+			return nil, fmt.Errorf("ratelimit: layer %d: %w", i, err)
+		}
+		all := append(append(append([]Option(nil), opts...), l.Options...), WithClock(clock))
+		o := buildOptions(all)
+		if _, _, err := storeShape(o.store); err != nil {
+			return nil, fmt.Errorf("ratelimit: layer %d: %w", i, err)
+		}
+		c.layers[i] = compositeLayer{store: b.newStore(o), key: l.Key, shadow: l.Shadow, report: l.OnShadow}
+		if !l.Shadow {
+			c.enforced++
+		}
+	}
+	return c, nil
+}
+
+// Check asks every layer about cost for key at the composite's current
+// time, and spends it in every layer if every enforced layer admits it (see
+// [Composite] for the Decision). Its errors are those of [Limiter.Check].
+func (c *Composite) Check(key string, cost Units) (Decision, error) {
+	if d, err := c.checkCost(cost); err != nil {
+		return d, err
+	}
+	a := tryLayers(c.layers, c.enforced, c.clock, key, int64(cost), maxBudget)
+	return a.d, a.err
+}
+
+// Wait blocks until cost is admitted for key by every layer, as
+// [Limiter.Wait] does for one limit: it sleeps on the composite's clock for
+// exactly the RetryAfter of each denial (the longest of the layers'), never
+// polls, and gives up at once, spending nothing, when ctx ends or when its
+// deadline would come before the request could go on. A leaky bucket
+// layer's Delay is waited out before Wait returns; if ctx ends during that
+// wait, the request has already been admitted and stays spent (the
+// Decision returned with the error says Allowed), as a request that has
+// joined a queue. Each attempt is reported to the shadow layers.
+func (c *Composite) Wait(ctx context.Context, key string, cost Units) (Decision, error) {
+	d, err := c.checkCost(cost)
+	if err != nil {
+		return d, err
+	}
+	try := func(cost int64, budget time.Duration) attempt {
+		return tryLayers(c.layers, c.enforced, c.clock, key, cost, budget)
+	}
+	return waitFor(ctx, c.clock, int64(cost), d, try)
+}
+
+// Stats returns each layer's store counters, in layer order.
+func (c *Composite) Stats() []StoreStats {
+	st := make([]StoreStats, len(c.layers))
+	for i, l := range c.layers {
+		st[i] = l.store.stats()
+	}
+	return st
+}
+
+// checkCost validates cost against the enforced layers. On success the
+// Decision is the one to report if nothing else is known: the first
+// enforced layer's policy.
+func (c *Composite) checkCost(cost Units) (Decision, error) {
+	first := &c.layers[0]
+	for i := range c.layers {
+		if !c.layers[i].shadow {
+			first = &c.layers[i]
+			break
+		}
+	}
+	if cost <= 0 {
+		return first.store.policy().decision(), ErrInvalidCost
+	}
+	for i := range c.layers {
+		l := &c.layers[i]
+		if !l.shadow && int64(cost) > l.store.capacity() {
+			return l.store.policy().decision(), ErrCostExceedsCapacity
+		}
+	}
+	return first.store.policy().decision(), nil
+}
+
+// Wait blocks until cost is admitted for key, as [Limiter.Wait] does for a
+// single key: it sleeps on the store's clock for exactly the RetryAfter of
+// each denial, never polls, and gives up at once, spending nothing, when
+// ctx ends or when its deadline would come before the request could go on.
+// A leaky bucket's Delay is waited out before Wait returns; if ctx ends
+// during that wait, the request stays spent (the Decision returned with the
+// error says Allowed), as a request that has joined a queue.
+func (s *Store) Wait(ctx context.Context, key string, cost Units) (Decision, error) {
+	if d, err := checkCost(cost, s.core.capacity(), s.core.policy()); err != nil {
+		return d, err
+	}
+	layers := []compositeLayer{{store: s.core}}
+	clock := s.core.(interface{ waitClock() Clock }).waitClock()
+	try := func(cost int64, budget time.Duration) attempt {
+		return tryLayers(layers, 1, clock, key, cost, budget)
+	}
+	return waitFor(ctx, clock, int64(cost), s.core.policy().decision(), try)
+}
+
+// waitClock is the clock Wait sleeps on.
+func (c *storeCore[S, A]) waitClock() Clock { return c.clock }
+
+// maxBudget is the budget of a Check: no deadline.
+const maxBudget = time.Duration(1<<63 - 1)
+
+// inlineLayers is how many layers tryLayers handles without allocating.
+const inlineLayers = 8
+
+// layerTurn is one layer's part in one attempt.
+type layerTurn struct {
+	key   string // the layer's own key
+	k     storeKey
+	shard int
+	d     Decision
+	err   error // a shadow layer's cost error: the layer sits this one out
+}
+
+// tryLayers makes one attempt on every layer at one instant, as
+// [Composite] describes, committing an admitted request only if it would
+// go on within budget. enforced is how many layers enforce. cost has been
+// checked against every enforced layer.
+func tryLayers(layers []compositeLayer, enforced int, clock Clock, key string, cost int64, budget time.Duration) attempt {
+	var buf [inlineLayers]layerTurn
+	turns := buf[:0]
+	if len(layers) > inlineLayers {
+		turns = make([]layerTurn, 0, len(layers))
+	}
+	for i := range layers {
+		l := &layers[i]
+		t := layerTurn{key: key}
+		if l.key != nil {
+			t.key = l.key(key)
+		}
+		if cost > l.store.capacity() { // only a shadow layer gets here
+			t.d, t.err = l.store.policy().decision(), ErrCostExceedsCapacity
+		} else {
+			t.k = l.store.prepare(t.key)
+			t.shard = l.store.shardIndex(t.k)
+		}
+		turns = append(turns, t)
+	}
+
+	// Lock in layer order, and agree on one instant.
+	now := clampTime(clock.Now())
+	for i := range turns {
+		if turns[i].err == nil {
+			now = max(now, layers[i].store.lockShard(turns[i].shard, now))
+		}
+	}
+	a := attempt{now: now}
+	for i := range turns {
+		if turns[i].err == nil && !layers[i].store.acquire(turns[i].k, now) {
+			a.err = errNoRoom
+		}
+	}
+
+	// Look.
+	admitted := a.err == nil
+	for i := range turns {
+		t := &turns[i]
+		if t.err == nil && a.err == nil {
+			t.d = layers[i].store.stepAt(t.k, now, cost, false)
+			if !layers[i].shadow && !t.d.Allowed {
+				admitted = false
+			}
+		}
+	}
+	view := enforced > 0 // whether the Decision shows the enforced layers
+	a.d = combine(layers, turns, view)
+	switch {
+	case a.err != nil:
+	case admitted:
+		if view {
+			a.goOn = a.d.Delay
+		} // else only shadow layers, which never hold a request back
+		if a.goOn <= budget {
+			// Commit: every enforced layer, and every shadow layer that
+			// would have admitted the request itself.
+			for i := range turns {
+				t := &turns[i]
+				if t.err == nil && (!layers[i].shadow || t.d.Allowed) {
+					t.d = layers[i].store.stepAt(t.k, now, cost, true)
+				}
+			}
+			a.committed = true
+		}
+	default:
+		// Denied: when would it go on if nothing else arrived? After the
+		// longest RetryAfter every layer admits; add the longest Delay
+		// the layers would then give it.
+		a.goOn = a.d.RetryAfter
+		at := min(now+int64(a.d.RetryAfter), int64(MaxTime))
+		var delay time.Duration
+		for i := range turns {
+			if turns[i].err == nil && (!layers[i].shadow || !view) {
+				delay = max(delay, layers[i].store.stepAt(turns[i].k, at, cost, false).Delay)
+			}
+		}
+		a.goOn += delay
+	}
+	for i := len(turns) - 1; i >= 0; i-- {
+		if turns[i].err == nil {
+			layers[i].store.unlockShard(turns[i].shard)
+		}
+	}
+	if a.err != nil {
+		return a
+	}
+
+	// Shadow layers: report, and flag a request that only they would deny.
+	shadowDenies := false
+	for i := range turns {
+		l, t := &layers[i], &turns[i]
+		if !l.shadow {
+			continue
+		}
+		if t.err != nil || !t.d.Allowed {
+			shadowDenies = true
+		}
+		if l.report != nil {
+			l.report(ShadowReport{Key: t.key, Decision: t.d, Err: t.err})
+		}
+	}
+	if !view {
+		a.d = admitShadow(a.d, !a.d.Allowed || shadowDenies)
+	} else if a.d.Allowed && shadowDenies {
+		a.d.Shadowed = true
+	}
+	return a
+}
+
+// combine makes the composite Decision from the layers' looks: from the
+// enforced layers if view is true, else from every shadow layer that took
+// part.
+func combine(layers []compositeLayer, turns []layerTurn, view bool) Decision {
+	pick := -1
+	allowed := true
+	var retry, delay time.Duration
+	for i := range turns {
+		t := &turns[i]
+		if t.err != nil || layers[i].shadow == view {
+			continue
+		}
+		delay = max(delay, t.d.Delay)
+		if !t.d.Allowed {
+			if allowed || t.d.RetryAfter > retry {
+				pick, retry = i, t.d.RetryAfter
+			}
+			allowed = false
+			continue
+		}
+		if allowed && (pick < 0 || t.d.Remaining < turns[pick].d.Remaining) {
+			pick = i
+		}
+	}
+	if pick < 0 {
+		// Only shadow layers, each with a cost error: the first one's
+		// policy describes the request.
+		return turns[0].d
+	}
+	d := turns[pick].d
+	if allowed {
+		d.Delay = delay
+	}
+	return d
+}
