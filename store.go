@@ -25,8 +25,8 @@ const (
 	// than MaxKeyLen bytes, however long it is.
 	MaxKeyLen = 64
 
-	// maxStoreKeys bounds WithMaxKeys so that every shard's table stays
-	// within its 32-bit positions.
+	// maxStoreKeys bounds WithMaxKeys, so that at most 1024 shards keep
+	// every shard within maxShardKeys.
 	maxStoreKeys = 1 << 40
 	// maxShards bounds WithShards.
 	maxShards = 1 << 16
@@ -34,7 +34,8 @@ const (
 	// is chosen by default, so that eviction in a small store still picks
 	// among enough entries to approximate least-recently-used.
 	minShardKeys = 256
-	// maxShardKeys keeps every shard's index within 2^31 slots.
+	// maxShardKeys keeps every shard's array well within the 2^32 slots its
+	// 32-bit hash tags can address.
 	maxShardKeys = 1 << 30
 )
 
@@ -100,11 +101,11 @@ func WithShards(n int) Option {
 // key, approximated by CLOCK: a hand visits the shard's keys in turn,
 // dropping a fresh key at once and otherwise the first key not checked
 // again for the last few turns (a two-bit use count, set to 3 by a check
-// and to 1 for a new key, counted down once a turn). A key that keeps
-// coming back is never dropped for one seen only once, so a flood of one-off
-// keys cycles through the store without pushing out the regular ones; among
-// keys not seen again, which goes first is arbitrary (hash order), not
-// strictly the oldest.
+// and to 1 for a new key, counted down once a turn). A key checked at least
+// once every three turns of the hand is never dropped, and a key seen once
+// goes before one seen again, so a flood of one-off keys cycles through the
+// store without pushing out the regular ones; among keys not seen again,
+// which goes first is arbitrary (hash order), not strictly the oldest.
 //
 // Lossy evictions. Dropping a key that was partly spent hands that key a
 // fresh allowance the next time it comes. Those evictions are counted
@@ -116,10 +117,14 @@ func WithShards(n int) Option {
 // bits, and the rule's state inline (16 bytes for GCRA, the leaky bucket
 // and the fixed window, 24 for the token bucket and the sliding counter; a
 // sliding log's state also points at its log, bounded by its Limit). The
-// array is at most 7/8 full and grows by 1/8 at a time, so a slot costs 8/7
-// to 4/3 of its size per key: 46 to 53 bytes for GCRA, 55 to 64 for the
-// token bucket. The key's bytes are the caller's (see Keys). Nothing is
-// allocated per key, and a shard's array is kept when keys leave.
+// array is at most 7/8 full and grows by 1/8 at a time, so once it has
+// grown a key costs 8/7 to 9/7 of a slot: 46 to 52 bytes for GCRA, 55 to 62
+// for the token bucket. The key's bytes are the caller's (see Keys).
+// Nothing is allocated per key, and a shard's array is kept when keys
+// leave. Growing copies the shard's array under its lock: the checks
+// waiting on that shard pause for up to about 10 ms per 100,000 keys in it
+// (fresh memory included), once per 1/8 of growth. More shards make the
+// pauses shorter.
 //
 // Keys. The store keeps the key string it was given without copying it: a
 // key that is a slice of a larger string keeps that string alive while the

@@ -9,8 +9,8 @@
 // key and reading its state touch one place in memory. The array is open
 // addressed with linear probing from a home slot chosen by the tag, is at
 // most 7/8 full, and grows by 1/8 at a time rather than doubling, so that
-// it is always more than 3/4 full once it has grown: memory per key stays
-// within 8/7 to 4/3 of a slot. Tables never shrink.
+// it is always more than 7/9 full once it has grown: memory per key stays
+// within 8/7 to 9/7 of a slot. Tables never shrink.
 //
 // Entries move when other entries are added or dropped, so a position is
 // valid only until the next [Table.Insert]; find an entry again by its key.
