@@ -42,11 +42,14 @@ machine() {
 	echo "${model:-unknown CPU}, ${cores} cores, ${mem:-? memory}${virt}"
 }
 
+# commit names the library's commit, and says so when the library's code
+# (not its tests, docs or these benchmarks) differs from it.
 commit() {
 	local c
 	c=$(git rev-parse --short HEAD 2>/dev/null) || { echo unknown; return; }
-	if ! git diff --quiet HEAD -- .. ':(exclude)../bench' ':(exclude)../docs' 2>/dev/null; then
-		c="$c with uncommitted changes"
+	if git status --porcelain -- .. 2>/dev/null | cut -c4- |
+		grep -v -e '^bench/' -e '^docs/' -e '_test\.go$' | grep -q -e '\.go$' -e 'go\.mod$'; then
+		c="$c with uncommitted changes to the library"
 	fi
 	echo "$c"
 }

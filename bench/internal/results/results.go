@@ -118,6 +118,14 @@ func (s *Set) Values(k Key, unit string) []float64 {
 	return out
 }
 
+// Value returns k's value in unit in pass p, or NaN.
+func (s *Set) Value(k Key, unit, p string) float64 {
+	if v, ok := s.vals[k][unit][p]; ok {
+		return v
+	}
+	return math.NaN()
+}
+
 // Has reports whether k was measured.
 func (s *Set) Has(k Key) bool { return s.vals[k] != nil }
 
