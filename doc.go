@@ -23,6 +23,9 @@
 // way to pace outbound calls. Package
 // [github.com/ratekit/ratelimit/httplimit] puts a [Store] in front of any
 // [net/http.Handler], with 429 answers, Retry-After and the RateLimit fields.
+// [Compose] puts several limits on each request (a global cap, a plan per
+// customer, a tighter limit for an expensive route): a request passes only
+// if every layer admits it, and one refused by any layer spends nothing.
 // [Shadow] and [ShadowKeyed] run a rule on live traffic without refusing
 // anything, reporting what it would have refused. [RuleSpec] reads rules
 // from JSON configuration, strictly, and writes them back losslessly.

@@ -347,6 +347,43 @@ func ExampleRuleSpec() {
 	// true ratelimit: invalid sliding_log rule: rate is not a field of sliding_log
 }
 
+// Several limits per request: a global cap and a limit per customer. A
+// request must pass every layer, and one that any layer refuses spends
+// nothing in any of them.
+func ExampleCompose() {
+	clk := ratelimit.NewManualClock(0)
+	limits, err := ratelimit.Compose([]ratelimit.Layer{
+		{
+			Rule: ratelimit.FixedWindow{Limit: 3, Window: time.Second, Name: "global"},
+			Key:  func(string) string { return "" }, // one key for everyone
+		},
+		{
+			Rule: ratelimit.GCRA{Rate: ratelimit.PerSecond(1), Burst: 2, Name: "per-customer"},
+		},
+	}, ratelimit.WithClock(clk))
+	if err != nil {
+		panic(err)
+	}
+
+	for _, customer := range []string{"alice", "alice", "alice", "bob", "carol"} {
+		d, _ := limits.Check(customer, ratelimit.Unit)
+		if d.Allowed {
+			fmt.Printf("%-5s allowed, remaining %d (%s)\n", customer, d.Remaining, d.Policy)
+		} else {
+			fmt.Printf("%-5s refused by %s, retry after %v\n", customer, d.Policy, d.RetryAfter)
+		}
+	}
+	// Alice's third request took nothing from the global cap, so Bob gets
+	// its last place.
+
+	// Output:
+	// alice allowed, remaining 1 (per-customer)
+	// alice allowed, remaining 0 (per-customer)
+	// alice refused by per-customer, retry after 1s
+	// bob   allowed, remaining 0 (global)
+	// carol refused by global, retry after 1s
+}
+
 // Costs are in milli-units: a cheap call can cost a quarter of a request.
 func ExampleUnits() {
 	lim, _ := ratelimit.New(ratelimit.TokenBucket{Rate: ratelimit.PerHour(3600), Burst: 1},
