@@ -152,9 +152,9 @@
 // fresh key's, which loses nothing, then the least recently used. Dropping
 // a partly spent key hands it a fresh allowance when it comes back;
 // [StoreStats].LossyEvictions counts those, and a count that keeps growing
-// means the store is too small for its traffic. A store costs 46 to 53
-// bytes per key for GCRA and 55 to 64 for the token bucket, plus the bytes
-// of the key strings it keeps.
+// means the store is too small for its traffic. A store costs about 50
+// bytes per key for GCRA and about 60 for the token bucket (see [Store] for
+// each rule), plus the bytes of the key strings it keeps.
 //
 // # Errors
 //
