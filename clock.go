@@ -11,7 +11,7 @@ import (
 // origin of the clock's choosing. A Clock must be safe for concurrent use.
 //
 // Limiters never trust a clock to keep its promise. A reading earlier than
-// one already seen is treated as that earlier-seen instant (time is clamped,
+// one already seen is treated as the latest instant seen (time is clamped,
 // never run backwards), a negative reading as 0, and a reading beyond
 // [MaxTime] as MaxTime.
 type Clock interface {

@@ -120,6 +120,7 @@ type RuleError struct {
 	Reason string // what is wrong with it
 }
 
+// Error returns "ratelimit: invalid <Rule>: <Field> <Reason>".
 func (e *RuleError) Error() string {
 	return fmt.Sprintf("ratelimit: invalid %s: %s %s", e.Rule, e.Field, e.Reason)
 }

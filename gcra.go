@@ -8,9 +8,9 @@ import "sync/atomic"
 // Burst/Rate, and then TAT moves to max(now, TAT) + c/Rate. Its decisions
 // equal [TokenBucket]'s for every trace, weighted costs included.
 //
-// Rate is the sustained rate; Burst (in whole units) is the capacity, the
-// most that can be spent at one instant. Burst/Rate, the time to earn a
-// whole burst, must not exceed [MaxTime]. For rates that divide into whole
+// Rate is the sustained rate; Burst (in whole units, from 1 to 1e15) is the
+// capacity, the most that can be spent at one instant. Burst/Rate, the time
+// to earn a whole burst, must be less than [MaxTime]. For rates that divide into whole
 // nanoseconds per milli-unit (10/s, 100/min, 1/ms, ...) the single-key
 // limiter is lock-free.
 type GCRA struct {

@@ -9,7 +9,8 @@ package ratelimit
 // proceeds; that is what makes this a shaper rather than a meter.
 //
 // NGINX's "rate=r burst=b" is LeakyBucket{Rate: r, Capacity: b+1}.
-// Capacity/Rate, the time to drain a full queue, must not exceed [MaxTime].
+// Capacity is in whole units, from 1 to 1e15; Capacity/Rate, the time to
+// drain a full queue, must be less than [MaxTime].
 type LeakyBucket struct {
 	Rate     Rate
 	Capacity int64

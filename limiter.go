@@ -14,7 +14,7 @@ import (
 // error is returned only for a cost that can never be admitted: zero or less
 // ([ErrInvalidCost]) or more than the rule's capacity
 // ([ErrCostExceedsCapacity]). On an error nothing is spent and the Decision
-// carries only Limit.
+// carries only the rule's Limit, Policy and Window.
 //
 // Wait blocks until cost is admitted and returns the admitting Decision.
 // After a denial it sleeps on the limiter's clock for exactly the denial's
@@ -34,8 +34,11 @@ type Limiter interface {
 
 // Rule is a rate-limiting rule: one of [TokenBucket], [GCRA],
 // [LeakyBucket], [FixedWindow], [SlidingLog] and [SlidingCounter]. Rules are
-// plain values, validated when a limiter is built from them. The interface
-// is sealed: only this package's rule types implement it.
+// plain values, validated when a limiter is built from them; a limiter
+// keeps what it derived from its rule, so changing or reusing the rule value
+// afterwards affects nothing already built. The zero value of every rule
+// type is invalid ([ErrInvalidRule]). The interface is sealed: only this
+// package's rule types implement it.
 type Rule interface {
 	// bind validates the rule and compiles it, binding its algorithm to the
 	// algorithm's state type.

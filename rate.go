@@ -11,7 +11,9 @@ import (
 // never converted to floating point, so PerMinute(100) is exactly 100 per
 // minute, not 1.6666 per second.
 //
-// The zero Rate is invalid; constructors reject it.
+// Count must be from 1 to 1e15 and Per positive and less than [MaxTime];
+// constructors reject other values (and so the zero Rate, or Every(d) for
+// a d <= 0) with [ErrInvalidRule].
 type Rate struct {
 	Count int64
 	Per   time.Duration

@@ -4,8 +4,8 @@ package ratelimit
 // refills continuously at Rate, and admits a request of cost c iff it holds
 // at least c, which the request then takes. A fresh bucket is full.
 //
-// Burst is in whole units; Burst/Rate, the time to refill an empty bucket,
-// must not exceed [MaxTime]. Its decisions equal [GCRA]'s for every trace.
+// Burst is in whole units, from 1 to 1e15; Burst/Rate, the time to refill
+// an empty bucket, must be less than [MaxTime]. Its decisions equal [GCRA]'s for every trace.
 type TokenBucket struct {
 	Rate  Rate
 	Burst int64
