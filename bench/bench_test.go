@@ -1,10 +1,27 @@
 package bench
 
 import (
+	"math/rand/v2"
+	"os"
 	"runtime"
+	"strconv"
 	"sync/atomic"
 	"testing"
 )
+
+// shuffled returns xs in the order the BENCH_ORDER environment variable
+// asks for: as declared when it is unset or 0, otherwise shuffled with it
+// as the seed. run.sh gives every pass its own seed, so that a subject's
+// place in the run (what ran before it, the state of the heap it leaves)
+// varies from pass to pass instead of favouring the same subject each time.
+func shuffled[T any](xs []T) []T {
+	seed, _ := strconv.ParseUint(os.Getenv("BENCH_ORDER"), 10, 64)
+	if seed != 0 {
+		r := rand.New(rand.NewPCG(seed, 0))
+		r.Shuffle(len(xs), func(i, j int) { xs[i], xs[j] = xs[j], xs[i] })
+	}
+	return xs
+}
 
 // BenchmarkSingle checks one key over and over:
 //
@@ -26,7 +43,7 @@ func BenchmarkSingle(b *testing.B) {
 		{"parallel", Allowed, true},
 	}
 	for _, s := range scenarios {
-		for _, subj := range SingleSubjects() {
+		for _, subj := range shuffled(SingleSubjects()) {
 			if !takes(subj, s.sc) {
 				continue
 			}
@@ -95,7 +112,7 @@ func takes(subj Single, sc Scenario) bool {
 // Only one subject's store is alive at a time.
 func BenchmarkKeyed(b *testing.B) {
 	keys, order := Keys()
-	for _, subj := range KeyedSubjects() {
+	for _, subj := range shuffled(KeyedSubjects()) {
 		var (
 			check KeyedCheck
 			done  func()

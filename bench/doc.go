@@ -49,5 +49,8 @@
 // benchmark reports admitted/op, the fraction of checks admitted, so a
 // configuration that does not take the path it claims shows at once.
 // Where a peer needs a configuration other than the common one to take the
-// path, [SingleSubjects] says why.
+// path, [SingleSubjects] says why. throttled's GCRA returns an error rather
+// than a decision when its compare-and-swap on the memstore fails 10 times
+// in a row, which happens now and then with every core on one key; such a
+// check counts as not admitted.
 package bench

@@ -4,6 +4,7 @@
 #   docs/performance.txt            every pass's raw output (Go benchmark format)
 #   docs/performance-benchstat.txt  benchstat's summary of it
 #   docs/performance.md             the tables, goals and conditions
+#   docs/performance-summary.md     one compact table, for the README
 #   docs/performance.svg            the bar charts
 #
 # from the working tree (bench/go.mod replaces the library with ..).
@@ -11,7 +12,9 @@
 # The run is PASSES passes of every benchmark, one after the other, rather
 # than -count N of each in a row: a burst of other work on the machine then
 # hits one pass of everything rather than every sample of one subject, and
-# ratios are taken within each pass. About 15 minutes on 2 cores.
+# ratios are taken within each pass. Each pass runs the subjects in its own
+# shuffled order (BENCH_ORDER), so no subject always follows the same one.
+# About 8 to 15 minutes on 2 cores, depending on what else runs there.
 #
 # Environment: PASSES (default 6, at least 6 for benchstat), BENCHTIME
 # (default 300ms per benchmark), BENCH (a -bench regexp, default all),
@@ -70,13 +73,14 @@ for p in $(seq 1 "$passes"); do
 	{
 		echo "pass: $p"
 		echo "load: $(cut -d' ' -f1 /proc/loadavg)"
-		"$tmp/bench.test" -test.run '^$' -test.bench "$bench" -test.benchtime "$benchtime" -test.count 1
+		BENCH_ORDER=$p "$tmp/bench.test" -test.run '^$' -test.bench "$bench" -test.benchtime "$benchtime" -test.count 1
 	} >>"$raw"
 done
 echo "== $passes passes in $((SECONDS - start)) s"
 
 cp "$raw" "$out/performance.txt"
 go tool benchstat -ignore pass,load "$out/performance.txt" >"$out/performance-benchstat.txt"
-go run ./cmd/table -in "$out/performance.txt" -out "$out/performance.md"
+go run ./cmd/table -in "$out/performance.txt" -out "$out/performance.md" -summary "$tmp/summary.md"
+cp "$tmp/summary.md" "$out/performance-summary.md"
 go run ./cmd/chart -in "$out/performance.txt" -out "$out/performance.svg"
-echo "== wrote $out/performance.md, performance.svg, performance.txt, performance-benchstat.txt"
+echo "== wrote $out/performance.md, performance-summary.md, performance.svg, performance.txt, performance-benchstat.txt"
