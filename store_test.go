@@ -166,11 +166,9 @@ func TestStoreEvictionAccounting(t *testing.T) {
 			cost := drawCost(t, mc.model.Capacity())
 			now := clk.Now()
 			before := store.Stats()
-			held := map[string]bool{}
 			anyFresh := false
 			for k, r := range refs {
-				held[k] = ratelimit.StoreHolds(store, k)
-				require.Equal(t, held[k], true, "key %.20q vanished outside an insertion", k)
+				require.True(t, ratelimit.StoreHolds(store, k), "key %.20q vanished outside an insertion", k)
 				anyFresh = anyFresh || (k != key && r.freshAt <= now)
 			}
 			r := refs[key]
