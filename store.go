@@ -128,7 +128,9 @@ func WithShards(n int) Option {
 //
 // Keys. The store keeps the key string it was given without copying it: a
 // key that is a slice of a larger string keeps that string alive while the
-// key is held (pass [strings.Clone] of such a key). A key longer than
+// key is held (pass [strings.Clone] of such a key), and a string made with
+// package unsafe over a buffer that is later reused must be cloned before
+// it is passed, as Go strings are assumed never to change. A key longer than
 // [MaxKeyLen] bytes is replaced by its SHA-256 digest, so memory per key is
 // bounded however long keys get; such a key costs a hash over its bytes and
 // a few small allocations per Check. Digests are kept apart from ordinary
