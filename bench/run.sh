@@ -79,7 +79,8 @@ done
 echo "== $passes passes in $((SECONDS - start)) s"
 
 cp "$raw" "$out/performance.txt"
-go tool benchstat -ignore pass,load "$out/performance.txt" >"$out/performance-benchstat.txt"
+go build -o "$tmp/benchstat" golang.org/x/perf/cmd/benchstat
+(cd "$out" && "$tmp/benchstat" -ignore pass,load -row .fullname@alpha performance.txt >performance-benchstat.txt)
 go run ./cmd/table -in "$out/performance.txt" -out "$out/performance.md" -summary "$tmp/summary.md"
 cp "$tmp/summary.md" "$out/performance-summary.md"
 go run ./cmd/chart -in "$out/performance.txt" -out "$out/performance.svg"

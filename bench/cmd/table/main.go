@@ -535,6 +535,7 @@ func summary(s *results.Set) []byte {
 			}
 		}
 	}
+	// This library's rules first, then the other libraries, then the floors.
 	rank := func(subj string) int {
 		switch {
 		case strings.HasPrefix(subj, "ratelimit."):
@@ -544,7 +545,12 @@ func summary(s *results.Set) []byte {
 		}
 		return 1
 	}
-	slices.SortStableFunc(subjects, func(a, b string) int { return rank(a) - rank(b) })
+	slices.SortStableFunc(subjects, func(a, b string) int {
+		if d := rank(a) - rank(b); d != 0 {
+			return d
+		}
+		return strings.Compare(a, b)
+	})
 	for _, subj := range subjects {
 		fmt.Fprintf(&b, "| %s |", name(subj))
 		for _, c := range cols {

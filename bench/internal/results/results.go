@@ -38,7 +38,8 @@ func (k Key) Peer() bool { return !k.Ours() && !k.Floor() }
 type Set struct {
 	// Passes lists the passes in the order they were read.
 	Passes []string
-	// Keys lists the benchmarks in the order they were first read.
+	// Keys lists the benchmarks: floors, then this library's, then the
+	// others, each group by subject name.
 	Keys []Key
 	// Config holds the values each configuration key took, in order,
 	// without repeats (goos, cpu, load, ...).
@@ -104,6 +105,24 @@ func Read(r io.Reader, name string) (*Set, error) {
 	if len(s.Keys) == 0 {
 		return nil, fmt.Errorf("%s: no benchmark results", name)
 	}
+	// Passes may run the subjects in different orders: list them in one
+	// that does not depend on it, floors first, then this library's rules,
+	// then the other libraries, each by name.
+	rank := func(k Key) int {
+		switch {
+		case k.Floor():
+			return 0
+		case k.Ours():
+			return 1
+		}
+		return 2
+	}
+	slices.SortStableFunc(s.Keys, func(a, b Key) int {
+		if d := rank(a) - rank(b); d != 0 {
+			return d
+		}
+		return strings.Compare(a.Subject, b.Subject)
+	})
 	return s, nil
 }
 
@@ -241,7 +260,7 @@ func (s *Set) Select(group, scenario string, keep func(Key) bool) []Key {
 	return out
 }
 
-// Subjects returns the subjects of group in the order first read.
+// Subjects returns the subjects of group in the order of Keys.
 func (s *Set) Subjects(group string) []string {
 	var out []string
 	for _, k := range s.Keys {
