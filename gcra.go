@@ -73,9 +73,11 @@ func (m *meter) debt(s *vtime, now int64) (uint64, uint64) {
 	return uint64(s.t - now), s.frac
 }
 
-// schedule is the meter's step. wait is how far the schedule ran ahead of now
-// before this request: for an admitted request, how long it queues.
-func (m *meter) schedule(s *vtime, now, cost int64, commit bool) (d Decision, waitNs, waitFrac uint64) {
+// schedule is the meter's step, writing the whole Decision into *d (filled
+// in place: a Decision is too large to pass around by value cheaply). wait
+// is how far the schedule ran ahead of now before this request: for an
+// admitted request, how long it queues.
+func (m *meter) schedule(d *Decision, s *vtime, now, cost int64, commit bool) (waitNs, waitFrac uint64) {
 	dn, df := m.debt(s, now)
 	cn, cf := m.unitNs, m.unitFrac
 	if cost != int64(Unit) {
@@ -85,7 +87,7 @@ func (m *meter) schedule(s *vtime, now, cost int64, commit bool) (d Decision, wa
 	if nf >= m.n {
 		nn, nf = nn+1, nf-m.n
 	}
-	d = m.pol.decision()
+	*d = m.pol.decision()
 	if nn < m.tauNs || (nn == m.tauNs && nf <= m.tauFrac) {
 		d.Allowed = true
 		if commit {
@@ -104,7 +106,7 @@ func (m *meter) schedule(s *vtime, now, cost int64, commit bool) (d Decision, wa
 	// Spent milli-units = debt*n/p, rounded up: what is left is rounded down.
 	spent := m.milliCeil(dn, df) // <= capMilli
 	d.Remaining = (m.capMilli - int64(spent)) / int64(Unit)
-	return d, waitNs, waitFrac
+	return waitNs, waitFrac
 }
 
 func (m *meter) fresh(s *vtime, now int64) bool {
@@ -124,7 +126,8 @@ func (r GCRA) compile() (*gcraAlgo, error) {
 }
 
 func (a *gcraAlgo) step(s *vtime, now, cost int64, commit bool) Decision {
-	d, _, _ := a.schedule(s, now, cost, commit)
+	var d Decision
+	a.schedule(&d, s, now, cost, commit)
 	return d
 }
 
@@ -152,32 +155,63 @@ func (b gcraBinding) newLimiter(o *options) Limiter {
 	return l
 }
 
-// atomicGCRA is the lock-free single-key GCRA for a whole-nanosecond pace.
-// It loads the TAT before reading the clock, so any TAT it can successfully
-// replace was written at an earlier (or equal) time: with a monotonic clock,
-// the committed sequence of times never goes backwards.
+// atomicGCRA is the lock-free single-key GCRA for a whole-nanosecond pace:
+// the state is one TAT in whole nanoseconds, moved by compare-and-swap.
+//
+// The clock is read once per Check, before the loop. A Check that loses a
+// race to one that read a later time judges itself at its own, earlier
+// reading. Every TAT a Check admits lies after the reading of the Check that
+// wrote it, so the TAT it moves to is the one the later time would give;
+// only the admission test and the durations reported are taken from the
+// earlier instant, which can refuse, and never admit, what the later one
+// would not. Sequential use is exactly the rule's definition.
 type atomicGCRA struct {
 	alg  *gcraAlgo
 	mono *monotonic // nil for the system clock, which is monotonic already
-	tat  atomic.Int64
+	// tat has a cache line of its own: the other core's CAS on it must not
+	// evict the fields every Check reads.
+	_   [64]byte
+	tat atomic.Int64
+	_   [56]byte
+}
+
+// now reads the limiter's clock, clamped.
+func (l *atomicGCRA) now() int64 {
+	if l.mono == nil {
+		return clampTime(systemClock{}.Now())
+	}
+	return l.mono.now()
+}
+
+// spend admits cost at now if the TAT allows it, moving the TAT on. It
+// returns the TAT it decided on, from which step (without committing)
+// builds the Decision, and whether it admitted. Only the admission test runs
+// inside the loop, so a lost race costs a few instructions, not a Decision.
+func (l *atomicGCRA) spend(now, cost int64) (tat int64, admitted bool) {
+	span := l.alg.unitNs // n == 1: every span is whole nanoseconds
+	if cost != int64(Unit) {
+		span, _, _ = l.alg.span(uint64(cost))
+	}
+	for {
+		tat = l.tat.Load()
+		base := max(tat, now)
+		// base-now <= tau, and span <= tau: the sum cannot overflow.
+		if uint64(base-now)+span > l.alg.tauNs {
+			return tat, false
+		}
+		if l.tat.CompareAndSwap(tat, base+int64(span)) {
+			return tat, true
+		}
+	}
 }
 
 func (l *atomicGCRA) Check(cost Units) (Decision, error) {
 	if d, err := checkCost(cost, l.alg.capMilli, &l.alg.pol); err != nil {
 		return d, err
 	}
-	for {
-		tat := l.tat.Load()
-		var now int64
-		if l.mono == nil {
-			now = clampTime(systemClock{}.Now())
-		} else {
-			now = l.mono.now()
-		}
-		s := vtime{t: tat}
-		d := l.alg.step(&s, now, int64(cost), true)
-		if !d.Allowed || l.tat.CompareAndSwap(tat, s.t) {
-			return d, nil
-		}
-	}
+	now := l.now()
+	tat, _ := l.spend(now, int64(cost))
+	var d Decision
+	l.alg.schedule(&d, &vtime{t: tat}, now, int64(cost), false)
+	return d, nil
 }

@@ -38,7 +38,8 @@ func (r LeakyBucket) bind() (binding, error) {
 }
 
 func (a *leakyAlgo) step(s *vtime, now, cost int64, commit bool) Decision {
-	d, wn, wf := a.schedule(s, now, cost, commit)
+	var d Decision
+	wn, wf := a.schedule(&d, s, now, cost, commit)
 	if d.Allowed {
 		d.Delay = ceilNs(wn, wf)
 	}

@@ -198,24 +198,12 @@ func (l *atomicGCRA) Wait(ctx context.Context, cost Units) (Decision, error) {
 // admitted request, so an admissible request is committed unless the
 // deadline has already passed.
 func (l *atomicGCRA) try(cost int64, budget time.Duration) attempt {
-	for {
-		tat := l.tat.Load()
-		var now int64
-		if l.mono == nil {
-			now = clampTime(systemClock{}.Now())
-		} else {
-			now = l.mono.now()
-		}
-		s := vtime{t: tat}
-		d := l.alg.step(&s, now, cost, true)
-		if !d.Allowed {
-			return attempt{d: d, now: now, goOn: d.RetryAfter}
-		}
-		if budget < 0 {
-			return attempt{d: d, now: now}
-		}
-		if l.tat.CompareAndSwap(tat, s.t) {
-			return attempt{d: d, now: now, committed: true}
-		}
+	now := l.now()
+	if budget < 0 {
+		d := l.alg.step(&vtime{t: l.tat.Load()}, now, cost, false)
+		return attempt{d: d, now: now, goOn: d.RetryAfter}
 	}
+	tat, admitted := l.spend(now, cost)
+	d := l.alg.step(&vtime{t: tat}, now, cost, false)
+	return attempt{d: d, now: now, goOn: d.RetryAfter, committed: admitted}
 }
