@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,11 +86,24 @@ func (c *ManualClock) Set(t time.Duration) {
 }
 
 // Advance moves the clock forward by d (backwards for a negative d), wakes
-// every sleeper whose instant has come, and returns the new reading.
+// every sleeper whose instant has come, and returns the new reading. A step
+// past the largest or smallest Duration stops there instead of wrapping.
 func (c *ManualClock) Advance(d time.Duration) time.Duration {
-	t := time.Duration(c.now.Add(int64(d)))
-	c.wake()
-	return t
+	for {
+		old := c.now.Load()
+		next := old + int64(d)
+		// Saturate rather than wrap, so that a huge step never turns time
+		// negative and strands the sleepers.
+		if d > 0 && next < old {
+			next = math.MaxInt64
+		} else if d < 0 && next > old {
+			next = math.MinInt64
+		}
+		if c.now.CompareAndSwap(old, next) {
+			c.wake()
+			return time.Duration(next)
+		}
+	}
 }
 
 // Sleepers returns how many goroutines are asleep on the clock, waiting for

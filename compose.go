@@ -286,6 +286,14 @@ func tryLayers(layers []compositeLayer, enforced int, clock Clock, key string, c
 			now = max(now, layers[i].store.lockShard(turns[i].shard, now))
 		}
 	}
+	// Every shard locked records the agreed instant, not just the running
+	// maximum seen when it was locked: its keys are stepped at now, so no
+	// later check may step them at an earlier time.
+	for i := range turns {
+		if turns[i].err == nil {
+			layers[i].store.raiseShard(turns[i].shard, now)
+		}
+	}
 	a := attempt{now: now}
 	for i := range turns {
 		if turns[i].err == nil && !layers[i].store.acquire(turns[i].k, now) {

@@ -158,13 +158,13 @@ func (b gcraBinding) newLimiter(o *options) Limiter {
 // atomicGCRA is the lock-free single-key GCRA for a whole-nanosecond pace:
 // the state is one TAT in whole nanoseconds, moved by compare-and-swap.
 //
-// The clock is read once per Check, before the loop. A Check that loses a
-// race to one that read a later time judges itself at its own, earlier
-// reading. Every TAT a Check admits lies after the reading of the Check that
-// wrote it, so the TAT it moves to is the one the later time would give;
-// only the admission test and the durations reported are taken from the
-// earlier instant, which can refuse, and never admit, what the later one
-// would not. Sequential use is exactly the rule's definition.
+// The clock is read once per Check, before the loop. A Check that was
+// overtaken by one that read a later time must not judge itself at its own,
+// earlier reading (its debt could then exceed the burst's span). Every TAT
+// was written by a Check at a time no earlier than TAT minus that span, so
+// each attempt clamps now to at least TAT - span: a time the limiter has
+// already used, which keeps the debt within the burst and orders this Check
+// after the one it lost to. Sequential use never needs the clamp.
 type atomicGCRA struct {
 	alg  *gcraAlgo
 	mono *monotonic // nil for the system clock, which is monotonic already
@@ -184,23 +184,25 @@ func (l *atomicGCRA) now() int64 {
 }
 
 // spend admits cost at now if the TAT allows it, moving the TAT on. It
-// returns the TAT it decided on, from which step (without committing)
-// builds the Decision, and whether it admitted. Only the admission test runs
+// returns the TAT it decided on and the time it decided at (now, clamped as
+// the type's comment says), from which step (without committing) builds
+// the Decision, and whether it admitted. Only the admission test runs
 // inside the loop, so a lost race costs a few instructions, not a Decision.
-func (l *atomicGCRA) spend(now, cost int64) (tat int64, admitted bool) {
+func (l *atomicGCRA) spend(now, cost int64) (tat, at int64, admitted bool) {
 	span := l.alg.unitNs // n == 1: every span is whole nanoseconds
 	if cost != int64(Unit) {
 		span, _, _ = l.alg.span(uint64(cost))
 	}
 	for {
 		tat = l.tat.Load()
-		base := max(tat, now)
-		// base-now <= tau, and span <= tau: the sum cannot overflow.
-		if uint64(base-now)+span > l.alg.tauNs {
-			return tat, false
+		at = max(now, tat-int64(l.alg.tauNs))
+		base := max(tat, at)
+		// base-at <= tau, and span <= tau: the sum cannot overflow.
+		if uint64(base-at)+span > l.alg.tauNs {
+			return tat, at, false
 		}
 		if l.tat.CompareAndSwap(tat, base+int64(span)) {
-			return tat, true
+			return tat, at, true
 		}
 	}
 }
@@ -209,9 +211,8 @@ func (l *atomicGCRA) Check(cost Units) (Decision, error) {
 	if d, err := checkCost(cost, l.alg.capMilli, &l.alg.pol); err != nil {
 		return d, err
 	}
-	now := l.now()
-	tat, _ := l.spend(now, int64(cost))
+	tat, at, _ := l.spend(l.now(), int64(cost))
 	var d Decision
-	l.alg.schedule(&d, &vtime{t: tat}, now, int64(cost), false)
+	l.alg.schedule(&d, &vtime{t: tat}, at, int64(cost), false)
 	return d, nil
 }

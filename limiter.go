@@ -22,7 +22,10 @@ import (
 // waits out its Delay before Wait returns. Wait gives up at once, spending
 // nothing, when ctx ends or when ctx's deadline would come before the
 // request could go on (an error matching [ErrWouldExceedDeadline] and
-// [context.DeadlineExceeded]). Its cost errors are Check's.
+// [context.DeadlineExceeded]). A leaky-bucket request whose ctx ends during
+// its Delay has already been admitted: its place in the queue is given back
+// only if nothing has queued behind it, and stays spent otherwise. Its cost
+// errors are Check's.
 //
 // Implementations in this package are safe for concurrent use, and
 // concurrent checks are linearizable: they behave as if they happened one at

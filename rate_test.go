@@ -128,3 +128,11 @@ func TestClockReadingsAreClamped(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, d.Allowed, "time stays at MaxTime")
 }
+
+func TestManualClockAdvanceSaturates(t *testing.T) {
+	clk := ratelimit.NewManualClock(time.Duration(math.MaxInt64 - 5))
+	assert.Equal(t, time.Duration(math.MaxInt64), clk.Advance(time.Hour))
+	clk.Set(time.Duration(math.MinInt64 + 5))
+	assert.Equal(t, time.Duration(math.MinInt64), clk.Advance(-time.Hour))
+	assert.Equal(t, time.Duration(math.MinInt64+10), clk.Advance(10))
+}

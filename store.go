@@ -192,8 +192,9 @@ func (s *Store) Stats() StoreStats { return s.core.stats() }
 //
 //  1. prepare every key (outside any lock) and read the time once (now);
 //  2. lock the shards involved in one fixed order: by store, then by
-//     shardIndex, each shard once even if several keys fall in it; take the
-//     time each lockShard returns as that shard's now;
+//     shardIndex, each shard once even if several keys fall in it; the
+//     instant of the whole decision is the latest time any lockShard
+//     returns, and raiseShard records it in every shard locked;
 //  3. acquire each key's entry in its locked shard;
 //  4. stepAt(commit=false) on every entry: if all are admitted, stepAt
 //     (commit=true) on every entry;
@@ -222,6 +223,10 @@ type keyedStore interface {
 	// lockShard locks shard i and clamps now to the shard's latest time,
 	// recording it; it returns the clamped time.
 	lockShard(i int, now int64) int64
+	// raiseShard records now as shard i's latest time if it is later; the
+	// caller holds the shard's lock. A composite calls it on every shard it
+	// locked once it has agreed on one instant for all of them.
+	raiseShard(i int, now int64)
 	// unlockShard releases every entry acquired in shard i and unlocks it.
 	unlockShard(i int)
 	// acquire finds k's entry in its shard, which the caller has locked,
@@ -390,6 +395,11 @@ func (c *storeCore[S, A]) lockShard(i int, now int64) int64 {
 	}
 	sh.last = now
 	return now
+}
+
+func (c *storeCore[S, A]) raiseShard(i int, now int64) {
+	sh := &c.shards[i]
+	sh.last = max(sh.last, now)
 }
 
 func (c *storeCore[S, A]) unlockShard(i int) {

@@ -200,10 +200,12 @@ func (l *atomicGCRA) Wait(ctx context.Context, cost Units) (Decision, error) {
 func (l *atomicGCRA) try(cost int64, budget time.Duration) attempt {
 	now := l.now()
 	if budget < 0 {
-		d := l.alg.step(&vtime{t: l.tat.Load()}, now, cost, false)
+		tat := l.tat.Load()
+		now = max(now, tat-int64(l.alg.tauNs)) // as in spend
+		d := l.alg.step(&vtime{t: tat}, now, cost, false)
 		return attempt{d: d, now: now, goOn: d.RetryAfter}
 	}
-	tat, admitted := l.spend(now, cost)
-	d := l.alg.step(&vtime{t: tat}, now, cost, false)
-	return attempt{d: d, now: now, goOn: d.RetryAfter, committed: admitted}
+	tat, at, admitted := l.spend(now, cost)
+	d := l.alg.step(&vtime{t: tat}, at, cost, false)
+	return attempt{d: d, now: at, goOn: d.RetryAfter, committed: admitted}
 }
