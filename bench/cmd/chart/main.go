@@ -66,12 +66,7 @@ func main() {
 	in := flag.String("in", "docs/performance.txt", "benchmark output of the run")
 	out := flag.String("out", "docs/performance.svg", "SVG file to write")
 	flag.Parse()
-	f, err := os.Open(*in)
-	if err != nil {
-		log.Fatal(err)
-	}
-	set, err := results.Read(f, *in)
-	f.Close()
+	set, err := results.ReadFile(*in)
 	if err != nil {
 		log.Fatal(err)
 	}

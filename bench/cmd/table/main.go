@@ -30,12 +30,7 @@ func main() {
 	stat := flag.String("benchstat", "performance-benchstat.txt", "benchstat's output, relative to the markdown file")
 	short := flag.String("summary", "", "if set, also write a compact table (one row per subject) here, for the README")
 	flag.Parse()
-	f, err := os.Open(*in)
-	if err != nil {
-		log.Fatal(err)
-	}
-	set, err := results.Read(f, *in)
-	f.Close()
+	set, err := results.ReadFile(*in)
 	if err != nil {
 		log.Fatal(err)
 	}

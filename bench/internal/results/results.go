@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"regexp"
 	"slices"
 	"sort"
@@ -49,6 +50,16 @@ type Set struct {
 }
 
 var procsSuffix = regexp.MustCompile(`-\d+$`)
+
+// ReadFile parses the benchmark output in the file at path, as Read does.
+func ReadFile(path string) (*Set, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return Read(f, path)
+}
 
 // Read parses benchmark output. Results outside any "pass:" line count as
 // pass "1".
