@@ -21,7 +21,7 @@ const (
 	year = 365 * day
 )
 
-// namedRates are the rates the issue tracker and the docs keep coming back
+// namedRates are the rates the design and the docs keep coming back
 // to; drawRate mixes them with random ones.
 var namedRates = []ratelimit.Rate{
 	{Count: 7, Per: 3 * time.Second},
