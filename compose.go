@@ -137,16 +137,12 @@ func Compose(layers []Layer, opts ...Option) (*Composite, error) {
 		if l.Rule == nil {
 			return nil, &RuleError{Rule: "Composite", Field: fmt.Sprintf("layers[%d].Rule", i), Reason: "is nil"}
 		}
-		b, err := l.Rule.bind()
+		all := append(append(append([]Option(nil), opts...), l.Options...), WithClock(clock))
+		store, err := newKeyedStore(l.Rule, all)
 		if err != nil {
 			return nil, fmt.Errorf("ratelimit: layer %d: %w", i, err)
 		}
-		all := append(append(append([]Option(nil), opts...), l.Options...), WithClock(clock))
-		o := buildOptions(all)
-		if _, _, err := storeShape(o.store); err != nil {
-			return nil, fmt.Errorf("ratelimit: layer %d: %w", i, err)
-		}
-		c.layers[i] = compositeLayer{store: b.newStore(o), key: l.Key, shadow: l.Shadow, report: l.OnShadow}
+		c.layers[i] = compositeLayer{store: store, key: l.Key, shadow: l.Shadow, report: l.OnShadow}
 		if !l.Shadow {
 			c.enforced++
 		}
@@ -229,18 +225,12 @@ func (s *Store) Wait(ctx context.Context, key string, cost Units) (Decision, err
 		return d, err
 	}
 	layers := []compositeLayer{{store: s.core}}
-	clock := s.core.(interface{ waitClock() Clock }).waitClock()
+	clock := s.core.waitClock()
 	try := func(cost int64, budget time.Duration) attempt {
 		return tryLayers(layers, 1, clock, key, cost, budget)
 	}
 	return waitFor(ctx, clock, int64(cost), s.core.policy().decision(), try)
 }
-
-// waitClock is the clock Wait sleeps on.
-func (c *storeCore[S, A]) waitClock() Clock { return c.clock }
-
-// maxBudget is the budget of a Check: no deadline.
-const maxBudget = time.Duration(1<<63 - 1)
 
 // inlineLayers is how many layers tryLayers handles without allocating.
 const inlineLayers = 8

@@ -163,34 +163,56 @@ func checkCost(cost Units, capacity int64, p *policy) (Decision, error) {
 	return Decision{}, nil
 }
 
-// single is the single-key limiter for any algorithm: one state guarded by a
-// mutex. The clock is read outside the lock; inside it, time is clamped to
-// the latest instant already used, so the state only ever sees time move
-// forwards.
-type single[S any, A algorithm[S]] struct {
-	alg   A
-	clock Clock
-	mu    sync.Mutex
-	last  int64
-	state S
+// timeLock is a mutex together with the latest instant used under it. The
+// clock is read before the lock is taken; inside it, a reading earlier than
+// that instant is taken as that instant, so the states it guards only ever
+// see time move forwards. The single-key limiter and every store shard use
+// it.
+type timeLock struct {
+	mu   sync.Mutex
+	last int64
 }
 
-func newSingle[S any, A algorithm[S]](alg A, o *options) *single[S, A] {
-	return &single[S, A]{alg: alg, clock: o.clock}
-}
-
-func (l *single[S, A]) Check(cost Units) (Decision, error) {
-	if d, err := checkCost(cost, l.alg.capacity(), l.alg.policy()); err != nil {
-		return d, err
-	}
-	now := clampTime(l.clock.Now())
+// lock takes the lock and returns now clamped as described, recording it.
+func (l *timeLock) lock(now int64) int64 {
 	l.mu.Lock()
+	return l.advance(now)
+}
+
+// advance, with the lock held, clamps now to the latest instant used and
+// records it.
+func (l *timeLock) advance(now int64) int64 {
 	if now < l.last {
 		now = l.last
 	}
 	l.last = now
+	return now
+}
+
+func (l *timeLock) unlock() { l.mu.Unlock() }
+
+// single is the single-key limiter for any algorithm: one state guarded by a
+// timeLock.
+type single[S any, A algorithm[S]] struct {
+	alg    A
+	capMil int64   // alg.capacity(), read once: no call on the hot path
+	pol    *policy // alg.policy()
+	clock  Clock
+	tl     timeLock
+	state  S
+}
+
+func newSingle[S any, A algorithm[S]](alg A, o *options) *single[S, A] {
+	return &single[S, A]{alg: alg, capMil: alg.capacity(), pol: alg.policy(), clock: o.clock}
+}
+
+func (l *single[S, A]) Check(cost Units) (Decision, error) {
+	if d, err := checkCost(cost, l.capMil, l.pol); err != nil {
+		return d, err
+	}
+	now := l.tl.lock(clampTime(l.clock.Now()))
 	d := l.alg.step(&l.state, now, int64(cost), true)
-	l.mu.Unlock()
+	l.tl.unlock()
 	return d, nil
 }
 

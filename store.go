@@ -7,7 +7,6 @@ import (
 	"hash/maphash"
 	"math/bits"
 	"runtime"
-	"sync"
 
 	"github.com/ratekit/ratelimit/internal/table"
 )
@@ -160,6 +159,16 @@ func NewStore(rule Rule, opts ...Option) (*Store, error) {
 	if rule == nil {
 		return nil, &RuleError{Rule: "Rule", Field: "rule", Reason: "is nil"}
 	}
+	core, err := newKeyedStore(rule, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{core: core}, nil
+}
+
+// newKeyedStore validates a non-nil rule and the options and builds the
+// store behind a [Store] or a [Composite] layer.
+func newKeyedStore(rule Rule, opts []Option) (keyedStore, error) {
 	b, err := rule.bind()
 	if err != nil {
 		return nil, err
@@ -168,7 +177,7 @@ func NewStore(rule Rule, opts ...Option) (*Store, error) {
 	if _, _, err := storeShape(o.store); err != nil {
 		return nil, err
 	}
-	return &Store{core: b.newStore(o)}, nil
+	return b.newStore(o), nil
 }
 
 // Check asks to spend cost for key at the store's current time, with the
@@ -213,6 +222,8 @@ type keyedStore interface {
 
 	// now reads the store's clock (no lock, no clamp to any shard).
 	now() int64
+	// waitClock is the clock Wait sleeps on.
+	waitClock() Clock
 	// capacity and policy are the rule's, for checkCost.
 	capacity() int64
 	policy() *policy
@@ -279,13 +290,11 @@ func storeShape(o storeOptions) (maxKeys, shards int, err error) {
 	return maxKeys, shards, nil
 }
 
-// storeShard is one shard: a table behind a mutex, and the latest time the
-// shard has used.
+// storeShard is one shard: a table behind a timeLock.
 type storeShard[S any] struct {
-	mu   sync.Mutex
-	last int64
-	t    table.Table[S]
-	_    [64]byte // keeps neighbouring shards' locks off each other's cache lines
+	tl timeLock
+	t  table.Table[S]
+	_  [64]byte // keeps neighbouring shards' locks off each other's cache lines
 }
 
 // storeCore is the store for an algorithm A with state S.
@@ -333,11 +342,7 @@ func (c *storeCore[S, A]) check(key string, cost Units) (Decision, error) {
 	k := c.prepare(key)
 	now := clampTime(c.clock.Now())
 	sh := &c.shards[k.h&c.mask]
-	sh.mu.Lock()
-	if now < sh.last {
-		now = sh.last
-	}
-	sh.last = now
+	now = sh.tl.lock(now)
 	p := sh.t.Find(k.key, k.tag)
 	if p < 0 {
 		// Every shard holds at least one key and nothing is pinned outside
@@ -345,7 +350,7 @@ func (c *storeCore[S, A]) check(key string, cost Units) (Decision, error) {
 		p, _ = sh.t.Insert(k.key, k.tag, now)
 	}
 	d := c.alg.step(sh.t.State(p), now, int64(cost), true)
-	sh.mu.Unlock()
+	sh.tl.unlock()
 	return d, nil
 }
 
@@ -353,10 +358,10 @@ func (c *storeCore[S, A]) stats() StoreStats {
 	st := StoreStats{MaxKeys: c.maxKeys, Shards: len(c.shards)}
 	for i := range c.shards {
 		sh := &c.shards[i]
-		sh.mu.Lock()
+		sh.tl.mu.Lock()
 		st.Keys += sh.t.Len()
 		ts := sh.t.Stats
-		sh.mu.Unlock()
+		sh.tl.unlock()
 		st.Inserts += ts.Inserts
 		st.Evictions += ts.Evictions
 		st.LossyEvictions += ts.LossyEvictions
@@ -368,14 +373,15 @@ func (c *storeCore[S, A]) stats() StoreStats {
 func (c *storeCore[S, A]) holds(key string) bool {
 	k := c.prepare(key)
 	sh := &c.shards[k.h&c.mask]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
+	sh.tl.mu.Lock()
+	defer sh.tl.unlock()
 	return sh.t.Lookup(k.key, k.tag) >= 0
 }
 
 func (c *storeCore[S, A]) now() int64                { return clampTime(c.clock.Now()) }
-func (c *storeCore[S, A]) capacity() int64           { return c.alg.capacity() }
-func (c *storeCore[S, A]) policy() *policy           { return c.alg.policy() }
+func (c *storeCore[S, A]) waitClock() Clock          { return c.clock }
+func (c *storeCore[S, A]) capacity() int64           { return c.capMil }
+func (c *storeCore[S, A]) policy() *policy           { return c.pol }
 func (c *storeCore[S, A]) shardIndex(k storeKey) int { return int(k.h & c.mask) }
 
 func (c *storeCore[S, A]) prepare(key string) storeKey {
@@ -387,25 +393,14 @@ func (c *storeCore[S, A]) prepare(key string) storeKey {
 	return storeKey{key: key, h: h, tag: table.Tag(h, long)}
 }
 
-func (c *storeCore[S, A]) lockShard(i int, now int64) int64 {
-	sh := &c.shards[i]
-	sh.mu.Lock()
-	if now < sh.last {
-		now = sh.last
-	}
-	sh.last = now
-	return now
-}
+func (c *storeCore[S, A]) lockShard(i int, now int64) int64 { return c.shards[i].tl.lock(now) }
 
-func (c *storeCore[S, A]) raiseShard(i int, now int64) {
-	sh := &c.shards[i]
-	sh.last = max(sh.last, now)
-}
+func (c *storeCore[S, A]) raiseShard(i int, now int64) { c.shards[i].tl.advance(now) }
 
 func (c *storeCore[S, A]) unlockShard(i int) {
 	sh := &c.shards[i]
 	sh.t.Unpin()
-	sh.mu.Unlock()
+	sh.tl.unlock()
 }
 
 func (c *storeCore[S, A]) acquire(k storeKey, now int64) bool {

@@ -107,12 +107,16 @@ func waitFor(ctx context.Context, clk Clock, cost int64, d Decision, try tryFunc
 	}
 }
 
-// timeLeft returns the time until ctx's deadline, or the longest Duration
-// if it has none.
+// maxBudget is the budget of a Check, or of a Wait without a deadline: the
+// longest Duration.
+const maxBudget = time.Duration(math.MaxInt64)
+
+// timeLeft returns the time until ctx's deadline, or maxBudget if it has
+// none.
 func timeLeft(ctx context.Context) time.Duration {
 	deadline, ok := ctx.Deadline()
 	if !ok {
-		return math.MaxInt64
+		return maxBudget
 	}
 	return time.Until(deadline)
 }
@@ -127,23 +131,18 @@ func sleepUntil(ctx context.Context, clk Clock, t int64) error {
 
 // Wait implements [Limiter.Wait].
 func (l *single[S, A]) Wait(ctx context.Context, cost Units) (Decision, error) {
-	if d, err := checkCost(cost, l.alg.capacity(), l.alg.policy()); err != nil {
+	if d, err := checkCost(cost, l.capMil, l.pol); err != nil {
 		return d, err
 	}
-	return waitFor(ctx, l.clock, int64(cost), l.alg.policy().decision(), l.try)
+	return waitFor(ctx, l.clock, int64(cost), l.pol.decision(), l.try)
 }
 
 // try implements tryFunc: a look at the state and, if the request is
 // admissible soon enough, the same step again with commit, under one lock
 // and at one instant, so that the look is exact.
 func (l *single[S, A]) try(cost int64, budget time.Duration) attempt {
-	now := clampTime(l.clock.Now())
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if now < l.last {
-		now = l.last
-	}
-	l.last = now
+	now := l.tl.lock(clampTime(l.clock.Now()))
+	defer l.tl.unlock()
 	a := attempt{now: now, d: l.alg.step(&l.state, now, cost, false)}
 	if !a.d.Allowed {
 		a.goOn = a.d.RetryAfter
@@ -167,8 +166,8 @@ func (l *single[S, A]) try(cost int64, budget time.Duration) attempt {
 		a.d = l.alg.step(&l.state, now, cost, true)
 		after := *vs
 		a.undo = func() bool {
-			l.mu.Lock()
-			defer l.mu.Unlock()
+			l.tl.mu.Lock()
+			defer l.tl.unlock()
 			if *vs != after {
 				return false
 			}

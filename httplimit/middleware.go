@@ -50,12 +50,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/bits"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/ratekit/ratelimit"
+	"github.com/ratekit/ratelimit/internal/wide"
 )
 
 // KeyFunc returns the key a request is limited by, such as a client address
@@ -351,16 +351,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *handler) overCap(d ratelimit.Decision, cost ratelimit.Units) ratelimit.Decision {
 	span := time.Duration(0)
 	if d.Limit > 0 {
-		hi, lo := bits.Mul64(uint64(cost), uint64(d.Window))
-		den := uint64(d.Limit) * uint64(ratelimit.Unit)
-		if hi < den {
-			q, r := bits.Div64(hi, lo, den)
-			if r != 0 {
-				q++
-			}
+		q, r, ok := wide.MulDiv(uint64(cost), uint64(d.Window), uint64(d.Limit)*uint64(ratelimit.Unit))
+		if r != 0 {
+			q++
+		}
+		span = ratelimit.MaxTime
+		if ok {
 			span = time.Duration(min(q, uint64(ratelimit.MaxTime)))
-		} else {
-			span = ratelimit.MaxTime
 		}
 	}
 	d.Allowed = false
