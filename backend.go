@@ -137,7 +137,9 @@ func (m *Machine) Params() Params { return m.params }
 // arrival time. It is zero for the window rules, and for a cost outside 1 to
 // Capacity.
 func (m *Machine) Span(cost Units) (ns, frac uint64) {
-	mp, ok := m.core.(interface{ span(uint64) (uint64, uint64, bool) })
+	mp, ok := m.core.(interface {
+		span(uint64) (uint64, uint64, bool)
+	})
 	if !ok || cost <= 0 || cost > m.params.Capacity {
 		return 0, 0
 	}
@@ -281,7 +283,9 @@ func (m machineOf[S, A]) params() Params  { return m.c.params() }
 
 // span is the pace's, for Machine.Span; ok is false for the window rules.
 func (m machineOf[S, A]) span(x uint64) (uint64, uint64, bool) {
-	if sp, ok := any(m.alg).(interface{ span(uint64) (uint64, uint64, bool) }); ok {
+	if sp, ok := any(m.alg).(interface {
+		span(uint64) (uint64, uint64, bool)
+	}); ok {
 		return sp.span(x)
 	}
 	return 0, 0, false
