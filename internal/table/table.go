@@ -113,10 +113,10 @@ type Table[S any] struct {
 }
 
 // Init readies t to hold at most max entries; fresh reports whether a state
-// at now is as good as the zero state.
+// at now is as good as the zero state. The array is allocated by the first
+// Insert, so that a table that never holds a key costs nothing beyond t.
 func (t *Table[S]) Init(max int, fresh func(s *S, now int64) bool) {
 	*t = Table[S]{max: max, fresh: fresh}
-	t.resize(minSlots)
 }
 
 // Len returns the number of entries held.
@@ -145,6 +145,9 @@ func (t *Table[S]) Find(key string, tag uint32) int {
 // Lookup is Find without marking the entry referenced.
 func (t *Table[S]) Lookup(key string, tag uint32) int {
 	slots := t.slots
+	if len(slots) == 0 {
+		return -1
+	}
 	want := uint64(tag) << 32
 	for i := t.home(tag); ; {
 		s := &slots[i]
@@ -171,7 +174,7 @@ func (t *Table[S]) Insert(key string, tag uint32, now int64) (int, bool) {
 	if t.n >= t.max && !t.evict(now) {
 		return -1, false
 	}
-	if t.n >= t.growAt {
+	if t.n >= t.growAt { // also true of a table not yet allocated
 		t.resize(len(t.slots) + max(len(t.slots)/8, minSlots))
 	}
 	i := t.place(tag)
