@@ -398,4 +398,3 @@ func TestManyShardsAllocateAsKeysArrive(t *testing.T) {
 	// handful (the store, its shard array).
 	assert.Less(t, allocs, float64(16))
 }
-
