@@ -227,12 +227,12 @@ func (c *Composite) checkCost(cost Units) (Decision, error) {
 		}
 	}
 	if cost <= 0 {
-		return first.store.policy().decision(), ErrInvalidCost
+		return checkCost(cost, first.store.capacity(), first.store.policy())
 	}
 	for i := range c.layers {
 		l := &c.layers[i]
 		if !l.shadow && int64(cost) > l.store.capacity() {
-			return l.store.policy().decision(), ErrCostExceedsCapacity
+			return checkCost(cost, l.store.capacity(), l.store.policy())
 		}
 	}
 	return first.store.policy().decision(), nil
@@ -286,7 +286,7 @@ func tryLayers(layers []compositeLayer, enforced int, clock Clock, key string, c
 			t.key = l.key(key)
 		}
 		if cost > l.store.capacity() { // only a shadow layer gets here
-			t.d, t.err = l.store.policy().decision(), ErrCostExceedsCapacity
+			t.d, t.err = checkCost(Units(cost), l.store.capacity(), l.store.policy())
 		} else {
 			t.k = l.store.prepare(t.key)
 			t.shard = l.store.shardIndex(t.k)
