@@ -10,7 +10,8 @@
 // addressed with linear probing from a home slot chosen by the tag, is at
 // most 7/8 full, and grows by 1/8 at a time rather than doubling, so that
 // it is always more than 7/9 full once it has grown: memory per key stays
-// within 8/7 to 9/7 of a slot. Tables never shrink.
+// within 8/7 to 9/7 of a slot. The array is allocated by the first insert,
+// and tables never shrink.
 //
 // Entries move when other entries are added or dropped, so a position is
 // valid only until the next [Table.Insert]; find an entry again by its key.
