@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -397,4 +398,46 @@ func TestManyShardsAllocateAsKeysArrive(t *testing.T) {
 	// One allocation per shard would be 65536: an empty store makes a
 	// handful (the store, its shard array).
 	assert.Less(t, allocs, float64(16))
+}
+
+// failing is a keyed limiter whose backend has failed.
+type failing struct{}
+
+var errBackend = errors.New("backend down")
+
+func (failing) Check(string, ratelimit.Units) (ratelimit.Decision, error) {
+	return ratelimit.Decision{}, errBackend
+}
+
+func (failing) CheckContext(context.Context, string, ratelimit.Units) (ratelimit.Decision, error) {
+	return ratelimit.Decision{}, errBackend
+}
+
+// TestShadowKeyedContext: a shadowed keyed limiter keeps the context form,
+// and passes on errors that are not about the cost instead of admitting.
+func TestShadowKeyedContext(t *testing.T) {
+	clk := ratelimit.NewManualClock(0)
+	s, err := ratelimit.NewStore(ratelimit.FixedWindow{Limit: 1, Window: time.Second}, ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	var reports []ratelimit.ShadowReport
+	sh := ratelimit.ShadowKeyed(s, func(r ratelimit.ShadowReport) { reports = append(reports, r) })
+	cc, ok := sh.(ratelimit.ContextChecker)
+	require.True(t, ok, "ShadowKeyed keeps CheckContext")
+	for i := range 2 {
+		d, err := cc.CheckContext(context.Background(), "k", ratelimit.Unit)
+		require.NoError(t, err)
+		assert.True(t, d.Allowed)
+		assert.Equal(t, i == 1, d.Shadowed)
+	}
+	require.Len(t, reports, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = cc.CheckContext(ctx, "k", ratelimit.Unit)
+	require.ErrorIs(t, err, context.Canceled)
+
+	down := ratelimit.ShadowKeyed(failing{}, nil)
+	_, err = down.Check("k", ratelimit.Unit)
+	require.ErrorIs(t, err, errBackend)
+	_, err = down.(ratelimit.ContextChecker).CheckContext(context.Background(), "k", ratelimit.Unit)
+	require.ErrorIs(t, err, errBackend)
 }
