@@ -257,24 +257,7 @@ type layerTurn struct {
 // algorithm needs an inverse.
 func tryLayers(layers []compositeLayer, enforced int, clock Clock, key string, cost int64, budget time.Duration) attempt {
 	var buf [inlineLayers]layerTurn
-	turns := buf[:0]
-	if len(layers) > inlineLayers {
-		turns = make([]layerTurn, 0, len(layers))
-	}
-	for i := range layers {
-		l := &layers[i]
-		t := layerTurn{key: key}
-		if l.key != nil {
-			t.key = l.key(key)
-		}
-		if cost > l.store.capacity() { // only a shadow layer gets here
-			t.d, t.err = checkCost(Units(cost), l.store.capacity(), l.store.policy())
-		} else {
-			t.k = l.store.prepare(t.key)
-			t.shard = l.store.shardIndex(t.k)
-		}
-		turns = append(turns, t)
-	}
+	turns := prepareTurns(layers, key, cost, buf[:0])
 
 	// Lock in layer order, and agree on one instant.
 	now := clampTime(clock.Now())
@@ -291,6 +274,46 @@ func tryLayers(layers []compositeLayer, enforced int, clock Clock, key string, c
 			layers[i].store.raiseShard(turns[i].shard, now)
 		}
 	}
+	a := decideLocked(layers, turns, enforced, now, cost, budget)
+	for i := len(turns) - 1; i >= 0; i-- {
+		if turns[i].err == nil {
+			layers[i].store.unlockShard(turns[i].shard)
+		}
+	}
+	if a.err == nil {
+		reportShadows(layers, turns, enforced, &a)
+	}
+	return a
+}
+
+// prepareTurns derives and prepares every layer's key for a request of
+// cost, outside any lock, appending the turns to buf.
+func prepareTurns(layers []compositeLayer, key string, cost int64, buf []layerTurn) []layerTurn {
+	turns := buf
+	if len(layers) > cap(buf) {
+		turns = make([]layerTurn, 0, len(layers))
+	}
+	for i := range layers {
+		l := &layers[i]
+		t := layerTurn{key: key}
+		if l.key != nil {
+			t.key = l.key(key)
+		}
+		if cost > l.store.capacity() { // only a shadow layer gets here
+			t.d, t.err = checkCost(Units(cost), l.store.capacity(), l.store.policy())
+		} else {
+			t.k = l.store.prepare(t.key)
+			t.shard = l.store.shardIndex(t.k)
+		}
+		turns = append(turns, t)
+	}
+	return turns
+}
+
+// decideLocked is the heart of an attempt, with every layer's shard locked
+// at the agreed instant now: it acquires each layer's entry, looks, and
+// commits an admitted request that would go on within budget.
+func decideLocked(layers []compositeLayer, turns []layerTurn, enforced int, now, cost int64, budget time.Duration) attempt {
 	a := attempt{now: now}
 	for i := range turns {
 		if turns[i].err == nil && !layers[i].store.acquire(turns[i].k, now) {
@@ -347,16 +370,12 @@ func tryLayers(layers []compositeLayer, enforced int, clock Clock, key string, c
 		}
 		a.goOn += delay
 	}
-	for i := len(turns) - 1; i >= 0; i-- {
-		if turns[i].err == nil {
-			layers[i].store.unlockShard(turns[i].shard)
-		}
-	}
-	if a.err != nil {
-		return a
-	}
+	return a
+}
 
-	// Shadow layers: report, and flag a request that only they would deny.
+// reportShadows reports to every shadow layer, outside the locks, and
+// flags a request that only shadow layers would deny.
+func reportShadows(layers []compositeLayer, turns []layerTurn, enforced int, a *attempt) {
 	shadowDenies := false
 	for i := range turns {
 		l, t := &layers[i], &turns[i]
@@ -370,12 +389,11 @@ func tryLayers(layers []compositeLayer, enforced int, clock Clock, key string, c
 			l.report(ShadowReport{Key: t.key, Decision: t.d, Err: t.err})
 		}
 	}
-	if !view {
+	if enforced == 0 {
 		a.d = admitShadow(a.d, !a.d.Allowed || shadowDenies)
 	} else if a.d.Allowed && shadowDenies {
 		a.d.Shadowed = true
 	}
-	return a
 }
 
 // remainingNow returns the largest whole cost every layer of the view

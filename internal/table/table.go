@@ -304,6 +304,19 @@ func (t *Table[S]) remove(i int, lossy bool) {
 	}
 }
 
+// Delete drops key's entry, if t holds it, as its owner's choice (the
+// entry's state has moved elsewhere): it is not counted as an eviction. An
+// entry pinned is dropped all the same.
+func (t *Table[S]) Delete(key string, tag uint32) bool {
+	i := t.Lookup(key, tag)
+	if i < 0 {
+		return false
+	}
+	t.remove(i, false)
+	t.Stats.Evictions--
+	return true
+}
+
 // place returns the first empty slot from tag's home on.
 func (t *Table[S]) place(tag uint32) int {
 	i := t.home(tag)
