@@ -8,6 +8,7 @@ import (
 	"hash/maphash"
 	"math/bits"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratekit/ratelimit/internal/table"
@@ -251,6 +252,21 @@ type keyedStore interface {
 	// stepAt runs the rule's step on k's acquired entry, with its shard
 	// locked.
 	stepAt(k storeKey, now, cost int64, commit bool) Decision
+
+	// The parts a rule set ([Plans]) needs to move keys between stores,
+	// each with k's shard locked:
+	//
+	// id orders stores for locking several at once: shards are locked in
+	// increasing id order (the layers of a Composite have increasing ids).
+	id() uint64
+	// has reports whether the store holds k.
+	has(k storeKey) bool
+	// take removes k's entry and returns the milli-units it had spent at
+	// now (rounded up); ok is false if the store did not hold k.
+	take(k storeKey, now int64) (spent int64, ok bool)
+	// setSpent makes k's acquired entry a state with x milli-units spent
+	// at now (see Migration).
+	setSpent(k storeKey, now, x int64)
 }
 
 // storeKey is a key prepared for a store: the key itself or, for a key
@@ -318,7 +334,12 @@ type storeCore[S any, A algorithm[S]] struct {
 	mask    uint64
 	maxKeys int
 	shards  []storeShard[S]
+	ident   uint64
+	mig     migrator[S] // alg, as it moves keys between rules
 }
+
+// storeIDs numbers stores in the order they are built (see keyedStore.id).
+var storeIDs atomic.Uint64
 
 func newStoreCore[S any, A algorithm[S]](alg A, o *options) *storeCore[S, A] {
 	maxKeys, n, err := storeShape(o.store)
@@ -334,7 +355,9 @@ func newStoreCore[S any, A algorithm[S]](alg A, o *options) *storeCore[S, A] {
 		mask:    uint64(n - 1),
 		maxKeys: maxKeys,
 		shards:  make([]storeShard[S], n),
+		ident:   storeIDs.Add(1),
 	}
+	c.mig, _ = any(alg).(migrator[S]) // every algorithm is one
 	fresh := alg.fresh
 	for i := range c.shards {
 		share := maxKeys / n
@@ -427,6 +450,28 @@ func (c *storeCore[S, A]) acquire(k storeKey, now int64) bool {
 func (c *storeCore[S, A]) stepAt(k storeKey, now, cost int64, commit bool) Decision {
 	t := &c.shards[k.h&c.mask].t
 	return c.alg.step(t.State(t.Lookup(k.key, k.tag)), now, cost, commit)
+}
+
+func (c *storeCore[S, A]) id() uint64 { return c.ident }
+
+func (c *storeCore[S, A]) has(k storeKey) bool {
+	return c.shards[k.h&c.mask].t.Lookup(k.key, k.tag) >= 0
+}
+
+func (c *storeCore[S, A]) take(k storeKey, now int64) (int64, bool) {
+	t := &c.shards[k.h&c.mask].t
+	i := t.Lookup(k.key, k.tag)
+	if i < 0 {
+		return 0, false
+	}
+	spent := c.mig.spentAt(t.State(i), now)
+	t.Delete(k.key, k.tag)
+	return spent, true
+}
+
+func (c *storeCore[S, A]) setSpent(k storeKey, now, x int64) {
+	t := &c.shards[k.h&c.mask].t
+	c.mig.withSpent(t.State(t.Lookup(k.key, k.tag)), now, x)
 }
 
 // digestKey returns the SHA-256 digest of a long key, hashed in pieces so
