@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"sort"
 	"strconv"
+	"unicode/utf8"
 )
 
 // GlobalKey is a [Layer] Key that puts every request on one key: a limit
@@ -51,6 +52,13 @@ func (s PlanSet) MarshalJSON() ([]byte, error) {
 		names = append(names, name)
 	}
 	sort.Strings(names)
+	for _, name := range append(names, s.Default) {
+		if !utf8.ValidString(name) {
+			// JSON would replace the bytes, and the name read back would
+			// differ from this one.
+			return nil, &RuleError{Rule: "PlanSet", Field: strconv.Quote(name), Reason: "is not valid UTF-8"}
+		}
+	}
 	var b bytes.Buffer
 	b.WriteString(`{"default":`)
 	writeJSONString(&b, s.Default)
