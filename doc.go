@@ -34,11 +34,15 @@
 // [Compose] puts several limits on each request (a global cap, a plan per
 // customer, a tighter limit for an expensive route): a request passes only
 // if every layer admits it, and one refused by any layer spends nothing.
-// [Shadow] and [ShadowKeyed] run a rule on live traffic without refusing
+// [Plans] picks each key's rule at check time from named plans (a rule per
+// customer), and [Plans.Update] changes rules while checks run: each key
+// moves to its new rule on its next check, keeping what a [Migration]
+// policy says, never a fresh allowance unless asked. [Shadow] and [ShadowKeyed] run a rule on live traffic without refusing
 // anything, reporting what it would have refused. [RuleSpec] reads rules
 // from JSON configuration, strictly, and writes them back losslessly.
 // [ContextChecker] is the keyed check that takes a context, the form of a
-// limiter whose state lives elsewhere; Store and Composite implement it.
+// limiter whose state lives elsewhere; Store, Composite and Plans implement
+// it.
 // For those writing such a backend, [NewMachine] returns a rule's state
 // transition on an encoded state ([Machine]) and its exact compiled
 // integers ([Params]), so that the backend decides exactly as this package

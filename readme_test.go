@@ -84,6 +84,7 @@ var readmeImports = map[string]string{
 	"slog":      "log/slog",
 	"strconv":   "strconv",
 	"strings":   "strings",
+	"sync":      "sync",
 	"testing":   "testing",
 	"time":      "time",
 }
@@ -197,12 +198,21 @@ func TestReadmeGoBlocksSpendUnits(t *testing.T) {
 	}
 }
 
-// TestReadmeJSONRules reads every line of the README's ```json blocks as a
-// RuleSpec and builds its rule.
+// TestReadmeJSONRules reads the README's ```json blocks: a block that is
+// one document starting with "default" as a PlanSet, whose plans it builds;
+// any other, line by line, as RuleSpecs, building each rule.
 func TestReadmeJSONRules(t *testing.T) {
 	n := 0
 	for _, b := range readmeBlocks(t) {
 		if b.lang != "json" {
+			continue
+		}
+		if strings.HasPrefix(strings.TrimSpace(b.code), `{"default"`) || strings.Contains(b.code, "\n  \"default\"") {
+			var set ratelimit.PlanSet
+			if assert.NoError(t, json.Unmarshal([]byte(b.code), &set), "README.md:%d", b.line) {
+				_, err := ratelimit.NewPlans(set, nil)
+				assert.NoError(t, err, "README.md:%d", b.line)
+			}
 			continue
 		}
 		for i, line := range strings.Split(strings.TrimSpace(b.code), "\n") {
