@@ -530,3 +530,38 @@ func ExampleCostError() {
 	// 21 20 true
 	// true <nil> 19
 }
+
+// Plans gives each customer's key the rule of its plan, and Update changes
+// a plan's rule while the service runs: the key keeps the fraction of its
+// allowance it had used, not a fresh burst.
+func ExamplePlans() {
+	clk := ratelimit.NewManualClock(0)
+	customers := map[string]string{"acme": "pro"}
+	plans, err := ratelimit.NewPlans(ratelimit.PlanSet{
+		Plans: map[string]ratelimit.Plan{
+			"free": {Rule: ratelimit.TokenBucket{Rate: ratelimit.PerMinute(10), Burst: 20}},
+			"pro":  {Rule: ratelimit.TokenBucket{Rate: ratelimit.PerMinute(100), Burst: 200}},
+		},
+		Default: "free",
+	}, func(key string) string { return customers[key] }, ratelimit.WithClock(clk))
+	if err != nil {
+		panic(err)
+	}
+	d, _ := plans.Check("acme", 150*ratelimit.Unit)
+	fmt.Println(d.Policy, d.Remaining)
+	d, _ = plans.Check("someone", 15*ratelimit.Unit)
+	fmt.Println(d.Policy, d.Remaining)
+
+	// Pro doubles its burst: acme had used 3/4 of it, and still has.
+	set := plans.Set()
+	set.Plans["pro"] = ratelimit.Plan{Rule: ratelimit.TokenBucket{Rate: ratelimit.PerMinute(100), Burst: 400}}
+	if err := plans.Update(set, ratelimit.MigrateProportional); err != nil {
+		panic(err)
+	}
+	d, _ = plans.Check("acme", ratelimit.Unit)
+	fmt.Println(d.Policy, d.Remaining)
+	// Output:
+	// pro 50
+	// free 5
+	// pro 99
+}

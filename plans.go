@@ -56,7 +56,9 @@ type PlanSet struct {
 // lock per such store.
 //
 // Check, CheckContext, CheckWithin and Wait behave as a [Composite]'s over
-// the key's plan (a [Store]'s, for a plan of one rule). Every check sees
+// the key's plan (a [Store]'s, for a plan of one rule), except that a
+// Decision from a rule without a Name reports the plan's name as its
+// Policy, so that an HTTP response names the client's plan. Every check sees
 // either the rule set before an Update or the one after it, never a mix.
 // Plans is safe for concurrent use, starts no goroutines and needs no
 // Close. The zero Plans is not usable; build one with [NewPlans].
@@ -85,11 +87,21 @@ type planGen struct {
 
 // builtPlan is a plan as built: a composite of its layers.
 type builtPlan struct {
-	name string
+	name planName
 	comp Composite
 	// rules are the layers' rules, dereferenced, to tell which stores an
 	// Update can keep.
 	rules []Rule
+}
+
+// planName is a plan's name, which a Decision from a rule without a Name
+// reports as its Policy.
+type planName string
+
+func (n planName) fill(d *Decision) {
+	if d.Policy == "" {
+		d.Policy = string(n)
+	}
 }
 
 // replacedStore is a layer store that an Update replaced.
@@ -238,7 +250,7 @@ func (p *Plans) buildPlan(name string, pl Plan, old *planGen) (*builtPlan, error
 	if old != nil {
 		prev = old.plans[name]
 	}
-	bp := &builtPlan{name: name, comp: Composite{clock: p.clock, layers: make([]compositeLayer, len(layers))}}
+	bp := &builtPlan{name: planName(name), comp: Composite{clock: p.clock, layers: make([]compositeLayer, len(layers))}}
 	for i, l := range layers {
 		if isNilRule(l.Rule) {
 			return nil, &RuleError{Rule: "PlanSet", Field: field(fmt.Sprintf("Layers[%d].Rule", i)), Reason: "is nil"}
@@ -291,7 +303,10 @@ func (p *Plans) Check(key string, cost Units) (Decision, error) {
 // [ContextChecker].
 func (p *Plans) CheckContext(ctx context.Context, key string, cost Units) (Decision, error) {
 	if err := ctx.Err(); err != nil {
-		return p.plan(p.gen.Load(), key).comp.layers[0].store.policy().decision(), err
+		bp := p.plan(p.gen.Load(), key)
+		d := bp.comp.layers[0].store.policy().decision()
+		bp.name.fill(&d)
+		return d, err
 	}
 	return p.Check(key, cost)
 }
@@ -336,10 +351,13 @@ func (p *Plans) try(key string, cost Units, budget time.Duration) (attempt, erro
 		g := p.gen.Load()
 		bp := p.plan(g, key)
 		if d, err := bp.comp.checkCost(cost); err != nil {
+			bp.name.fill(&d)
 			return attempt{d: d}, err
 		}
 		if a, ok := p.tryIn(g, bp, key, int64(cost), budget); ok {
 			a.changed = g.done
+			bp.name.fill(&a.d)
+			bp.name.fill(&a.tooSlow)
 			return a, nil
 		}
 	}
@@ -496,7 +514,7 @@ func (p *Plans) sources(g *planGen, bp *builtPlan, lacks []bool, key string) []s
 			continue
 		}
 		for _, r := range g.replaced {
-			if r.plan == bp.name && r.layer == i {
+			if r.plan == string(bp.name) && r.layer == i {
 				add(i, r.store, r.key, r.policy)
 			}
 		}
@@ -506,7 +524,7 @@ func (p *Plans) sources(g *planGen, bp *builtPlan, lacks []bool, key string) []s
 			}
 		}
 		for _, r := range g.replaced {
-			if r.plan != bp.name && r.layer == i {
+			if r.plan != string(bp.name) && r.layer == i {
 				add(i, r.store, r.key, g.set.OnMove)
 			}
 		}

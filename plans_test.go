@@ -184,7 +184,11 @@ func (pm *planModel) step(key, plan string, now, cost int64) ratelimit.Decision 
 		m.SetSpent(now, carried)
 		*km = keyModel{plan: plan, version: pm.versions[plan], lc: lc, m: m}
 	}
-	return lc.want(km.m.Step(now, cost))
+	d := lc.want(km.m.Step(now, cost))
+	if d.Policy == "" {
+		d.Policy = plan // an unnamed rule's Decision names the plan
+	}
+	return d
 }
 
 // TestPlansMatchModel: random traces of checks, plan moves and rule
