@@ -21,34 +21,6 @@ type ruleCase struct {
 	scale    time.Duration
 }
 
-// ruleKinds draws a valid rule of each algorithm.
-var ruleKinds = map[string]func(*rapid.T) ruleCase{
-	"TokenBucket": func(t *rapid.T) ruleCase {
-		r, c := drawValidBucket(t)
-		return ruleCase{ratelimit.TokenBucket{Rate: r, Burst: c}, c * 1000, r.Per}
-	},
-	"GCRA": func(t *rapid.T) ruleCase {
-		r, c := drawValidBucket(t)
-		return ruleCase{ratelimit.GCRA{Rate: r, Burst: c}, c * 1000, r.Per}
-	},
-	"LeakyBucket": func(t *rapid.T) ruleCase {
-		r, c := drawValidBucket(t)
-		return ruleCase{ratelimit.LeakyBucket{Rate: r, Capacity: c}, c * 1000, r.Per}
-	},
-	"SlidingLog": func(t *rapid.T) ruleCase {
-		l, w := drawCapacity(t), drawWindow(t)
-		return ruleCase{ratelimit.SlidingLog{Limit: l, Window: w}, l * 1000, w}
-	},
-	"FixedWindow": func(t *rapid.T) ruleCase {
-		l, w := drawCapacity(t), drawWindow(t)
-		return ruleCase{ratelimit.FixedWindow{Limit: l, Window: w}, l * 1000, w}
-	},
-	"SlidingCounter": func(t *rapid.T) ruleCase {
-		l, w := drawCapacity(t), drawWindow(t)
-		return ruleCase{ratelimit.SlidingCounter{Limit: l, Window: w}, l * 1000, w}
-	},
-}
-
 func drawValidBucket(t *rapid.T) (ratelimit.Rate, int64) {
 	for {
 		r, c := drawRate(t), drawCapacity(t)
@@ -58,11 +30,15 @@ func drawValidBucket(t *rapid.T) (ratelimit.Rate, int64) {
 	}
 }
 
-// forEachKind runs prop as a rapid check for every algorithm.
+// forEachKind runs prop as a rapid check for every algorithm, on a random
+// valid rule from the algorithm's generator.
 func forEachKind(t *testing.T, prop func(t *rapid.T, rc ruleCase)) {
-	for name, draw := range ruleKinds {
-		t.Run(name, func(t *testing.T) {
-			rapid.Check(t, func(t *rapid.T) { prop(t, draw(t)) })
+	for _, a := range testedAlgorithms {
+		t.Run(a.name, func(t *testing.T) {
+			rapid.Check(t, func(t *rapid.T) {
+				s := a.draw(t)
+				prop(t, ruleCase{a.rule(s), s.capacity * 1000, a.scale(s)})
+			})
 		})
 	}
 }

@@ -156,35 +156,20 @@ func TestParseRateReadsGoDurations(t *testing.T) {
 func drawRuleSpec(t *rapid.T) ratelimit.RuleSpec {
 	name := rapid.OneOf(rapid.SampledFrom([]string{"", "free-global", "login-per-ip", `a "quoted" <name> & more`}), rapid.String()).Draw(t, "name")
 	capacity := rapid.OneOf(rapid.Int64Range(1, 100), rapid.Int64Range(1, 1e15)).Draw(t, "capacity")
-	var rule ratelimit.Rule
-	switch kind := rapid.SampledFrom(limitKinds).Draw(t, "kind"); kind {
-	case "TokenBucket", "GCRA", "LeakyBucket":
-		r := drawAnyRate(t)
-		for !spanFits(r, capacity) {
-			r = drawAnyRate(t)
+	a := rapid.SampledFrom(testedAlgorithms).Draw(t, "kind")
+	s := settings{capacity: capacity, name: name}
+	if a.bucket {
+		s.rate = drawAnyRate(t)
+		for !spanFits(s.rate, capacity) {
+			s.rate = drawAnyRate(t)
 		}
-		switch kind {
-		case "TokenBucket":
-			rule = ratelimit.TokenBucket{Rate: r, Burst: capacity, Name: name}
-		case "GCRA":
-			rule = ratelimit.GCRA{Rate: r, Burst: capacity, Name: name}
-		default:
-			rule = ratelimit.LeakyBucket{Rate: r, Capacity: capacity, Name: name}
-		}
-	default:
-		w := time.Duration(rapid.OneOf(
+	} else {
+		s.window = time.Duration(rapid.OneOf(
 			rapid.SampledFrom([]int64{int64(time.Second), int64(time.Minute), int64(10 * time.Second), int64(time.Hour)}),
 			rapid.Int64Range(1, int64(ratelimit.MaxTime)-1),
 		).Draw(t, "window"))
-		switch kind {
-		case "FixedWindow":
-			rule = ratelimit.FixedWindow{Limit: capacity, Window: w, Name: name}
-		case "SlidingLog":
-			rule = ratelimit.SlidingLog{Limit: capacity, Window: w, Name: name}
-		default:
-			rule = ratelimit.SlidingCounter{Limit: capacity, Window: w, Name: name}
-		}
 	}
+	rule := a.rule(s)
 	return ratelimit.RuleSpec{Rule: rule, Shadow: rapid.Bool().Draw(t, "shadow")}
 }
 
