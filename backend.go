@@ -293,19 +293,8 @@ func (m machineOf[S, A]) span(x uint64) (uint64, uint64, bool) {
 
 // algorithmName returns the JSON name of a rule's algorithm.
 func algorithmName(rule Rule) string {
-	switch deref(rule).(type) {
-	case TokenBucket:
-		return algTokenBucket
-	case GCRA:
-		return algGCRA
-	case LeakyBucket:
-		return algLeakyBucket
-	case FixedWindow:
-		return algFixedWindow
-	case SlidingLog:
-		return algSlidingLog
-	case SlidingCounter:
-		return algSlidingCounter
+	if row, _ := algorithmOf(deref(rule)); row != nil {
+		return row.name
 	}
 	return ""
 }

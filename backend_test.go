@@ -22,7 +22,7 @@ func drawMachineRule(t *rapid.T) (ratelimit.Rule, time.Duration) {
 		scale := time.Duration(rapid.Int64Range(1, int64(100*year)).Draw(t, "scale"))
 		return rule, scale
 	}
-	lc := drawLimitCase(t, rapid.SampledFrom(limitKinds).Draw(t, "kind"))
+	lc := drawLimitCase(t, rapid.SampledFrom(testedAlgorithms).Draw(t, "algorithm"))
 	return lc.rule, lc.scale
 }
 

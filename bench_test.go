@@ -9,27 +9,23 @@ import (
 
 // benchRules are the single-key benchmark subjects: mostly-allowed rules
 // (a burst far larger than a benchmark can spend), so Check takes its admit
-// path.
-func benchRules() []struct {
-	name string
-	rule ratelimit.Rule
-} {
+// path. One of every algorithm, and a GCRA whose pace is not a whole number
+// of nanoseconds per milli-unit.
+func benchRules() []benchSubject {
 	rate, odd := ratelimit.PerSecond(1_000_000), ratelimit.Rate{Count: 999_983, Per: time.Second}
 	const burst = 1_000_000_000_000
-	return []struct {
-		name string
-		rule ratelimit.Rule
-	}{
-		{"TokenBucket", ratelimit.TokenBucket{Rate: rate, Burst: burst}},
-		{"GCRA", ratelimit.GCRA{Rate: rate, Burst: burst}},
-		{"GCRA/fractional", ratelimit.GCRA{Rate: odd, Burst: burst}},
-		{"LeakyBucket", ratelimit.LeakyBucket{Rate: rate, Capacity: burst}},
-		// On the system clock a millisecond holds a few ten thousand
-		// admissions, each logged at its own instant: the log's steady state.
-		{"SlidingLog", ratelimit.SlidingLog{Limit: 1_000_000, Window: time.Millisecond}},
-		{"FixedWindow", ratelimit.FixedWindow{Limit: burst, Window: time.Second}},
-		{"SlidingCounter", ratelimit.SlidingCounter{Limit: burst, Window: time.Second}},
+	var rules []benchSubject
+	for _, a := range testedAlgorithms {
+		s := settings{rate: rate, capacity: burst, window: time.Second}
+		if a.logState {
+			// On the system clock a millisecond holds a few ten thousand
+			// admissions, each logged at its own instant: the log's
+			// steady state.
+			s.capacity, s.window = 1_000_000, time.Millisecond
+		}
+		rules = append(rules, benchSubject{a.name, a.rule(s)})
 	}
+	return append(rules, benchSubject{"GCRA/fractional", ratelimit.GCRA{Rate: odd, Burst: burst}})
 }
 
 // BenchmarkClock is the floor: one monotonic clock read, as SystemClock does.

@@ -62,11 +62,11 @@ func drawLayers(t *rapid.T, first string, shadows bool) []layerCase {
 	for i := range layers {
 		kind := first
 		if i > 0 || kind == "" {
-			kind = rapid.SampledFrom(limitKinds).Draw(t, "kind")
+			kind = rapid.SampledFrom(testedAlgorithms).Draw(t, "kind").name
 		}
 		kf := rapid.IntRange(0, len(layerKeyFns)-1).Draw(t, "keyFn")
 		layers[i] = layerCase{
-			limitCase: drawLimitCase(t, kind),
+			limitCase: drawLimitCase(t, testedAlgorithmNamed(kind)),
 			keyName:   layerKeyFns[kf].name,
 			keyFn:     layerKeyFns[kf].fn,
 			shadow:    shadows && rapid.IntRange(0, 3).Draw(t, "shadow") == 0,
@@ -303,9 +303,9 @@ func TestCompositeMatchesModels(t *testing.T) {
 // of the requests the composite admitted, and nothing for those it
 // denied).
 func TestCompositeConcurrentNoPartialSpend(t *testing.T) {
-	for _, kind := range limitKinds {
-		t.Run(kind, func(t *testing.T) {
-			rapid.Check(t, func(t *rapid.T) { concurrentTraffic(t, kind) })
+	for _, a := range testedAlgorithms {
+		t.Run(a.name, func(t *testing.T) {
+			rapid.Check(t, func(t *rapid.T) { concurrentTraffic(t, a.name) })
 		})
 	}
 }
@@ -407,7 +407,7 @@ type keyedSystem struct {
 
 func drawKeyedSystem(t *rapid.T, store bool, clk *ratelimit.ManualClock) ([]layerCase, keyedSystem) {
 	if store {
-		lc := drawLimitCase(t, rapid.SampledFrom(limitKinds).Draw(t, "kind"))
+		lc := drawLimitCase(t, rapid.SampledFrom(testedAlgorithms).Draw(t, "kind"))
 		s, err := ratelimit.NewStore(lc.rule, ratelimit.WithClock(clk))
 		require.NoError(t, err)
 		return []layerCase{{limitCase: lc, keyName: "per-key-route"}}, keyedSystem{

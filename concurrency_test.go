@@ -13,18 +13,17 @@ import (
 )
 
 // hundredRules are rules with a capacity of 100 that earn nothing back
-// within a test's lifetime.
+// within a test's lifetime: one of every algorithm, and a GCRA whose pace
+// is not a whole number of nanoseconds per milli-unit.
 func hundredRules() map[string]ratelimit.Rule {
 	slow := ratelimit.Rate{Count: 1, Per: 24 * time.Hour}
-	return map[string]ratelimit.Rule{
-		"TokenBucket":     ratelimit.TokenBucket{Rate: slow, Burst: 100},
-		"GCRA":            ratelimit.GCRA{Rate: slow, Burst: 100},
+	rules := map[string]ratelimit.Rule{
 		"GCRA/fractional": ratelimit.GCRA{Rate: ratelimit.Rate{Count: 7, Per: 3 * 24 * time.Hour}, Burst: 100},
-		"LeakyBucket":     ratelimit.LeakyBucket{Rate: slow, Capacity: 100},
-		"SlidingLog":      ratelimit.SlidingLog{Limit: 100, Window: 24 * time.Hour},
-		"FixedWindow":     ratelimit.FixedWindow{Limit: 100, Window: 100 * 365 * 24 * time.Hour},
-		"SlidingCounter":  ratelimit.SlidingCounter{Limit: 100, Window: 100 * 365 * 24 * time.Hour},
 	}
+	for _, a := range testedAlgorithms {
+		rules[a.name] = a.rule(settings{rate: slow, capacity: 100, window: 100 * 365 * 24 * time.Hour})
+	}
+	return rules
 }
 
 func TestConcurrentChecksAdmitExactlyTheLimit(t *testing.T) {

@@ -33,45 +33,35 @@ type fwState struct {
 
 // fwAlgo is a compiled FixedWindow rule.
 type fwAlgo struct {
-	w        int64 // window length in ns
-	capMilli int64
-	pol      policy
+	w int64 // window length in ns
+	ruleBase
 }
 
 // compileWindow validates the Limit and Window fields shared by the window
-// rules, returning the capacity in milli-units and the window in ns.
-func compileWindow(rule string, limit int64, window time.Duration) (int64, int64, error) {
+// rules, returning the rule's base and the window in ns.
+func compileWindow(rule, name string, limit int64, window time.Duration) (ruleBase, int64, error) {
 	cm, err := capacityMilli(rule, "Limit", limit)
 	if err != nil {
-		return 0, 0, err
+		return ruleBase{}, 0, err
 	}
 	switch {
 	case window <= 0:
-		return 0, 0, &RuleError{Rule: rule, Field: "Window", Reason: "must be positive"}
+		return ruleBase{}, 0, &RuleError{Rule: rule, Field: "Window", Reason: "must be positive"}
 	case int64(window) > maxSpan:
-		return 0, 0, &RuleError{Rule: rule, Field: "Window", Reason: "must be less than MaxTime"}
+		return ruleBase{}, 0, &RuleError{Rule: rule, Field: "Window", Reason: "must be less than MaxTime"}
 	}
-	return cm, int64(window), nil
+	return ruleBase{capMilli: cm, pol: policy{name: name, limit: limit, window: window}}, int64(window), nil
 }
 
 func (r FixedWindow) compile() (*fwAlgo, error) {
-	cm, w, err := compileWindow("FixedWindow", r.Limit, r.Window)
+	b, w, err := compileWindow("FixedWindow", r.Name, r.Limit, r.Window)
 	if err != nil {
 		return nil, err
 	}
-	return &fwAlgo{w: w, capMilli: cm, pol: policy{name: r.Name, limit: r.Limit, window: r.Window}}, nil
+	return &fwAlgo{w: w, ruleBase: b}, nil
 }
 
-func (r FixedWindow) bind() (binding, error) {
-	a, err := r.compile()
-	if err != nil {
-		return nil, err
-	}
-	return bound[fwState, *fwAlgo]{a}, nil
-}
-
-func (a *fwAlgo) capacity() int64 { return a.capMilli }
-func (a *fwAlgo) policy() *policy { return &a.pol }
+func (r FixedWindow) bind() (binding, error) { return bindRule[fwState](r.compile()) }
 
 // at returns the window index for now and the count that applies in it. A
 // now before the state's window is moved to the start of that window: the

@@ -12,33 +12,14 @@ import (
 	"github.com/ratekit/ratelimit/internal/refmodel"
 )
 
-// fuzzRule builds a rule of the kind selected by kind from raw numbers: per
-// is the rate's period or the window, capacity the burst, capacity or limit.
-// valid says whether the rule's numbers are acceptable, computed
-// independently of the library.
+// fuzzRule builds a rule of the algorithm testedAlgorithms[kind mod their
+// number] from raw numbers: per is the rate's period or the window,
+// capacity the burst, capacity or limit. valid says whether the rule's
+// numbers are acceptable, computed independently of the library.
 func fuzzRule(kind uint8, count, per, capacity int64) (rule ratelimit.Rule, model func() refmodel.Model, valid bool) {
-	r := ratelimit.Rate{Count: count, Per: time.Duration(per)}
-	capOK := capacity > 0 && capacity <= 1e15
-	if w := time.Duration(per); kind%6 >= 3 {
-		valid = capOK && w > 0 && w < ratelimit.MaxTime
-		switch kind % 6 {
-		case 3:
-			return ratelimit.SlidingLog{Limit: capacity, Window: w}, func() refmodel.Model { return refmodel.NewLog(capacity, w) }, valid
-		case 4:
-			return ratelimit.FixedWindow{Limit: capacity, Window: w}, func() refmodel.Model { return refmodel.NewFixedWindow(capacity, w) }, valid
-		default:
-			return ratelimit.SlidingCounter{Limit: capacity, Window: w}, func() refmodel.Model { return refmodel.NewSlidingCounter(capacity, w) }, valid
-		}
-	}
-	valid = capOK && count > 0 && count <= 1e15 && per > 0 && per < int64(ratelimit.MaxTime) && spanFits(r, capacity)
-	switch kind % 6 {
-	case 0:
-		return ratelimit.TokenBucket{Rate: r, Burst: capacity}, func() refmodel.Model { return refmodel.NewBucket(r, capacity) }, valid
-	case 1:
-		return ratelimit.GCRA{Rate: r, Burst: capacity}, func() refmodel.Model { return refmodel.NewBucket(r, capacity) }, valid
-	default:
-		return ratelimit.LeakyBucket{Rate: r, Capacity: capacity}, func() refmodel.Model { return refmodel.NewQueue(r, capacity) }, valid
-	}
+	a := testedAlgorithms[int(kind)%len(testedAlgorithms)]
+	s := settings{rate: ratelimit.Rate{Count: count, Per: time.Duration(per)}, capacity: capacity, window: time.Duration(per)}
+	return a.rule(s), func() refmodel.Model { return a.model(s) }, a.valid(s)
 }
 
 // FuzzRuleValidation: any rule is either rejected with a *RuleError that

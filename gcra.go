@@ -31,8 +31,7 @@ type vtime struct {
 // may run at most the capacity's span ahead of now.
 type meter struct {
 	pace
-	pol      policy
-	capMilli int64  // capacity in milli-units
+	ruleBase
 	tauNs    uint64 // the capacity's span: capMilli*p/n ns ...
 	tauFrac  uint64 // ... plus tauFrac/n
 	unitNs   uint64 // the span of one Unit, for the common cost
@@ -54,16 +53,12 @@ func newMeter(rule, name, rateField, capField string, r Rate, capacity int64) (m
 	}
 	un, uf, _ := pc.span(uint64(Unit)) // no longer than the capacity's span: cannot fail
 	return meter{
-		pol:      policy{name: name, limit: capacity, window: ceilNs(tn, tf)},
 		pace:     pc,
-		capMilli: cm,
+		ruleBase: ruleBase{capMilli: cm, pol: policy{name: name, limit: capacity, window: ceilNs(tn, tf)}},
 		tauNs:    tn, tauFrac: tf,
 		unitNs: un, unitFrac: uf,
 	}, nil
 }
-
-func (m *meter) capacity() int64 { return m.capMilli }
-func (m *meter) policy() *policy { return &m.pol }
 
 // debt is how far s runs ahead of now (zero if behind).
 func (m *meter) debt(s *vtime, now int64) (uint64, uint64) {
@@ -131,6 +126,7 @@ func (a *gcraAlgo) step(s *vtime, now, cost int64, commit bool) Decision {
 	return d
 }
 
+// bind keeps GCRA's own binding, for its lock-free single-key limiter.
 func (r GCRA) bind() (binding, error) {
 	a, err := r.compile()
 	if err != nil {

@@ -2,7 +2,6 @@ package ratelimit_test
 
 import (
 	"errors"
-	"math/big"
 	"testing"
 	"time"
 
@@ -59,28 +58,6 @@ func drawWindow(t *rapid.T) time.Duration {
 		w = time.Duration(rapid.Int64Range(int64(time.Millisecond), int64(w)).Draw(t, "windowNs"))
 	}
 	return w
-}
-
-// spanFits reports whether capacity units at rate take at most MaxTime-1 ns,
-// computed independently of the library with big rationals.
-func spanFits(r ratelimit.Rate, capacity int64) bool {
-	span := new(big.Rat).SetFrac(
-		new(big.Int).Mul(big.NewInt(capacity), big.NewInt(int64(r.Per))),
-		big.NewInt(r.Count))
-	span.Sub(span, new(big.Rat).SetInt64(int64(ratelimit.MaxTime)-1))
-	// The library keeps whole nanoseconds <= MaxTime-1 plus a fraction.
-	return span.Cmp(new(big.Rat).SetInt64(1)) < 0
-}
-
-// bucketWindow is the Window a bucket rule reports: the time to earn the
-// whole capacity, rounded up to the nanosecond.
-func bucketWindow(r ratelimit.Rate, capacity int64) time.Duration {
-	num := new(big.Int).Mul(big.NewInt(capacity), big.NewInt(int64(r.Per)))
-	q, m := new(big.Int).DivMod(num, big.NewInt(r.Count), new(big.Int))
-	if m.Sign() != 0 {
-		q.Add(q, big.NewInt(1))
-	}
-	return time.Duration(q.Int64())
 }
 
 func drawName(t *rapid.T) string {

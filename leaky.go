@@ -29,13 +29,7 @@ func (r LeakyBucket) compile() (*leakyAlgo, error) {
 	return &leakyAlgo{m}, nil
 }
 
-func (r LeakyBucket) bind() (binding, error) {
-	a, err := r.compile()
-	if err != nil {
-		return nil, err
-	}
-	return bound[vtime, *leakyAlgo]{a}, nil
-}
+func (r LeakyBucket) bind() (binding, error) { return bindRule[vtime](r.compile()) }
 
 func (a *leakyAlgo) step(s *vtime, now, cost int64, commit bool) Decision {
 	var d Decision

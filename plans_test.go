@@ -200,7 +200,7 @@ func TestPlansMatchModel(t *testing.T) {
 		drawPlan := func() limitCase {
 			// Capacities up to 1000 units keep proportional products exact
 			// in int64 in the model.
-			return drawLimitCase(t, rapid.SampledFrom(limitKinds).Draw(t, "kind"))
+			return drawLimitCase(t, rapid.SampledFrom(testedAlgorithms).Draw(t, "algorithm"))
 		}
 		pm := &planModel{
 			rules: map[string]limitCase{}, versions: map[string]int{},

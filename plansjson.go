@@ -135,11 +135,14 @@ func isGlobalKey(f func(string) string) bool {
 // UnmarshalJSON reads a rule-set document and validates it whole, as
 // [NewPlans] would. On an error s is left unchanged.
 func (s *PlanSet) UnmarshalJSON(data []byte) error {
-	fields, err := readObject(data)
-	if err != nil {
-		return &RuleError{Rule: "rule set", Field: "JSON", Reason: "must be an object"}
-	}
 	fail := func(field, reason string) error { return &RuleError{Rule: "rule set", Field: field, Reason: reason} }
+	fields, repeated, err := readObject(data)
+	if err != nil {
+		return fail("JSON", "must be an object")
+	}
+	if repeated != "" {
+		return fail(repeated, "appears more than once")
+	}
 	for k := range fields {
 		if k != "default" && k != "on_move" && k != "plans" {
 			return fail(k, "is not a rule-set field (default, on_move, plans)")
@@ -164,9 +167,12 @@ func (s *PlanSet) UnmarshalJSON(data []byte) error {
 	if !ok {
 		return fail("plans", "is missing")
 	}
-	plans, err := readObject(raw)
+	plans, repeated, err := readObject(raw)
 	if err != nil {
 		return fail("plans", "must be an object of plans by name")
+	}
+	if repeated != "" {
+		return fail("plans", fmt.Sprintf("names plan %q more than once", repeated))
 	}
 	set.Plans = make(map[string]Plan, len(plans))
 	for name, raw := range plans {
@@ -210,9 +216,12 @@ func migrationNamed(name string) (Migration, bool) {
 
 // unmarshalPlan reads one plan.
 func unmarshalPlan(data []byte) (Plan, error) {
-	fields, err := readObject(data)
+	fields, repeated, err := readObject(data)
 	if err != nil {
 		return Plan{}, err
+	}
+	if repeated != "" {
+		return Plan{}, &RuleError{Rule: "plan", Field: repeated, Reason: "appears more than once"}
 	}
 	raw, layered := fields["layers"]
 	if !layered {
@@ -252,9 +261,12 @@ func unmarshalPlan(data []byte) (Plan, error) {
 
 // unmarshalLayer reads a rule object with an optional "key".
 func unmarshalLayer(data []byte) (Layer, error) {
-	fields, err := readObject(data)
+	fields, repeated, err := readObject(data)
 	if err != nil {
 		return Layer{}, err
+	}
+	if repeated != "" {
+		return Layer{}, &RuleError{Rule: "layer", Field: repeated, Reason: "appears more than once"}
 	}
 	var l Layer
 	if raw, ok := fields["key"]; ok {

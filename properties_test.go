@@ -21,34 +21,6 @@ type ruleCase struct {
 	scale    time.Duration
 }
 
-// ruleKinds draws a valid rule of each algorithm.
-var ruleKinds = map[string]func(*rapid.T) ruleCase{
-	"TokenBucket": func(t *rapid.T) ruleCase {
-		r, c := drawValidBucket(t)
-		return ruleCase{ratelimit.TokenBucket{Rate: r, Burst: c}, c * 1000, r.Per}
-	},
-	"GCRA": func(t *rapid.T) ruleCase {
-		r, c := drawValidBucket(t)
-		return ruleCase{ratelimit.GCRA{Rate: r, Burst: c}, c * 1000, r.Per}
-	},
-	"LeakyBucket": func(t *rapid.T) ruleCase {
-		r, c := drawValidBucket(t)
-		return ruleCase{ratelimit.LeakyBucket{Rate: r, Capacity: c}, c * 1000, r.Per}
-	},
-	"SlidingLog": func(t *rapid.T) ruleCase {
-		l, w := drawCapacity(t), drawWindow(t)
-		return ruleCase{ratelimit.SlidingLog{Limit: l, Window: w}, l * 1000, w}
-	},
-	"FixedWindow": func(t *rapid.T) ruleCase {
-		l, w := drawCapacity(t), drawWindow(t)
-		return ruleCase{ratelimit.FixedWindow{Limit: l, Window: w}, l * 1000, w}
-	},
-	"SlidingCounter": func(t *rapid.T) ruleCase {
-		l, w := drawCapacity(t), drawWindow(t)
-		return ruleCase{ratelimit.SlidingCounter{Limit: l, Window: w}, l * 1000, w}
-	},
-}
-
 func drawValidBucket(t *rapid.T) (ratelimit.Rate, int64) {
 	for {
 		r, c := drawRate(t), drawCapacity(t)
@@ -58,11 +30,15 @@ func drawValidBucket(t *rapid.T) (ratelimit.Rate, int64) {
 	}
 }
 
-// forEachKind runs prop as a rapid check for every algorithm.
+// forEachKind runs prop as a rapid check for every algorithm, on a random
+// valid rule from the algorithm's generator.
 func forEachKind(t *testing.T, prop func(t *rapid.T, rc ruleCase)) {
-	for name, draw := range ruleKinds {
-		t.Run(name, func(t *testing.T) {
-			rapid.Check(t, func(t *rapid.T) { prop(t, draw(t)) })
+	for _, a := range testedAlgorithms {
+		t.Run(a.name, func(t *testing.T) {
+			rapid.Check(t, func(t *rapid.T) {
+				s := a.draw(t)
+				prop(t, ruleCase{a.rule(s), s.capacity * 1000, a.scale(s)})
+			})
 		})
 	}
 }
@@ -73,17 +49,19 @@ type request struct {
 	cost ratelimit.Units
 }
 
-// drawTrace draws requests at non-decreasing times, costs within capacity.
+// drawTrace draws requests at non-decreasing times within the clock's
+// range (at most MaxTime), costs within capacity.
 func drawTrace(t *rapid.T, rc ruleCase) []request {
 	n := rapid.IntRange(1, 40).Draw(t, "requests")
 	trace := make([]request, n)
 	var at time.Duration
 	for i := range trace {
-		at += time.Duration(rapid.OneOf(
+		gap := time.Duration(rapid.OneOf(
 			rapid.Just(int64(0)),
 			rapid.Int64Range(0, 5),
 			rapid.Int64Range(0, 2*int64(rc.scale)),
 		).Draw(t, "gap"))
+		at += min(gap, ratelimit.MaxTime-at)
 		trace[i] = request{at: at, cost: ratelimit.Units(rapid.OneOf(
 			rapid.Int64Range(1, rc.capMilli),
 			rapid.Just(int64(1000)),
@@ -95,7 +73,7 @@ func drawTrace(t *rapid.T, rc ruleCase) []request {
 
 // replay plays trace against a fresh limiter and returns it, its clock and
 // the decisions.
-func replay(t *rapid.T, rule ratelimit.Rule, trace []request) (ratelimit.Limiter, *ratelimit.ManualClock, []ratelimit.Decision) {
+func replay(t require.TestingT, rule ratelimit.Rule, trace []request) (ratelimit.Limiter, *ratelimit.ManualClock, []ratelimit.Decision) {
 	clk := ratelimit.NewManualClock(0)
 	lim, err := ratelimit.New(rule, ratelimit.WithClock(clk))
 	require.NoError(t, err)
@@ -109,7 +87,7 @@ func replay(t *rapid.T, rule ratelimit.Rule, trace []request) (ratelimit.Limiter
 }
 
 // probe replays trace, then sends cost at time at and returns the decision.
-func probe(t *rapid.T, rule ratelimit.Rule, trace []request, at time.Duration, cost ratelimit.Units) ratelimit.Decision {
+func probe(t require.TestingT, rule ratelimit.Rule, trace []request, at time.Duration, cost ratelimit.Units) ratelimit.Decision {
 	lim, clk, _ := replay(t, rule, trace)
 	clk.Set(at)
 	d, err := lim.Check(cost)
@@ -128,6 +106,12 @@ func TestRetryAfterIsExact(t *testing.T) {
 			}
 			require.Positive(t, d.RetryAfter, "denied at step %d", i)
 			at := trace[i].at + d.RetryAfter
+			if at > ratelimit.MaxTime || at < trace[i].at {
+				// The clock stops at MaxTime, before the retry comes.
+				require.False(t, probe(t, rc.rule, trace[:i], ratelimit.MaxTime, trace[i].cost).Allowed,
+					"step %d: allowed at MaxTime, before RetryAfter %v", i, d.RetryAfter)
+				return
+			}
 			before := trace[i].at + time.Duration(rapid.Int64Range(0, int64(d.RetryAfter)-1).Draw(t, "before"))
 			require.True(t, probe(t, rc.rule, trace[:i], at, trace[i].cost).Allowed,
 				"step %d: not allowed after RetryAfter %v", i, d.RetryAfter)
@@ -143,19 +127,47 @@ func TestRetryAfterIsExact(t *testing.T) {
 func TestResetAfterIsExact(t *testing.T) {
 	forEachKind(t, func(t *rapid.T, rc ruleCase) {
 		trace := drawTrace(t, rc)
-		_, _, ds := replay(t, rc.rule, trace)
-		i := rapid.IntRange(0, len(trace)-1).Draw(t, "step")
-		d := ds[i]
-		full := ratelimit.Units(rc.capMilli)
-		at := trace[i].at + d.ResetAfter
-		got := probe(t, rc.rule, trace[:i+1], at, full)
-		require.True(t, got.Allowed, "full capacity not admitted after ResetAfter %v", d.ResetAfter)
-		require.Zero(t, got.Remaining)
-		if d.ResetAfter > 0 {
-			require.False(t, probe(t, rc.rule, trace[:i+1], at-1, full).Allowed,
-				"full capacity admitted 1ns before ResetAfter %v", d.ResetAfter)
+		resetAfterIsExact(t, rc, trace, rapid.IntRange(0, len(trace)-1).Draw(t, "step"))
+	})
+	// A full burst spent 6 years in comes back 140.625 years later, after
+	// MaxTime (about 146.2 years), where the clock stops.
+	t.Run("past MaxTime", func(t *testing.T) {
+		rate, burst := ratelimit.Rate{Count: 16, Per: 10 * year}, int64(225)
+		for _, a := range testedAlgorithms {
+			if !a.bucket {
+				continue
+			}
+			t.Run(a.name, func(t *testing.T) {
+				rc := ruleCase{a.rule(settings{rate: rate, capacity: burst}), burst * 1000, rate.Per}
+				trace := []request{{at: 6 * year, cost: ratelimit.Units(burst * 1000)}}
+				resetAfterIsExact(t, rc, trace, 0)
+			})
 		}
 	})
+}
+
+// resetAfterIsExact checks the ResetAfter of step i of trace: at it the
+// whole capacity is admitted, one nanosecond before it not. A ResetAfter
+// that ends after MaxTime is never reached: at MaxTime, the latest instant
+// a clock gives, the whole capacity is still refused.
+func resetAfterIsExact(t require.TestingT, rc ruleCase, trace []request, i int) {
+	_, _, ds := replay(t, rc.rule, trace)
+	d := ds[i]
+	full := ratelimit.Units(rc.capMilli)
+	at := trace[i].at + d.ResetAfter
+	if at > ratelimit.MaxTime || at < trace[i].at {
+		require.Positive(t, d.ResetAfter)
+		require.False(t, probe(t, rc.rule, trace[:i+1], ratelimit.MaxTime, full).Allowed,
+			"full capacity admitted at MaxTime, before ResetAfter %v", d.ResetAfter)
+		return
+	}
+	got := probe(t, rc.rule, trace[:i+1], at, full)
+	require.True(t, got.Allowed, "full capacity not admitted after ResetAfter %v", d.ResetAfter)
+	require.Zero(t, got.Remaining)
+	if d.ResetAfter > 0 {
+		require.False(t, probe(t, rc.rule, trace[:i+1], at-1, full).Allowed,
+			"full capacity admitted 1ns before ResetAfter %v", d.ResetAfter)
+	}
 }
 
 func TestDenialSpendsNothing(t *testing.T) {
@@ -182,7 +194,8 @@ func TestWaitingNeverHurts(t *testing.T) {
 		trace := drawTrace(t, rc)
 		last := trace[len(trace)-1].at
 		cost := ratelimit.Units(rapid.Int64Range(1, rc.capMilli).Draw(t, "cost"))
-		wait := time.Duration(rapid.Int64Range(0, 3*int64(rc.scale)).Draw(t, "wait"))
+		// A wait past MaxTime would be cut short by the clock.
+		wait := time.Duration(rapid.Int64Range(0, min(3*int64(rc.scale), int64(ratelimit.MaxTime-last))).Draw(t, "wait"))
 		now := probe(t, rc.rule, trace, last, cost)
 		later := probe(t, rc.rule, trace, last+wait, cost)
 		if now.Allowed {

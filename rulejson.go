@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/bits"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,8 +28,9 @@ import (
 //     "10/s", "100/min", "5000/h" or "7/3s".
 //   - "burst" (token_bucket, gcra), "capacity" (leaky_bucket), "limit" (the
 //     window rules): a whole number of units, as a JSON integer.
-//   - "window" (the window rules): a duration as [time.ParseDuration] reads
-//     it, such as "60s", "1m" or "1h30m".
+//   - "window" (the window rules): a duration, read as the period of a
+//     [ParseRate] rate is, such as "60s", "1m", "1h30m" or "1min30s": a
+//     whole number of nanoseconds, less than [MaxTime].
 //   - "mode": "enforce" (the default) or "shadow" (Shadow true), for a rule
 //     to be watched before it enforces (see [Shadow] and [Layer]).
 //
@@ -51,63 +53,19 @@ type RuleSpec struct {
 	Shadow bool
 }
 
-// Algorithm names as they appear in JSON.
-const (
-	algTokenBucket    = "token_bucket"
-	algGCRA           = "gcra"
-	algLeakyBucket    = "leaky_bucket"
-	algFixedWindow    = "fixed_window"
-	algSlidingLog     = "sliding_log"
-	algSlidingCounter = "sliding_counter"
-)
-
-// ruleFields lists, for each algorithm, the fields its rule takes besides
-// name, algorithm and mode, in the order they are written.
-var ruleFields = map[string][]string{
-	algTokenBucket:    {"rate", "burst"},
-	algGCRA:           {"rate", "burst"},
-	algLeakyBucket:    {"rate", "capacity"},
-	algFixedWindow:    {"limit", "window"},
-	algSlidingLog:     {"limit", "window"},
-	algSlidingCounter: {"limit", "window"},
-}
-
-// ruleJSON is the canonical written form.
-type ruleJSON struct {
-	Name      string `json:"name,omitempty"`
-	Algorithm string `json:"algorithm"`
-	Rate      string `json:"rate,omitempty"`
-	Burst     int64  `json:"burst,omitempty"`
-	Capacity  int64  `json:"capacity,omitempty"`
-	Limit     int64  `json:"limit,omitempty"`
-	Window    string `json:"window,omitempty"`
-	Mode      string `json:"mode,omitempty"`
-}
-
 // MarshalJSON writes the spec in its canonical form. A nil Rule, or one the
 // constructors would reject, is an error: what is written can always be
 // read back.
 func (s RuleSpec) MarshalJSON() ([]byte, error) {
-	var j ruleJSON
-	switch r := deref(s.Rule).(type) {
-	case TokenBucket:
-		j = ruleJSON{Name: r.Name, Algorithm: algTokenBucket, Rate: r.Rate.String(), Burst: r.Burst}
-	case GCRA:
-		j = ruleJSON{Name: r.Name, Algorithm: algGCRA, Rate: r.Rate.String(), Burst: r.Burst}
-	case LeakyBucket:
-		j = ruleJSON{Name: r.Name, Algorithm: algLeakyBucket, Rate: r.Rate.String(), Capacity: r.Capacity}
-	case FixedWindow:
-		j = ruleJSON{Name: r.Name, Algorithm: algFixedWindow, Limit: r.Limit, Window: shortDuration(r.Window)}
-	case SlidingLog:
-		j = ruleJSON{Name: r.Name, Algorithm: algSlidingLog, Limit: r.Limit, Window: shortDuration(r.Window)}
-	case SlidingCounter:
-		j = ruleJSON{Name: r.Name, Algorithm: algSlidingCounter, Limit: r.Limit, Window: shortDuration(r.Window)}
-	case nil:
+	rule := deref(s.Rule)
+	if rule == nil {
 		return nil, &RuleError{Rule: "RuleSpec", Field: "Rule", Reason: "is nil"}
-	default:
-		return nil, &RuleError{Rule: "RuleSpec", Field: "Rule", Reason: fmt.Sprintf("is a %T, not one of the six rules", s.Rule)}
 	}
-	if !utf8.ValidString(j.Name) {
+	alg, v := algorithmOf(rule)
+	if alg == nil {
+		return nil, &RuleError{Rule: "RuleSpec", Field: "Rule", Reason: fmt.Sprintf("is a %T, not one of this package's rules", s.Rule)}
+	}
+	if !utf8.ValidString(v.name) {
 		// JSON would replace the invalid bytes, and the name read back
 		// would differ from this one.
 		return nil, &RuleError{Rule: "RuleSpec", Field: "Rule.Name", Reason: "is not valid UTF-8"}
@@ -115,73 +73,91 @@ func (s RuleSpec) MarshalJSON() ([]byte, error) {
 	if _, err := s.Rule.bind(); err != nil {
 		return nil, err
 	}
-	if s.Shadow {
-		j.Mode = "shadow"
+	var b bytes.Buffer
+	b.WriteByte('{')
+	if v.name != "" {
+		writeMember(&b, "name", v.name)
 	}
-	return json.Marshal(j)
+	writeMember(&b, "algorithm", alg.name)
+	for _, f := range alg.fields {
+		switch f.kind {
+		case rateField:
+			writeMember(&b, f.name, v.rate.String())
+		case countField:
+			writeMember(&b, f.name, v.count)
+		case windowField:
+			writeMember(&b, f.name, shortDuration(v.window))
+		}
+	}
+	if s.Shadow {
+		writeMember(&b, "mode", "shadow")
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
 }
 
-// deref returns the rule a pointer rule points to (nil for a nil pointer),
-// and any other rule as it is.
-func deref(r Rule) Rule {
-	switch p := r.(type) {
-	case *TokenBucket:
-		if p != nil {
-			return *p
-		}
-	case *GCRA:
-		if p != nil {
-			return *p
-		}
-	case *LeakyBucket:
-		if p != nil {
-			return *p
-		}
-	case *FixedWindow:
-		if p != nil {
-			return *p
-		}
-	case *SlidingLog:
-		if p != nil {
-			return *p
-		}
-	case *SlidingCounter:
-		if p != nil {
-			return *p
-		}
-	default:
-		return r
+// writeMember appends "key":value to an object being written, after a comma
+// unless it is the first member.
+func writeMember(b *bytes.Buffer, key string, value any) {
+	if b.Len() > 1 {
+		b.WriteByte(',')
 	}
-	return nil
+	k, _ := json.Marshal(key)
+	v, _ := json.Marshal(value) // strings and integers: cannot fail
+	b.Write(k)
+	b.WriteByte(':')
+	b.Write(v)
 }
 
 // UnmarshalJSON reads one rule object (see [RuleSpec]) and validates the
 // rule. On an error s is left unchanged.
 func (s *RuleSpec) UnmarshalJSON(data []byte) error {
-	fields, err := readObject(data)
+	fields, repeated, err := readObject(data)
 	if err != nil {
 		return err
 	}
 	p := specParser{fields: fields, label: "rule"}
-	var name, alg, mode string
-	if p.has("name") {
+	var name, algName, mode string
+	// A repeated name leaves the rule without one it can be called by.
+	if p.has("name") && repeated != "name" {
 		if err := p.str("name", &name); err != nil {
 			return err
 		}
 		p.label = "rule " + strconv.Quote(name)
 	}
+	if repeated != "" {
+		return p.fail(repeated, "appears more than once")
+	}
+	// An unnamed rule is called by its algorithm, when that reads.
+	alg := (*algorithmRow)(nil)
+	if p.has("algorithm") && p.str("algorithm", &algName) == nil {
+		alg = algorithmNamed(algName)
+		if alg != nil && name == "" {
+			p.label = alg.name + " rule"
+		}
+	}
+	// Every check below goes through the fields in a fixed order, so that
+	// the same input always gives the same error. Fields no algorithm
+	// takes come first: a misspelt field must be named as such, not
+	// reported as a missing one.
+	keys := make([]string, 0, len(fields))
+	for k := range fields {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if k != "name" && k != "algorithm" && k != "mode" && !isRuleField(k) {
+			return p.fail(k, "is not a rule field")
+		}
+	}
 	if !p.has("algorithm") {
 		return p.fail("algorithm", "is missing")
 	}
-	if err := p.str("algorithm", &alg); err != nil {
+	if err := p.str("algorithm", &algName); err != nil {
 		return err
 	}
-	own, ok := ruleFields[alg]
-	if !ok {
-		return p.fail("algorithm", fmt.Sprintf("%q is not one of token_bucket, gcra, leaky_bucket, fixed_window, sliding_log, sliding_counter", alg))
-	}
-	if name == "" {
-		p.label = alg + " rule"
+	if alg == nil {
+		return p.fail("algorithm", fmt.Sprintf("%q is not one of %s", algName, algorithmNames()))
 	}
 	shadow := false
 	if p.has("mode") {
@@ -196,72 +172,33 @@ func (s *RuleSpec) UnmarshalJSON(data []byte) error {
 			return p.fail("mode", fmt.Sprintf("%q is neither \"enforce\" nor \"shadow\"", mode))
 		}
 	}
-	// Fields this algorithm does not take, then missing ones, in a fixed
-	// order so that the same input always gives the same error.
-	extra := make([]string, 0, len(fields))
-	for k := range fields {
-		if k != "name" && k != "algorithm" && k != "mode" && k != own[0] && k != own[1] {
-			extra = append(extra, k)
+	for _, k := range keys {
+		if k != "name" && k != "algorithm" && k != "mode" && !alg.takes(k) {
+			return p.fail(k, "is not a field of "+alg.name)
 		}
 	}
-	if len(extra) > 0 {
-		sort.Strings(extra)
-		if k := extra[0]; isRuleField(k) {
-			return p.fail(k, "is not a field of "+alg)
-		}
-		return p.fail(extra[0], "is not a rule field")
-	}
-	for _, k := range own {
-		if !p.has(k) {
-			return p.fail(k, "is missing")
+	for _, f := range alg.fields {
+		if !p.has(f.name) {
+			return p.fail(f.name, "is missing")
 		}
 	}
 
-	var rule Rule
-	switch alg {
-	case algTokenBucket, algGCRA, algLeakyBucket:
-		var rs string
-		var capacity int64
-		if err := p.str("rate", &rs); err != nil {
-			return err
+	v := ruleValues{name: name}
+	for _, f := range alg.fields {
+		var err error
+		switch f.kind {
+		case rateField:
+			err = p.rate(f.name, &v.rate)
+		case countField:
+			err = p.integer(f.name, &v.count)
+		case windowField:
+			err = p.window(f.name, &v.window)
 		}
-		r, why := parseRate(rs)
-		if why != "" {
-			return p.fail("rate", strconv.Quote(rs)+" "+why)
-		}
-		if err := p.integer(own[1], &capacity); err != nil {
-			return err
-		}
-		switch alg {
-		case algTokenBucket:
-			rule = TokenBucket{Rate: r, Burst: capacity, Name: name}
-		case algGCRA:
-			rule = GCRA{Rate: r, Burst: capacity, Name: name}
-		default:
-			rule = LeakyBucket{Rate: r, Capacity: capacity, Name: name}
-		}
-	default:
-		var limit int64
-		var ws string
-		if err := p.integer("limit", &limit); err != nil {
-			return err
-		}
-		if err := p.str("window", &ws); err != nil {
-			return err
-		}
-		w, err := time.ParseDuration(ws)
 		if err != nil {
-			return p.fail("window", fmt.Sprintf("%q is not a duration such as \"60s\" or \"1h30m\"", ws))
-		}
-		switch alg {
-		case algFixedWindow:
-			rule = FixedWindow{Limit: limit, Window: w, Name: name}
-		case algSlidingLog:
-			rule = SlidingLog{Limit: limit, Window: w, Name: name}
-		default:
-			rule = SlidingCounter{Limit: limit, Window: w, Name: name}
+			return err
 		}
 	}
+	rule := alg.build(v)
 	if _, err := rule.bind(); err != nil {
 		return p.fromBind(err)
 	}
@@ -269,51 +206,47 @@ func (s *RuleSpec) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// isRuleField reports whether k is a field of some algorithm.
-func isRuleField(k string) bool {
-	switch k {
-	case "rate", "burst", "capacity", "limit", "window":
-		return true
-	}
-	return false
-}
-
-// readObject reads a JSON object into its fields, rejecting anything else
-// and any key that appears twice.
-func readObject(data []byte) (map[string]json.RawMessage, error) {
+// readObject reads a JSON object into its fields, rejecting anything else.
+// A key that appears more than once keeps its first value and is returned
+// as repeated (the first such key), for the caller to report with the
+// rule's name.
+func readObject(data []byte) (fields map[string]json.RawMessage, repeated string, err error) {
 	notObject := &RuleError{Rule: "rule", Field: "JSON", Reason: "must be an object"}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	tok, err := dec.Token()
 	if err != nil || tok != json.Delim('{') {
-		return nil, notObject
+		return nil, "", notObject
 	}
-	fields := make(map[string]json.RawMessage)
+	fields = make(map[string]json.RawMessage)
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return nil, notObject
+			return nil, "", notObject
 		}
 		k, ok := tok.(string)
 		if !ok {
-			return nil, notObject
+			return nil, "", notObject
 		}
 		var v json.RawMessage
 		if err := dec.Decode(&v); err != nil {
-			return nil, notObject
+			return nil, "", notObject
 		}
 		if _, dup := fields[k]; dup {
-			return nil, &RuleError{Rule: "rule", Field: k, Reason: "appears more than once"}
+			if repeated == "" {
+				repeated = k
+			}
+			continue
 		}
 		fields[k] = v
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace
-		return nil, notObject
+		return nil, "", notObject
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return nil, notObject
+		return nil, "", notObject
 	}
-	return fields, nil
+	return fields, repeated, nil
 }
 
 // specParser reads the fields of one rule object, naming the rule in its
@@ -369,17 +302,58 @@ func (p *specParser) fromBind(err error) error {
 	return p.fail(strings.ToLower(field), reason)
 }
 
+// rate reads field k as a rate string.
+func (p *specParser) rate(k string, out *Rate) error {
+	var s string
+	if err := p.str(k, &s); err != nil {
+		return err
+	}
+	r, why := parseRate(s)
+	if why != "" {
+		return p.fail(k, strconv.Quote(s)+" "+why)
+	}
+	*out = r
+	return nil
+}
+
+// window reads field k as a duration string (see parseDuration).
+func (p *specParser) window(k string, out *time.Duration) error {
+	var s string
+	if err := p.str(k, &s); err != nil {
+		return err
+	}
+	d, bad := parseDuration(s)
+	switch bad {
+	case durationOK:
+		*out = d
+		return nil
+	case durationFraction:
+		return p.fail(k, strconv.Quote(s)+" is not a whole number of nanoseconds")
+	case durationTooLong:
+		return p.fail(k, "must be less than MaxTime")
+	}
+	if rest, ok := strings.CutPrefix(s, "-"); ok {
+		if _, bad := parseDuration(rest); bad != durationSyntax {
+			return p.fail(k, "must be positive")
+		}
+	}
+	return p.fail(k, fmt.Sprintf("%q is not a duration such as \"60s\" or \"1h30m\"", s))
+}
+
 // ParseRate reads a rate string: a count of units, a slash and a period.
 // The period is a unit alone ("s", "min", "h", "m", "ms", "us", "ns",
-// meaning one of it) or a duration as [time.ParseDuration] reads it, with
-// "min" also read as minutes: "10/s", "100/min", "5000/h", "7/3s",
-// "1/24h", "3/250ms", "2/1h30m". The count is a whole number, without a
-// sign.
+// meaning one of it) or a duration: a sequence of decimal numbers, each
+// with a unit, such as "3s", "250ms", "1h30min" or "1.5s". The units are
+// "ns", "us" (or "µs"), "ms", "s", "m" or "min" (minutes) and "h". A
+// fraction is read exactly and must come to a whole number of nanoseconds:
+// "1.5s" is 1500ms, "1.5ns" is an error. The count is a whole number,
+// without a sign. Examples: "10/s", "100/min", "5000/h", "7/3s", "1/24h",
+// "3/250ms", "2/1h30m".
 //
 // ParseRate is the inverse of [Rate.String]: for every rate the
 // constructors accept, ParseRate(r.String()) returns r. Rates the
 // constructors would reject (a zero count, a count above 1e15, a period
-// longer than [MaxTime]) are errors matching [ErrInvalidRule].
+// of [MaxTime] or longer) are errors matching [ErrInvalidRule].
 func ParseRate(s string) (Rate, error) {
 	r, why := parseRate(s)
 	if why != "" {
@@ -399,9 +373,19 @@ func parseRate(s string) (Rate, string) {
 	if err != nil || count[0] == '+' || count[0] == '-' {
 		return Rate{}, "has a count that is not a whole number without a sign"
 	}
-	per, ok := parsePeriod(period)
-	if !ok {
+	per, bad := time.Duration(0), durationOK
+	if u, ok := durationUnit(period); ok && len(u.name) == len(period) {
+		per = u.d // a unit alone: one of it
+	} else {
+		per, bad = parseDuration(period)
+	}
+	switch bad {
+	case durationSyntax:
 		return Rate{}, `has a period that is neither a unit ("s", "min", "h") nor a duration ("3s")`
+	case durationFraction:
+		return Rate{}, "has a period that is not a whole number of nanoseconds"
+	case durationTooLong:
+		return Rate{}, "has a period that must be less than MaxTime"
 	}
 	r := Rate{Count: n, Per: per}
 	if _, err := r.compile("Rate", "Rate"); err != nil {
@@ -415,31 +399,157 @@ func parseRate(s string) (Rate, string) {
 	return r, ""
 }
 
-// parsePeriod reads the period of a rate string.
-func parsePeriod(s string) (time.Duration, bool) {
-	switch s {
-	case "ns":
-		return time.Nanosecond, true
-	case "us", "µs", "μs":
-		return time.Microsecond, true
-	case "ms":
-		return time.Millisecond, true
-	case "s":
-		return time.Second, true
-	case "m", "min":
-		return time.Minute, true
-	case "h":
-		return time.Hour, true
+// durationProblem is what parseDuration found wrong with a duration.
+type durationProblem int
+
+const (
+	durationOK       durationProblem = iota
+	durationSyntax                   // not a duration at all
+	durationFraction                 // a fraction of a nanosecond
+	durationTooLong                  // longer than MaxTime
+)
+
+// durationUnits are the units a duration is written in; where one name is
+// a prefix of another, the longer comes first.
+var durationUnits = [...]struct {
+	name string
+	d    time.Duration
+}{
+	{"ns", time.Nanosecond},
+	{"us", time.Microsecond},
+	{"µs", time.Microsecond}, // U+00B5 micro sign
+	{"μs", time.Microsecond}, // U+03BC Greek mu
+	{"ms", time.Millisecond},
+	{"min", time.Minute},
+	{"m", time.Minute},
+	{"s", time.Second},
+	{"h", time.Hour},
+}
+
+// durationUnit returns the unit s starts with.
+func durationUnit(s string) (unit struct {
+	name string
+	d    time.Duration
+}, ok bool) {
+	for _, u := range durationUnits {
+		if strings.HasPrefix(s, u.name) {
+			return u, true
+		}
 	}
-	if s == "" || s[0] < '0' || s[0] > '9' {
-		return 0, false // no sign, no bare "."
+	return unit, false
+}
+
+// parseDuration is the one reader of durations, for a rate's period and a
+// rule's window: one or more pieces, each a decimal number (digits,
+// optionally a point and more digits) and a unit, with no sign and no
+// spaces, such as "60s", "1h30min", "1m30s" or "1.5s". Fractions are read
+// exactly, as integers: the total must be a whole number of nanoseconds
+// (durationFraction otherwise) and at most MaxTime (durationTooLong
+// otherwise).
+func parseDuration(s string) (time.Duration, durationProblem) {
+	if s == "" {
+		return 0, durationSyntax
 	}
-	if strings.HasSuffix(s, "min") {
-		s = strings.TrimSuffix(s, "in") // "2min" is "2m"
+	var total uint64 // <= MaxTime
+	for s != "" {
+		// The whole part.
+		i := 0
+		for i < len(s) && '0' <= s[i] && s[i] <= '9' {
+			i++
+		}
+		if i == 0 {
+			return 0, durationSyntax
+		}
+		whole, long := decimal(s[:i])
+		s = s[i:]
+		// The fraction, without its trailing zeros.
+		frac := ""
+		if s != "" && s[0] == '.' {
+			i = 1
+			for i < len(s) && '0' <= s[i] && s[i] <= '9' {
+				i++
+			}
+			if i == 1 {
+				return 0, durationSyntax
+			}
+			frac = strings.TrimRight(s[1:i], "0")
+			s = s[i:]
+		}
+		u, ok := durationUnit(s)
+		if !ok {
+			return 0, durationSyntax
+		}
+		s = s[len(u.name):]
+		if long {
+			// Check the rest for syntax before calling the whole too long.
+			if _, bad := parseDuration(s); s != "" && bad == durationSyntax {
+				return 0, durationSyntax
+			}
+			return 0, durationTooLong
+		}
+		// whole*unit + frac*unit/10^len(frac), exactly.
+		hi, ns := bits.Mul64(whole, uint64(u.d))
+		if hi != 0 || ns > uint64(MaxTime) {
+			return 0, tooLong(s)
+		}
+		if frac != "" {
+			// frac has no trailing zero, so it lacks either 2 or 5 as a
+			// factor, and 10^len(frac) can divide unit*frac only if the unit
+			// supplies that factor len(frac) times: no unit has more than
+			// 2^13, so more than 19 digits can never come to whole
+			// nanoseconds.
+			if len(frac) > 19 {
+				return 0, fractionUnlessSyntax(s)
+			}
+			f, _ := strconv.ParseUint(frac, 10, 64) // < 10^19: fits
+			hi, lo := bits.Mul64(f, uint64(u.d))
+			q, r := bits.Div64(hi, lo, pow10(len(frac))) // f < 10^len: hi < 10^len
+			if r != 0 {
+				return 0, fractionUnlessSyntax(s)
+			}
+			ns += q // both <= MaxTime: no overflow
+		}
+		total += ns
+		if total > uint64(MaxTime) {
+			return 0, tooLong(s)
+		}
 	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, false
+	return time.Duration(total), durationOK
+}
+
+// tooLong and fractionUnlessSyntax report a problem found in a piece of a
+// duration, unless the rest, s, is not a duration at all.
+func tooLong(s string) durationProblem {
+	if _, bad := parseDuration(s); s != "" && bad == durationSyntax {
+		return durationSyntax
 	}
-	return d, true
+	return durationTooLong
+}
+
+func fractionUnlessSyntax(s string) durationProblem {
+	if _, bad := parseDuration(s); s != "" && bad == durationSyntax {
+		return durationSyntax
+	}
+	return durationFraction
+}
+
+// decimal reads a string of ASCII digits; long is true when its value is
+// above MaxTime (it is then not returned).
+func decimal(digits string) (v uint64, long bool) {
+	for i := 0; i < len(digits); i++ {
+		v = v*10 + uint64(digits[i]-'0')
+		if v > uint64(MaxTime) {
+			return 0, true
+		}
+	}
+	return v, false
+}
+
+// pow10 returns 10^k for k <= 19.
+func pow10(k int) uint64 {
+	p := uint64(1)
+	for range k {
+		p *= 10
+	}
+	return p
 }

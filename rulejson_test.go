@@ -38,6 +38,15 @@ func TestParseRate(t *testing.T) {
 		{"1000003/h", ratelimit.PerHour(1_000_003)},
 		{"1000000000000000/s", ratelimit.PerSecond(1e15)},
 		{"1/1.5s", ratelimit.Rate{Count: 1, Per: 1500 * time.Millisecond}},
+		{"10/1h30min", ratelimit.Rate{Count: 10, Per: 90 * time.Minute}},
+		{"10/1min30s", ratelimit.Rate{Count: 10, Per: 90 * time.Second}},
+		{"10/1m30s", ratelimit.Rate{Count: 10, Per: 90 * time.Second}},
+		{"1/0.5us", ratelimit.Rate{Count: 1, Per: 500}},
+		{"1/1.000000001s", ratelimit.Rate{Count: 1, Per: time.Second + 1}},
+		{"1/1.500000000000000000000000000s", ratelimit.Rate{Count: 1, Per: 1500 * time.Millisecond}},
+		{"1/0.0001220703125h", ratelimit.Rate{Count: 1, Per: 439_453_125}},
+		{"1/1h1h", ratelimit.Rate{Count: 1, Per: 2 * time.Hour}},
+		{"1/4611686018427387903ns", ratelimit.Rate{Count: 1, Per: ratelimit.MaxTime - 1}},
 	}
 	for _, tc := range good {
 		t.Run(tc.in, func(t *testing.T) {
@@ -72,7 +81,26 @@ func TestParseRate(t *testing.T) {
 		{"10/.5s", "has a period that is neither"},
 		{"10/1d", "has a period that is neither"},
 		{"10/3", "has a period that is neither"},
-		{"10/99999999999h", "has a period that is neither"},
+		{"10/99999999999h", "has a period that must be less than MaxTime"},
+		{"10/4611686018427387904ns", "has a period that must be less than MaxTime"},
+		{"10/4611686018427387905ns", "has a period that must be less than MaxTime"},
+		{"10/1281168h1ns", "has a period that must be less than MaxTime"},
+		{"10/99999999999999999999999s", "has a period that must be less than MaxTime"},
+		{"10/99999999999999999999999sx", "has a period that is neither"},
+		{"10/1.9ns", "has a period that is not a whole number of nanoseconds"},
+		{"10/1.5ns", "has a period that is not a whole number of nanoseconds"},
+		{"3/1.0000000001s", "has a period that is not a whole number of nanoseconds"},
+		{"3/0.00000000000000000000000001h", "has a period that is not a whole number of nanoseconds"},
+		{"3/1.5ns1x", "has a period that is neither"},
+		{"10/1.s", "has a period that is neither"},
+		{"10/1..5s", "has a period that is neither"},
+		{"10/1e3s", "has a period that is neither"},
+		{"10/1 s", "has a period that is neither"},
+		{"10/1sx", "has a period that is neither"},
+		{"10/1s2", "has a period that is neither"},
+		{"10/s1s", "has a period that is neither"},
+		{"10/1d", "has a period that is neither"},
+		{"10/1mins", "has a period that is neither"},
 		{"0/s", "has a count that must be positive"},
 		{"1000000000000001/s", "has a count that must be at most 1e15"},
 		{"10/0s", "has a period that must be positive"},
@@ -108,40 +136,40 @@ func TestParseRateInvertsString(t *testing.T) {
 	})
 }
 
+// TestParseRateReadsGoDurations: a period written as time.Duration's String
+// writes it (decimal fractions such as "1.5µs" or "2h3m4.000000005s")
+// reads back exactly.
+func TestParseRateReadsGoDurations(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		d := time.Duration(rapid.OneOf(
+			rapid.Int64Range(1, 1e6),
+			rapid.Int64Range(1, int64(ratelimit.MaxTime)-1),
+		).Draw(t, "per"))
+		got, err := ratelimit.ParseRate("1/" + d.String())
+		require.NoError(t, err, "%q", d.String())
+		require.Equal(t, ratelimit.Every(d), got, "%q", d.String())
+	})
+}
+
 // drawRuleSpec draws a valid rule of any algorithm from the whole accepted
 // range, with any name, in either mode.
 func drawRuleSpec(t *rapid.T) ratelimit.RuleSpec {
 	name := rapid.OneOf(rapid.SampledFrom([]string{"", "free-global", "login-per-ip", `a "quoted" <name> & more`}), rapid.String()).Draw(t, "name")
 	capacity := rapid.OneOf(rapid.Int64Range(1, 100), rapid.Int64Range(1, 1e15)).Draw(t, "capacity")
-	var rule ratelimit.Rule
-	switch kind := rapid.SampledFrom(limitKinds).Draw(t, "kind"); kind {
-	case "TokenBucket", "GCRA", "LeakyBucket":
-		r := drawAnyRate(t)
-		for !spanFits(r, capacity) {
-			r = drawAnyRate(t)
+	a := rapid.SampledFrom(testedAlgorithms).Draw(t, "kind")
+	s := settings{capacity: capacity, name: name}
+	if a.bucket {
+		s.rate = drawAnyRate(t)
+		for !spanFits(s.rate, capacity) {
+			s.rate = drawAnyRate(t)
 		}
-		switch kind {
-		case "TokenBucket":
-			rule = ratelimit.TokenBucket{Rate: r, Burst: capacity, Name: name}
-		case "GCRA":
-			rule = ratelimit.GCRA{Rate: r, Burst: capacity, Name: name}
-		default:
-			rule = ratelimit.LeakyBucket{Rate: r, Capacity: capacity, Name: name}
-		}
-	default:
-		w := time.Duration(rapid.OneOf(
+	} else {
+		s.window = time.Duration(rapid.OneOf(
 			rapid.SampledFrom([]int64{int64(time.Second), int64(time.Minute), int64(10 * time.Second), int64(time.Hour)}),
 			rapid.Int64Range(1, int64(ratelimit.MaxTime)-1),
 		).Draw(t, "window"))
-		switch kind {
-		case "FixedWindow":
-			rule = ratelimit.FixedWindow{Limit: capacity, Window: w, Name: name}
-		case "SlidingLog":
-			rule = ratelimit.SlidingLog{Limit: capacity, Window: w, Name: name}
-		default:
-			rule = ratelimit.SlidingCounter{Limit: capacity, Window: w, Name: name}
-		}
 	}
+	rule := a.rule(s)
 	return ratelimit.RuleSpec{Rule: rule, Shadow: rapid.Bool().Draw(t, "shadow")}
 }
 
@@ -188,6 +216,16 @@ func TestRuleSpecGood(t *testing.T) {
 			canonical: `{"algorithm":"fixed_window","limit":5000,"window":"90m"}`,
 		},
 		{
+			in:        `{"algorithm":"sliding_log","limit":5,"window":"1min30s"}`,
+			want:      ratelimit.RuleSpec{Rule: ratelimit.SlidingLog{Limit: 5, Window: 90 * time.Second}},
+			canonical: `{"algorithm":"sliding_log","limit":5,"window":"90s"}`,
+		},
+		{
+			in:        `{"algorithm":"fixed_window","limit":5,"window":"1.5us"}`,
+			want:      ratelimit.RuleSpec{Rule: ratelimit.FixedWindow{Limit: 5, Window: 1500}},
+			canonical: `{"algorithm":"fixed_window","limit":5,"window":"1500ns"}`,
+		},
+		{
 			in:        `{"name":"","algorithm":"sliding_counter","limit":100,"window":"60000ms"}`,
 			want:      ratelimit.RuleSpec{Rule: ratelimit.SlidingCounter{Limit: 100, Window: time.Minute}},
 			canonical: `{"algorithm":"sliding_counter","limit":100,"window":"1m"}`,
@@ -224,6 +262,10 @@ func TestRuleSpecBad(t *testing.T) {
 		{`"token_bucket"`, "rule", "JSON", "must be an object"},
 		{`null`, "rule", "JSON", "must be an object"},
 		{`{"algorithm":"gcra","rate":"1/s","burst":1,"burst":2}`, "rule", "burst", "appears more than once"},
+		{`{"name":"api","algorithm":"gcra","rate":"1/s","burst":2,"burst":3}`, `rule "api"`, "burst", "appears more than once"},
+		{`{"name":"api","algoritm":"gcra","rate":"1/s","burst":2}`, `rule "api"`, "algoritm", "is not a rule field"},
+		{`{"algoritm":"gcra","rate":"1/s","burst":2}`, "rule", "algoritm", "is not a rule field"},
+		{`{"name":"api","algorithm":"gcra","rate":"1/s","brust":2}`, `rule "api"`, "brust", "is not a rule field"},
 		{`{"name":"a","name":"b","algorithm":"gcra","rate":"1/s","burst":1}`, "rule", "name", "appears more than once"},
 		{`{"name":7,"algorithm":"gcra","rate":"1/s","burst":1}`, "rule", "name", "must be a JSON string"},
 		{`{"name":"api","rate":"1/s","burst":1}`, `rule "api"`, "algorithm", "is missing"},
@@ -253,6 +295,14 @@ func TestRuleSpecBad(t *testing.T) {
 		{`{"name":"login","algorithm":"sliding_log","limit":5,"window":"a minute"}`, `rule "login"`, "window", `"a minute" is not a duration`},
 		{`{"name":"login","algorithm":"sliding_log","limit":5,"window":60}`, `rule "login"`, "window", "must be a JSON string"},
 		{`{"name":"login","algorithm":"sliding_log","limit":5,"window":"0s"}`, `rule "login"`, "window", "must be positive"},
+		{`{"name":"login","algorithm":"sliding_log","limit":5,"window":"1.5ns"}`, `rule "login"`, "window", `"1.5ns" is not a whole number of nanoseconds`},
+		{`{"name":"login","algorithm":"fixed_window","limit":5,"window":"1.0000000001s"}`, `rule "login"`, "window", `"1.0000000001s" is not a whole number of nanoseconds`},
+		{`{"name":"login","algorithm":"sliding_log","limit":5,"window":"2000000h"}`, `rule "login"`, "window", "must be less than MaxTime"},
+		{`{"name":"login","algorithm":"sliding_log","limit":5,"window":"4611686018427387904ns"}`, `rule "login"`, "window", "must be less than MaxTime"},
+		{`{"name":"login","algorithm":"sliding_log","limit":5,"window":"60"}`, `rule "login"`, "window", `"60" is not a duration`},
+		{`{"name":"login","algorithm":"sliding_log","limit":5,"window":".5s"}`, `rule "login"`, "window", `".5s" is not a duration`},
+		{`{"name":"login","algorithm":"sliding_log","limit":5,"window":"+1m"}`, `rule "login"`, "window", `"+1m" is not a duration`},
+		{`{"name":"login","algorithm":"sliding_log","limit":5,"window":"1d"}`, `rule "login"`, "window", `"1d" is not a duration`},
 		{`{"name":"login","algorithm":"sliding_counter","limit":5,"window":"-1m"}`, `rule "login"`, "window", "must be positive"},
 		{`{"name":"login","algorithm":"fixed_window","limit":0,"window":"1m"}`, `rule "login"`, "limit", "must be positive"},
 	} {
@@ -334,6 +384,11 @@ func FuzzParseRule(f *testing.F) {
 		`{"algorithm":"fixed_window","limit":1,"window":"1ns","mode":"enforce"}`,
 		`{"algorithm":"gcra","rate":"1000000000000000/1ns","burst":1}`,
 		`{"algorithm":"gcra","rate":"1/s","burst":1,"burst":1}`,
+		`{"name":"api","algorithm":"gcra","rate":"1/s","burst":2,"burst":3}`,
+		`{"name":"api","algoritm":"gcra","rate":"1/s","burst":2}`,
+		`{"algorithm":"sliding_log","limit":5,"window":"1.5ns"}`,
+		`{"algorithm":"fixed_window","limit":5,"window":"1min30.5s"}`,
+		`{"algorithm":"token_bucket","rate":"3/1.0000000001s","burst":1}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -364,7 +419,7 @@ func FuzzParseRule(f *testing.F) {
 // FuzzParseRate checks that whatever ParseRate accepts prints and reads back
 // to the same rate.
 func FuzzParseRate(f *testing.F) {
-	for _, seed := range []string{"10/s", "100/min", "5000/h", "7/3s", "2/1h30m", "1/1.5s", "0/s", "10/µs"} {
+	for _, seed := range []string{"10/s", "100/min", "5000/h", "7/3s", "2/1h30m", "1/1.5s", "0/s", "10/µs", "10/1.9ns", "3/1.0000000001s", "10/1min30s", "10/1h30min", "1/0.0001220703125h", "1/4611686018427387904ns"} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

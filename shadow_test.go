@@ -46,10 +46,10 @@ func (r *reports) take() []ratelimit.ShadowReport {
 // an enforcing limit would), and the Decision returned is that Decision
 // made into an admission.
 func TestShadowReportsTheModel(t *testing.T) {
-	for _, kind := range limitKinds {
-		t.Run(kind, func(t *testing.T) {
+	for _, a := range testedAlgorithms {
+		t.Run(a.name, func(t *testing.T) {
 			rapid.Check(t, func(t *rapid.T) {
-				lc := drawLimitCase(t, kind)
+				lc := drawLimitCase(t, a)
 				clk := ratelimit.NewManualClock(0)
 				real, err := ratelimit.New(lc.rule, ratelimit.WithClock(clk))
 				require.NoError(t, err)

@@ -44,29 +44,19 @@ type scState struct {
 
 // scAlgo is a compiled SlidingCounter rule.
 type scAlgo struct {
-	w        int64 // window length in ns
-	capMilli int64
-	pol      policy
+	w int64 // window length in ns
+	ruleBase
 }
 
 func (r SlidingCounter) compile() (*scAlgo, error) {
-	cm, w, err := compileWindow("SlidingCounter", r.Limit, r.Window)
+	b, w, err := compileWindow("SlidingCounter", r.Name, r.Limit, r.Window)
 	if err != nil {
 		return nil, err
 	}
-	return &scAlgo{w: w, capMilli: cm, pol: policy{name: r.Name, limit: r.Limit, window: r.Window}}, nil
+	return &scAlgo{w: w, ruleBase: b}, nil
 }
 
-func (r SlidingCounter) bind() (binding, error) {
-	a, err := r.compile()
-	if err != nil {
-		return nil, err
-	}
-	return bound[scState, *scAlgo]{a}, nil
-}
-
-func (a *scAlgo) capacity() int64 { return a.capMilli }
-func (a *scAlgo) policy() *policy { return &a.pol }
+func (r SlidingCounter) bind() (binding, error) { return bindRule[scState](r.compile()) }
 
 // at returns the state as seen at now: the window index, the time into that
 // window and its two counts. A now before the state's window is moved to the

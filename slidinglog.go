@@ -76,39 +76,19 @@ func (s *slState) at(i int) *slEvent {
 
 // slAlgo is a compiled SlidingLog rule.
 type slAlgo struct {
-	window   int64 // ns
-	capMilli int64
-	pol      policy
+	window int64 // ns
+	ruleBase
 }
 
 func (r SlidingLog) compile() (*slAlgo, error) {
-	cm, err := capacityMilli("SlidingLog", "Limit", r.Limit)
+	b, w, err := compileWindow("SlidingLog", r.Name, r.Limit, r.Window)
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case r.Window <= 0:
-		return nil, &RuleError{Rule: "SlidingLog", Field: "Window", Reason: "must be positive"}
-	case int64(r.Window) > maxSpan:
-		return nil, &RuleError{Rule: "SlidingLog", Field: "Window", Reason: "must be less than MaxTime"}
-	}
-	return &slAlgo{
-		window:   int64(r.Window),
-		capMilli: cm,
-		pol:      policy{name: r.Name, limit: r.Limit, window: r.Window},
-	}, nil
+	return &slAlgo{window: w, ruleBase: b}, nil
 }
 
-func (r SlidingLog) bind() (binding, error) {
-	a, err := r.compile()
-	if err != nil {
-		return nil, err
-	}
-	return bound[slState, *slAlgo]{a}, nil
-}
-
-func (a *slAlgo) capacity() int64 { return a.capMilli }
-func (a *slAlgo) policy() *policy { return &a.pol }
+func (r SlidingLog) bind() (binding, error) { return bindRule[slState](r.compile()) }
 
 // expired returns how many of the oldest entries no longer count at now:
 // those with t + window <= now. now is at least the newest entry's time.

@@ -11,22 +11,6 @@ import (
 	"github.com/ratekit/ratelimit/internal/refmodel"
 )
 
-func drawSlidingLogCase(t *rapid.T) modelCase {
-	limit, window, name := drawCapacity(t), drawWindow(t), drawName(t)
-	return modelCase{
-		rule:   ratelimit.SlidingLog{Limit: limit, Window: window, Name: name},
-		model:  refmodel.NewLog(limit, window),
-		scale:  window,
-		valid:  true,
-		name:   name,
-		window: window,
-	}
-}
-
-func TestSlidingLogModel(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) { runModel(t, drawSlidingLogCase(t)) })
-}
-
 // TestSlidingLogModelBursts drives long traces of small steps, so that the
 // log grows to many entries, wraps around its ring, merges same-instant
 // admissions and shrinks again when a burst expires, all checked against the

@@ -56,46 +56,36 @@ func storeBenchKeys() ([]string, []int32) {
 	return benchKeys.keys, benchKeys.order
 }
 
-// storeBenchRules are the store's benchmark subjects: rules that admit
-// nearly everything a benchmark sends (the common path of a limiter).
-func storeBenchRules() []struct {
+// benchSubject is a named rule a benchmark runs against.
+type benchSubject struct {
 	name string
 	rule ratelimit.Rule
-} {
+}
+
+// storeBenchRules are the store's benchmark subjects: rules that admit
+// nearly everything a benchmark sends (the common path of a limiter).
+func storeBenchRules() []benchSubject {
 	const big = 1_000_000_000_000
-	rate := ratelimit.PerSecond(1_000_000)
-	return []struct {
-		name string
-		rule ratelimit.Rule
-	}{
-		{"GCRA", ratelimit.GCRA{Rate: rate, Burst: big}},
-		{"TokenBucket", ratelimit.TokenBucket{Rate: rate, Burst: big}},
-		{"LeakyBucket", ratelimit.LeakyBucket{Rate: rate, Capacity: big}},
-		{"FixedWindow", ratelimit.FixedWindow{Limit: big, Window: time.Minute}},
-		{"SlidingCounter", ratelimit.SlidingCounter{Limit: big, Window: time.Minute}},
-		{"SlidingLog", ratelimit.SlidingLog{Limit: big, Window: time.Second}},
+	var rules []benchSubject
+	for _, a := range testedAlgorithms {
+		s := settings{rate: ratelimit.PerSecond(1_000_000), capacity: big, window: time.Minute}
+		if a.logState {
+			s.window = time.Second // the log keeps every admission in its window
+		}
+		rules = append(rules, benchSubject{a.name, a.rule(s)})
 	}
+	return rules
 }
 
 // storeMemoryRules are the rules the memory benchmark fills stores with:
 // slow enough that no key is fresh again before the benchmark ends, so that
 // a bounded store is full of live keys.
-func storeMemoryRules() []struct {
-	name string
-	rule ratelimit.Rule
-} {
-	rate := ratelimit.PerHour(1)
-	return []struct {
-		name string
-		rule ratelimit.Rule
-	}{
-		{"GCRA", ratelimit.GCRA{Rate: rate, Burst: 10}},
-		{"TokenBucket", ratelimit.TokenBucket{Rate: rate, Burst: 10}},
-		{"LeakyBucket", ratelimit.LeakyBucket{Rate: rate, Capacity: 10}},
-		{"FixedWindow", ratelimit.FixedWindow{Limit: 10, Window: time.Hour}},
-		{"SlidingCounter", ratelimit.SlidingCounter{Limit: 10, Window: time.Hour}},
-		{"SlidingLog", ratelimit.SlidingLog{Limit: 10, Window: time.Hour}},
+func storeMemoryRules() []benchSubject {
+	var rules []benchSubject
+	for _, a := range testedAlgorithms {
+		rules = append(rules, benchSubject{a.name, a.rule(settings{rate: ratelimit.PerHour(1), capacity: 10, window: time.Hour})})
 	}
+	return rules
 }
 
 var benchSink atomic.Int64

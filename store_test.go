@@ -19,20 +19,6 @@ import (
 	"github.com/ratekit/ratelimit"
 )
 
-// storeAlgorithms is every algorithm the store is tested with, each drawn
-// as its model tests draw it: adding an algorithm is one line.
-var storeAlgorithms = []struct {
-	name string
-	draw func(*rapid.T) modelCase
-}{
-	{"TokenBucket", func(t *rapid.T) modelCase { return drawBucketCase(t, "TokenBucket") }},
-	{"GCRA", func(t *rapid.T) modelCase { return drawBucketCase(t, "GCRA") }},
-	{"LeakyBucket", func(t *rapid.T) modelCase { return drawBucketCase(t, "LeakyBucket") }},
-	{"FixedWindow", func(t *rapid.T) modelCase { return drawWindowCase(t, "FixedWindow") }},
-	{"SlidingCounter", func(t *rapid.T) modelCase { return drawWindowCase(t, "SlidingCounter") }},
-	{"SlidingLog", drawSlidingLogCase},
-}
-
 // longKey is longer than MaxKeyLen, so the store keeps its digest.
 var longKey = strings.Repeat("k", ratelimit.MaxKeyLen+1)
 
@@ -92,8 +78,8 @@ func sameError(t require.TestingT, want, got error) {
 // and clocks that go backwards included.
 func TestStoreMatchesLimiters(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		alg := rapid.SampledFrom(storeAlgorithms).Draw(t, "algorithm")
-		mc := alg.draw(t)
+		alg := rapid.SampledFrom(testedAlgorithms).Draw(t, "algorithm")
+		mc := alg.drawModelCase(t)
 		shards := rapid.SampledFrom([]int{1, 2, 16}).Draw(t, "shards")
 		clk := &traceClock{ManualClock: ratelimit.NewManualClock(0)}
 		store, err := ratelimit.NewStore(mc.rule, ratelimit.WithClock(clk),
@@ -143,8 +129,8 @@ func TestStoreMatchesLimiters(t *testing.T) {
 // for fresh keys before every eviction.
 func TestStoreEvictionAccounting(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		alg := rapid.SampledFrom(storeAlgorithms).Draw(t, "algorithm")
-		mc := alg.draw(t)
+		alg := rapid.SampledFrom(testedAlgorithms).Draw(t, "algorithm")
+		mc := alg.drawModelCase(t)
 		if !mc.valid {
 			return
 		}

@@ -24,8 +24,7 @@ type tbState struct {
 // tbAlgo is a compiled TokenBucket rule.
 type tbAlgo struct {
 	pace
-	capMilli int64
-	pol      policy
+	ruleBase
 }
 
 func (r TokenBucket) compile() (*tbAlgo, error) {
@@ -35,19 +34,10 @@ func (r TokenBucket) compile() (*tbAlgo, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &tbAlgo{pace: m.pace, capMilli: m.capMilli, pol: m.pol}, nil
+	return &tbAlgo{pace: m.pace, ruleBase: m.ruleBase}, nil
 }
 
-func (r TokenBucket) bind() (binding, error) {
-	a, err := r.compile()
-	if err != nil {
-		return nil, err
-	}
-	return bound[tbState, *tbAlgo]{a}, nil
-}
-
-func (a *tbAlgo) capacity() int64 { return a.capMilli }
-func (a *tbAlgo) policy() *policy { return &a.pol }
+func (r TokenBucket) bind() (binding, error) { return bindRule[tbState](r.compile()) }
 
 // refill returns what the bucket misses at now: miss + frac/p milli-units.
 func (a *tbAlgo) refill(s *tbState, now int64) (int64, uint64) {

@@ -33,61 +33,39 @@ type limitCase struct {
 	window   time.Duration // every Decision's Window
 }
 
-// limitKinds are the algorithms every property of Wait and of composition is
-// checked for.
-var limitKinds = []string{"TokenBucket", "GCRA", "LeakyBucket", "FixedWindow", "SlidingLog", "SlidingCounter"}
-
-// drawLimitCase draws a valid rule of the given kind, with small capacities
+// drawLimitCase draws a valid rule of the algorithm, with small capacities
 // most of the time so that traces reach the limit.
-func drawLimitCase(t *rapid.T, kind string) limitCase {
-	return drawLimitCaseWhere(t, kind, func(ratelimit.Rate) bool { return true })
+func drawLimitCase(t *rapid.T, a testedAlgorithm) limitCase {
+	return drawLimitCaseWhere(t, a, func(ratelimit.Rate) bool { return true })
 }
 
 // drawLimitCaseWhere is drawLimitCase with the buckets' rates limited to
 // those for which ok holds.
-func drawLimitCaseWhere(t *rapid.T, kind string, ok func(ratelimit.Rate) bool) limitCase {
-	name := drawName(t)
-	capacity := rapid.OneOf(rapid.Int64Range(1, 8), rapid.Int64Range(1, 1000)).Draw(t, "capacity")
-	lc := limitCase{kind: kind, name: name, capMilli: capacity * 1000}
-	switch kind {
-	case "TokenBucket", "GCRA", "LeakyBucket":
+func drawLimitCaseWhere(t *rapid.T, a testedAlgorithm, ok func(ratelimit.Rate) bool) limitCase {
+	s := settings{name: drawName(t)}
+	s.capacity = rapid.OneOf(rapid.Int64Range(1, 8), rapid.Int64Range(1, 1000)).Draw(t, "capacity")
+	if a.bucket {
 		// At most a day per period, so that everything a test waits for
 		// stays far from MaxTime.
-		r := drawRate(t)
-		for r.Per > day || !spanFits(r, capacity) || !ok(r) {
-			r = drawRate(t)
+		s.rate = drawRate(t)
+		for s.rate.Per > day || !spanFits(s.rate, s.capacity) || !ok(s.rate) {
+			s.rate = drawRate(t)
 		}
-		lc.scale, lc.window = r.Per, bucketWindow(r, capacity)
-		switch kind {
-		case "TokenBucket":
-			lc.rule = ratelimit.TokenBucket{Rate: r, Burst: capacity, Name: name}
-			lc.newModel = func() refmodel.Model { return refmodel.NewBucket(r, capacity) }
-		case "GCRA":
-			lc.rule = ratelimit.GCRA{Rate: r, Burst: capacity, Name: name}
-			lc.newModel = func() refmodel.Model { return refmodel.NewBucket(r, capacity) }
-		default:
-			lc.rule = ratelimit.LeakyBucket{Rate: r, Capacity: capacity, Name: name}
-			lc.newModel = func() refmodel.Model { return refmodel.NewQueue(r, capacity) }
-		}
-	default:
-		w := drawWindow(t)
-		for w > day {
-			w = drawWindow(t)
-		}
-		lc.scale, lc.window = w, w
-		switch kind {
-		case "FixedWindow":
-			lc.rule = ratelimit.FixedWindow{Limit: capacity, Window: w, Name: name}
-			lc.newModel = func() refmodel.Model { return refmodel.NewFixedWindow(capacity, w) }
-		case "SlidingLog":
-			lc.rule = ratelimit.SlidingLog{Limit: capacity, Window: w, Name: name}
-			lc.newModel = func() refmodel.Model { return refmodel.NewLog(capacity, w) }
-		default:
-			lc.rule = ratelimit.SlidingCounter{Limit: capacity, Window: w, Name: name}
-			lc.newModel = func() refmodel.Model { return refmodel.NewSlidingCounter(capacity, w) }
+	} else {
+		s.window = drawWindow(t)
+		for s.window > day {
+			s.window = drawWindow(t)
 		}
 	}
-	return lc
+	return limitCase{
+		kind:     a.name,
+		rule:     a.rule(s),
+		newModel: func() refmodel.Model { return a.model(s) },
+		capMilli: s.capacity * 1000,
+		scale:    a.scale(s),
+		name:     s.name,
+		window:   a.decisionWindow(s),
+	}
 }
 
 // want completes a model's Decision with the rule's Policy and Window.
@@ -193,10 +171,10 @@ func expectedWait(lc limitCase, hist []admission, t0, cost int64) (admitAt, goOn
 }
 
 func TestWaitAdmitsAtTheEarliestInstant(t *testing.T) {
-	for _, kind := range limitKinds {
-		t.Run(kind, func(t *testing.T) {
+	for _, a := range testedAlgorithms {
+		t.Run(a.name, func(t *testing.T) {
 			rapid.Check(t, func(t *rapid.T) {
-				lc := drawLimitCase(t, kind)
+				lc := drawLimitCase(t, a)
 				clk := ratelimit.NewManualClock(0)
 				lim, err := ratelimit.New(lc.rule, ratelimit.WithClock(clk))
 				require.NoError(t, err)
@@ -243,10 +221,10 @@ func TestWaitAdmitsAtTheEarliestInstant(t *testing.T) {
 }
 
 func TestWaitCancelledSpendsNothing(t *testing.T) {
-	for _, kind := range limitKinds {
-		t.Run(kind, func(t *testing.T) {
+	for _, a := range testedAlgorithms {
+		t.Run(a.name, func(t *testing.T) {
 			rapid.Check(t, func(t *rapid.T) {
-				lc := drawLimitCase(t, kind)
+				lc := drawLimitCase(t, a)
 				clk := ratelimit.NewManualClock(0)
 				lim, err := ratelimit.New(lc.rule, ratelimit.WithClock(clk))
 				require.NoError(t, err)
@@ -486,13 +464,13 @@ func TestWaitLeakyCancelBehindOthersKeepsTheSlot(t *testing.T) {
 // that every waiter is served, that the admissions equal the model's for
 // the same sequence, and that no waiter went on before its Delay.
 func TestWaitManyWaiters(t *testing.T) {
-	for _, kind := range limitKinds {
-		t.Run(kind, func(t *testing.T) {
+	for _, a := range testedAlgorithms {
+		t.Run(a.name, func(t *testing.T) {
 			rapid.Check(t, func(t *rapid.T) {
 				// A milli-unit takes at least 1 ns, so that the leaky
 				// bucket's Delays at one instant differ and show the order
 				// of the queue.
-				lc := drawLimitCaseWhere(t, kind, func(r ratelimit.Rate) bool { return int64(r.Per) >= r.Count*1000 })
+				lc := drawLimitCaseWhere(t, a, func(r ratelimit.Rate) bool { return int64(r.Per) >= r.Count*1000 })
 				clk := ratelimit.NewManualClock(0)
 				lim, err := ratelimit.New(lc.rule, ratelimit.WithClock(clk))
 				require.NoError(t, err)

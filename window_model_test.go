@@ -32,33 +32,6 @@ func drawWindowRule(t *rapid.T) (limit int64, window time.Duration, valid bool) 
 	return limit, window, valid
 }
 
-func drawWindowCase(t *rapid.T, kind string) modelCase {
-	limit, window, valid := drawWindowRule(t)
-	name := drawName(t)
-	mc := modelCase{scale: window, valid: valid, name: name, window: window}
-	switch kind {
-	case "FixedWindow":
-		mc.rule = ratelimit.FixedWindow{Limit: limit, Window: window, Name: name}
-		if valid {
-			mc.model = refmodel.NewFixedWindow(limit, window)
-		}
-	case "SlidingCounter":
-		mc.rule = ratelimit.SlidingCounter{Limit: limit, Window: window, Name: name}
-		if valid {
-			mc.model = refmodel.NewSlidingCounter(limit, window)
-		}
-	}
-	return mc
-}
-
-func TestFixedWindowModel(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) { runModel(t, drawWindowCase(t, "FixedWindow")) })
-}
-
-func TestSlidingCounterModel(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) { runModel(t, drawWindowCase(t, "SlidingCounter")) })
-}
-
 // TestWindowDenseTraces complements the model tests with traces that stay
 // within a few windows, so that previous and current counts meet often: every
 // Decision must equal the model's, and every RetryAfter must be exact (the

@@ -194,3 +194,51 @@ func TestTableClockOrder(t *testing.T) {
 	require.Equal(t, uint64(cold-(size-hot)), tb.Stats.LossyEvictions)
 	consistent(t, &tb)
 }
+
+// TestTableClockDropsFreshAtOnce: between sweeps, the CLOCK hand drops the
+// first fresh entry it reaches, however recently it was used, before it
+// counts any live entry down to nothing. The table is large enough that
+// the next sweep is far off, and every entry has just been used.
+func TestTableClockDropsFreshAtOnce(t *testing.T) {
+	const size = 1000 // a sweep every size/8 = 125 insertions
+	const live = 1 << 40
+	var tb Table[int64]
+	tb.Init(size, expired)
+	tag := func(k string) uint32 { return Tag(hash(k), false) }
+	insert := func(k string) {
+		p, ok := tb.Insert(k, tag(k), 0)
+		require.True(t, ok)
+		*tb.State(p) = live
+	}
+	var keys []string
+	for i := range size {
+		keys = append(keys, "k"+strconv.Itoa(i))
+		insert(keys[i])
+	}
+	// The table is full and a sweep is due: let it drop one fresh entry,
+	// so that the next one is 125 insertions away.
+	*tb.State(tb.Lookup(keys[0], tag(keys[0]))) = 0
+	insert("after-sweep")
+	require.Equal(t, uint64(1), tb.Stats.Sweeps)
+	require.Equal(t, uint64(1), tb.Stats.Evictions)
+	keys = append(keys[1:], "after-sweep")
+
+	// One entry turns fresh; every entry, that one included, is used again.
+	fresh := keys[len(keys)/2]
+	*tb.State(tb.Lookup(fresh, tag(fresh))) = 0
+	for _, k := range keys {
+		require.GreaterOrEqual(t, tb.Find(k, tag(k)), 0)
+	}
+	before := tb.Stats
+	insert("newcomer")
+	require.Equal(t, before.Sweeps, tb.Stats.Sweeps, "no sweep was due")
+	require.Equal(t, before.Evictions+1, tb.Stats.Evictions)
+	require.Equal(t, before.LossyEvictions, tb.Stats.LossyEvictions, "a live entry went while a fresh one was held")
+	require.Negative(t, tb.Lookup(fresh, tag(fresh)), "the fresh entry is still held")
+	for _, k := range keys {
+		if k != fresh {
+			require.GreaterOrEqual(t, tb.Lookup(k, tag(k)), 0, "live entry %q dropped", k)
+		}
+	}
+	consistent(t, &tb)
+}
