@@ -124,6 +124,9 @@ func NewMachine(rule Rule) (*Machine, error) {
 		return nil, err
 	}
 	core := b.newMachine()
+	if core == nil {
+		return nil, &RuleError{Rule: name, Field: "rule", Reason: "has no state encoding for a Machine"}
+	}
 	p := core.params()
 	p.Algorithm = name
 	return &Machine{params: p, core: core}, nil
@@ -258,11 +261,6 @@ type codec[S any] interface {
 type machineOf[S any, A algorithm[S]] struct {
 	alg A
 	c   codec[S]
-}
-
-func newMachineOf[S any, A algorithm[S]](alg A) machineOf[S, A] {
-	c, _ := any(alg).(codec[S])
-	return machineOf[S, A]{alg: alg, c: c}
 }
 
 func (m machineOf[S, A]) step(fields []int64, now, cost int64, commit bool, dst []byte) (Decision, []byte, error) {

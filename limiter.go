@@ -76,7 +76,13 @@ func (b bound[S, A]) newLimiter(o *options) Limiter { return newSingle[S](b.alg,
 
 func (b bound[S, A]) newStore(o *options) keyedStore { return newStoreCore[S](b.alg, o) }
 
-func (b bound[S, A]) newMachine() machineCore { return newMachineOf[S](b.alg) }
+func (b bound[S, A]) newMachine() machineCore {
+	c, ok := any(b.alg).(codec[S])
+	if !ok {
+		return nil // the token bucket's Machine runs on GCRA's state
+	}
+	return machineOf[S, A]{alg: b.alg, c: c}
+}
 
 // Option configures a limiter or store built by [New] or [NewStore].
 type Option func(*options)
@@ -155,6 +161,8 @@ type algorithm[S any] interface {
 	capacity() int64
 	// policy describes the rule: Decision's Limit, Policy and Window.
 	policy() *policy
+	// migrator moves a key between rules (see Migration).
+	migrator[S]
 }
 
 // policy is the part of every Decision that describes the rule rather than

@@ -336,7 +336,6 @@ type storeCore[S any, A algorithm[S]] struct {
 	maxKeys int
 	shards  []storeShard[S]
 	ident   uint64
-	mig     migrator[S] // alg, as it moves keys between rules
 }
 
 // storeIDs numbers stores in the order they are built (see keyedStore.id).
@@ -358,7 +357,6 @@ func newStoreCore[S any, A algorithm[S]](alg A, o *options) *storeCore[S, A] {
 		shards:  make([]storeShard[S], n),
 		ident:   storeIDs.Add(1),
 	}
-	c.mig, _ = any(alg).(migrator[S]) // every algorithm is one
 	fresh := alg.fresh
 	for i := range c.shards {
 		share := maxKeys / n
@@ -465,14 +463,14 @@ func (c *storeCore[S, A]) take(k storeKey, now int64) (int64, bool) {
 	if i < 0 {
 		return 0, false
 	}
-	spent := c.mig.spentAt(t.State(i), now)
+	spent := c.alg.spentAt(t.State(i), now)
 	t.Delete(k.key, k.tag)
 	return spent, true
 }
 
 func (c *storeCore[S, A]) setSpent(k storeKey, now, x int64) {
 	t := &c.shards[k.h&c.mask].t
-	c.mig.withSpent(t.State(t.Lookup(k.key, k.tag)), now, x)
+	c.alg.withSpent(t.State(t.Lookup(k.key, k.tag)), now, x)
 }
 
 // digestKey returns the SHA-256 digest of a long key, hashed in pieces so
