@@ -1,0 +1,174 @@
+-- One check of one key, atomically: read the key's state, clamp now to the
+-- state's latest instant, admit or deny exactly as the in-process limiter
+-- does, write the new state with its expiry, and return what Go needs to
+-- recompute and verify the Decision.
+--
+-- KEYS[1]  the key's state
+-- ARGV[1]  algorithm: 'm' meter (token bucket, GCRA, leaky bucket),
+--          'f' fixed window, 'c' sliding counter, 'l' sliding log
+-- ARGV[2]  now in ns since the Unix epoch, or '' for the server's TIME
+-- ARGV[3]  cost in milli-units
+-- ARGV[4]  expiry margin in ms, added to the time until the state is as
+--          good as a fresh key's
+-- meter:   ARGV[5] n (the pace's milli-units), ARGV[6..7] the capacity's
+--          span (ns, frac/n), ARGV[8..9] the cost's span (ns, frac/n)
+-- windows: ARGV[5] window (ns), ARGV[6] capacity (milli-units)
+--
+-- Returns {old state or '', now used before clamping, new state, 1 if
+-- admitted else 0}. A state that is not well formed is an error reply and
+-- nothing is written.
+
+local function fail(why)
+  return redis.error_reply('RATELIMIT ' .. why)
+end
+
+local key, alg = KEYS[1], ARGV[1]
+local cost, margin = N(ARGV[3]), N(ARGV[4])
+if not cost or iszero(cost) or not margin then return fail('invalid argument') end
+
+local MAXT = N('4611686018427387904') -- 2^62 ns: MaxTime
+local now
+if ARGV[2] == '' then
+  local tm = redis.call('TIME')
+  local sec, usec = N(tm[1]), N(tm[2])
+  now = add(mul(sec, {0, 100}), muls(usec, 1000)) -- sec*10^9 + usec*10^3
+else
+  now = N(ARGV[2])
+  if not now then return fail('invalid argument') end
+end
+if cmp(now, MAXT) > 0 then now = MAXT end
+local reading = S(now)
+
+-- The state: space-separated canonical decimals, the latest instant first.
+local old = redis.call('GET', key)
+local f, fs = {}, {}
+if old then
+  if #old == 0 or old:find('[^ 0-9]') or old:find('  ') or old:byte(1) == 32 or old:byte(-1) == 32 then
+    return fail('invalid state')
+  end
+  for w in old:gmatch('%d+') do
+    local v = N(w)
+    if not v then return fail('invalid state') end
+    f[#f + 1], fs[#fs + 1] = v, w
+  end
+  now = max(now, f[1])
+else
+  old = ''
+end
+
+local admitted, new, ttl = 0, nil, nil
+
+if alg == 'm' then
+  local n, tau, tauf, cn, cf = N(ARGV[5]), N(ARGV[6]), N(ARGV[7]), N(ARGV[8]), N(ARGV[9])
+  if not (n and tau and tauf and cn and cf) then return fail('invalid argument') end
+  local t, fr = Z, Z
+  if #f > 0 then
+    if #f ~= 3 or cmp(f[3], n) >= 0 then return fail('invalid state') end
+    t, fr = f[2], f[3]
+  end
+  -- The debt: how far the schedule runs ahead of now.
+  local dn, df = Z, Z
+  if cmp(t, now) >= 0 then dn, df = sub(t, now), fr end
+  local nn, nf = add(dn, cn), add(df, cf)
+  if cmp(nf, n) >= 0 then nn, nf = add(nn, ONE), sub(nf, n) end
+  local c = cmp(nn, tau)
+  if c < 0 or (c == 0 and cmp(nf, tauf) <= 0) then
+    admitted, t, fr, dn, df = 1, add(now, nn), nf, nn, nf
+  end
+  ttl = dn
+  if not iszero(df) then ttl = add(ttl, ONE) end
+  new = S(now) .. ' ' .. S(t) .. ' ' .. S(fr)
+elseif alg == 'f' or alg == 'c' or alg == 'l' then
+  local w, cap = N(ARGV[5]), N(ARGV[6])
+  if not (w and cap) or iszero(w) then return fail('invalid argument') end
+  if alg == 'f' then
+    local sw, sc = Z, Z
+    if #f > 0 then
+      if #f ~= 3 then return fail('invalid state') end
+      sw, sc = f[2], f[3]
+    end
+    local win = divmod(now, w)
+    local at, count = now, Z
+    local c = cmp(win, sw)
+    if c <= 0 then
+      if c < 0 then win, at = sw, mul(sw, w) end
+      count = sc
+    end
+    local used = add(count, cost)
+    if cmp(used, cap) <= 0 then
+      admitted, sw, sc = 1, win, used
+    end
+    ttl = sub(mul(add(win, ONE), w), at)
+    new = S(now) .. ' ' .. S(sw) .. ' ' .. S(sc)
+  elseif alg == 'c' then
+    local sw, sp, sc = Z, Z, Z
+    if #f > 0 then
+      if #f ~= 4 then return fail('invalid state') end
+      sw, sp, sc = f[2], f[3], f[4]
+    end
+    local win, e = divmod(now, w)
+    local prev, cur = Z, Z
+    local c = cmp(win, sw)
+    if c < 0 then
+      win, e, prev, cur = sw, Z, sp, sc
+    elseif c == 0 then
+      prev, cur = sp, sc
+    elseif cmp(win, add(sw, ONE)) == 0 then
+      prev = sc
+    end
+    -- estimate + cost <= capacity  <=>  prev*(W-e) <= (capacity-cur-cost)*W
+    local used = add(cur, cost)
+    if cmp(used, cap) <= 0 and cmp(mul(prev, sub(w, e)), mul(sub(cap, used), w)) <= 0 then
+      admitted, cur = 1, used
+      sw, sp, sc = win, prev, cur
+    end
+    if not iszero(cur) then
+      ttl = sub(add(w, w), e)
+    elseif not iszero(prev) then
+      ttl = sub(w, e)
+    else
+      ttl = Z
+    end
+    new = S(now) .. ' ' .. S(sw) .. ' ' .. S(sp) .. ' ' .. S(sc)
+  else
+    -- Entries t cost, oldest first, at strictly increasing instants.
+    local m = #f
+    if m > 0 and m % 2 ~= 1 then return fail('invalid state') end
+    for i = 2, m, 2 do
+      if iszero(f[i + 1]) or (i > 2 and cmp(f[i - 2], f[i]) >= 0) then return fail('invalid state') end
+    end
+    if m > 1 then now = max(now, f[m - 1]) end
+    -- Entries with t + W <= now have expired.
+    local k = 2
+    while k < m and cmp(add(f[k], w), now) <= 0 do k = k + 2 end
+    local inside = Z
+    for i = k + 1, m, 2 do inside = add(inside, f[i]) end
+    local parts = {S(now)}
+    if cmp(add(inside, cost), cap) <= 0 then
+      admitted = 1
+      local last = m - 1
+      local merge = k < m and cmp(f[last], now) == 0
+      for i = k, m, 2 do
+        if merge and i == last then
+          parts[#parts + 1] = fs[i] .. ' ' .. S(add(f[i + 1], cost))
+        else
+          parts[#parts + 1] = fs[i] .. ' ' .. fs[i + 1]
+        end
+      end
+      if not merge then parts[#parts + 1] = S(now) .. ' ' .. S(cost) end
+      ttl = w
+    else
+      for i = 2, m do parts[#parts + 1] = fs[i] end
+      ttl = sub(add(f[m - 1], w), now)
+    end
+    new = table.concat(parts, ' ')
+  end
+else
+  return fail('invalid argument')
+end
+
+-- Keep the state until it is as good as a fresh key's, plus the margin.
+local ms, rest = divmod(ttl, {1000000})
+if not iszero(rest) then ms = add(ms, ONE) end
+redis.call('SET', key, new, 'PX', S(add(ms, margin)))
+return {old, reading, new, admitted}
