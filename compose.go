@@ -134,7 +134,7 @@ func Compose(layers []Layer, opts ...Option) (*Composite, error) {
 	clock := buildOptions(opts).clock
 	c := &Composite{layers: make([]compositeLayer, len(layers)), clock: clock}
 	for i, l := range layers {
-		if l.Rule == nil {
+		if isNilRule(l.Rule) {
 			return nil, &RuleError{Rule: "Composite", Field: fmt.Sprintf("layers[%d].Rule", i), Reason: "is nil"}
 		}
 		all := append(append(append([]Option(nil), opts...), l.Options...), WithClock(clock))
@@ -160,6 +160,31 @@ func (c *Composite) Check(key string, cost Units) (Decision, error) {
 	a := tryLayers(c.layers, c.enforced, c.clock, key, int64(cost), maxBudget)
 	return a.d, a.err
 }
+
+// CheckContext is [Composite.Check] for callers that hold a context: it
+// returns ctx's error, spending nothing, if ctx has already ended, and
+// otherwise decides as Check does. It makes a Composite a [ContextChecker].
+func (c *Composite) CheckContext(ctx context.Context, key string, cost Units) (Decision, error) {
+	if err := ctx.Err(); err != nil {
+		d, _ := c.checkCost(Unit)
+		return d, err
+	}
+	return c.Check(key, cost)
+}
+
+// CheckWithin is [Composite.Check] for a request that may wait at most
+// maxDelay for its turn, as [Store.CheckWithin] describes. A request refused
+// only because it would wait too long is described by the layer whose Delay
+// is the longest.
+func (c *Composite) CheckWithin(key string, cost Units, maxDelay time.Duration) (Decision, error) {
+	if d, err := c.checkCost(cost); err != nil {
+		return d, err
+	}
+	return checkWithin(c.layers, c.enforced, c.clock, key, int64(cost), maxDelay)
+}
+
+// Clock returns the clock every layer reads, and that Wait sleeps on.
+func (c *Composite) Clock() Clock { return c.clock }
 
 // Wait blocks until cost is admitted for key by every layer, as
 // [Limiter.Wait] does for one limit: it sleeps on the composite's clock for
@@ -310,7 +335,7 @@ func tryLayers(layers []compositeLayer, enforced int, clock Clock, key string, c
 		if view {
 			a.goOn = a.d.Delay
 		} // else only shadow layers, which never hold a request back
-		if a.goOn <= budget {
+		if a.goOn <= budget || !view {
 			// Commit: every enforced layer, and every shadow layer that
 			// would have admitted the request itself.
 			for i := range turns {
@@ -320,13 +345,18 @@ func tryLayers(layers []compositeLayer, enforced int, clock Clock, key string, c
 				}
 			}
 			a.committed = true
+		} else {
+			a.tooSlow = tooSlow(layers, turns, now, a.goOn-budget)
 		}
 	default:
+		// Remaining keeps its one definition: the largest cost the
+		// composite as a whole would admit now, not just the layer shown.
+		a.d.Remaining = remainingNow(layers, turns, now, view)
 		// Denied: when would it go on if nothing else arrived? After the
 		// longest RetryAfter every layer admits; add the longest Delay
 		// the layers would then give it.
 		a.goOn = a.d.RetryAfter
-		at := min(now+int64(a.d.RetryAfter), int64(MaxTime))
+		at := min(addTime(now, a.d.RetryAfter), int64(MaxTime))
 		var delay time.Duration
 		for i := range turns {
 			if turns[i].err == nil && (!layers[i].shadow || !view) {
@@ -364,6 +394,63 @@ func tryLayers(layers []compositeLayer, enforced int, clock Clock, key string, c
 		a.d.Shadowed = true
 	}
 	return a
+}
+
+// remainingNow returns the largest whole cost every layer of the view
+// (enforced layers if view is true, else the shadow ones) would admit at
+// now, before this request: the least of the layers' Remaining as it
+// stands. A layer's denied look spends nothing, so its Remaining is that; a
+// layer that admitted this request is asked again about its whole capacity,
+// which it either admits (it is fresh: Remaining is its Limit) or denies
+// with its Remaining.
+func remainingNow(layers []compositeLayer, turns []layerTurn, now int64, view bool) int64 {
+	rem := int64(-1)
+	for i := range turns {
+		l, t := &layers[i], &turns[i]
+		if t.err != nil || l.shadow == view {
+			continue
+		}
+		r := t.d.Remaining
+		if t.d.Allowed {
+			if full := l.store.stepAt(t.k, now, l.store.capacity(), false); full.Allowed {
+				r = full.Limit
+			} else {
+				r = full.Remaining
+			}
+		}
+		if rem < 0 || r < rem {
+			rem = r
+		}
+	}
+	return max(rem, 0)
+}
+
+// tooSlow describes an admissible request refused because it would wait
+// over longer than the caller allows: the enforced layer with the longest
+// Delay, as it stands before the request, with the composite's Remaining
+// and a RetryAfter of over, after which the queue has drained enough.
+func tooSlow(layers []compositeLayer, turns []layerTurn, now int64, over time.Duration) Decision {
+	slow := -1
+	for i := range turns {
+		if turns[i].err == nil && !layers[i].shadow && (slow < 0 || turns[i].d.Delay > turns[slow].d.Delay) {
+			slow = i
+		}
+	}
+	l, t := &layers[slow], &turns[slow]
+	d := l.store.stepAt(t.k, now, l.store.capacity(), false) // denied: its queue is not empty
+	d.Allowed, d.Delay, d.RetryAfter = false, 0, over
+	d.Remaining = remainingNow(layers, turns, now, true)
+	return d
+}
+
+// checkWithin is CheckWithin for a Store or a Composite, for a cost checked
+// against every enforced layer.
+func checkWithin(layers []compositeLayer, enforced int, clock Clock, key string, cost int64, maxDelay time.Duration) (Decision, error) {
+	a := tryLayers(layers, enforced, clock, key, cost, max(maxDelay, 0))
+	if a.err != nil || a.committed || !a.d.Allowed {
+		return a.d, a.err
+	}
+	return a.tooSlow, nil
 }
 
 // combine makes the composite Decision from the layers' looks: from the

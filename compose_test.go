@@ -192,6 +192,27 @@ func (b *book) expect(reqKey string, now, cost int64) expected {
 			e.d.Delay = delay
 		}
 	}
+	if view && denied {
+		// Remaining is the largest cost the composite as a whole would
+		// admit now: the least of the enforced layers' Remaining before
+		// this request (a look at a layer's whole capacity is admitted
+		// only by a fresh key, else denied with that Remaining).
+		rem := int64(-1)
+		for i, l := range b.layers {
+			if errs[i] != nil || l.shadow {
+				continue
+			}
+			full := b.peek(i, l.keyOf(reqKey), now, l.capMilli)
+			r := full.Remaining
+			if full.Allowed {
+				r = full.Limit
+			}
+			if rem < 0 || r < rem {
+				rem = r
+			}
+		}
+		e.d.Remaining = rem
+	}
 	e.spend = make([]bool, len(b.layers))
 	shadowDenies := false
 	for i, l := range b.layers {

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,9 +24,9 @@ import (
 // nothing, when ctx ends or when ctx's deadline would come before the
 // request could go on (an error matching [ErrWouldExceedDeadline] and
 // [context.DeadlineExceeded]). A leaky-bucket request whose ctx ends during
-// its Delay has already been admitted: its place in the queue is given back
-// only if nothing has queued behind it, and stays spent otherwise. Its cost
-// errors are Check's.
+// its Delay has already been admitted and stays spent, as a request that
+// has joined a queue: Wait returns its admitting Decision with ctx's error.
+// Its cost errors are Check's.
 //
 // Implementations in this package are safe for concurrent use, and
 // concurrent checks are linearizable: they behave as if they happened one at
@@ -65,6 +66,7 @@ type KeyedLimiter interface {
 type binding interface {
 	newLimiter(o *options) Limiter
 	newStore(o *options) keyedStore
+	newMachine() machineCore
 }
 
 // bound is the binding of an algorithm A with state S.
@@ -73,6 +75,8 @@ type bound[S any, A algorithm[S]] struct{ alg A }
 func (b bound[S, A]) newLimiter(o *options) Limiter { return newSingle[S](b.alg, o) }
 
 func (b bound[S, A]) newStore(o *options) keyedStore { return newStoreCore[S](b.alg, o) }
+
+func (b bound[S, A]) newMachine() machineCore { return newMachineOf[S](b.alg) }
 
 // Option configures a limiter or store built by [New] or [NewStore].
 type Option func(*options)
@@ -107,14 +111,29 @@ func buildOptions(opts []Option) *options {
 // [ErrInvalidRule]. The limiter is safe for concurrent use, starts no
 // goroutines and needs no Close.
 func New(rule Rule, opts ...Option) (Limiter, error) {
-	if rule == nil {
-		return nil, &RuleError{Rule: "Rule", Field: "rule", Reason: "is nil"}
+	if isNilRule(rule) {
+		return nil, nilRuleError("rule")
 	}
 	b, err := rule.bind()
 	if err != nil {
 		return nil, err
 	}
 	return b.newLimiter(buildOptions(opts)), nil
+}
+
+// isNilRule reports whether rule is nil or a nil pointer to a rule, which
+// the constructors refuse instead of dereferencing.
+func isNilRule(rule Rule) bool {
+	if rule == nil {
+		return true
+	}
+	v := reflect.ValueOf(rule)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// nilRuleError is the error for a nil rule in the field named field.
+func nilRuleError(field string) error {
+	return &RuleError{Rule: "Rule", Field: field, Reason: "is nil"}
 }
 
 // algorithm is a compiled rule: everything derived from the rule is computed

@@ -1,12 +1,14 @@
 package ratelimit
 
 import (
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"hash/maphash"
 	"math/bits"
 	"runtime"
+	"time"
 
 	"github.com/ratekit/ratelimit/internal/table"
 )
@@ -156,8 +158,8 @@ type StoreStats struct {
 // range one matching [ErrInvalidOption]. The store holds no keys and
 // allocates its tables as keys arrive.
 func NewStore(rule Rule, opts ...Option) (*Store, error) {
-	if rule == nil {
-		return nil, &RuleError{Rule: "Rule", Field: "rule", Reason: "is nil"}
+	if isNilRule(rule) {
+		return nil, nilRuleError("rule")
 	}
 	core, err := newKeyedStore(rule, opts)
 	if err != nil {
@@ -188,6 +190,34 @@ func newKeyedStore(rule Rule, opts []Option) (keyedStore, error) {
 func (s *Store) Check(key string, cost Units) (Decision, error) {
 	return s.core.check(key, cost)
 }
+
+// CheckContext is [Store.Check] for callers that hold a context: it
+// returns ctx's error, spending nothing, if ctx has already ended, and
+// otherwise decides as Check does (a Store never blocks). It makes a Store
+// a [ContextChecker].
+func (s *Store) CheckContext(ctx context.Context, key string, cost Units) (Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return s.core.policy().decision(), err
+	}
+	return s.core.check(key, cost)
+}
+
+// CheckWithin is [Store.Check] for a request that may wait at most maxDelay
+// for its turn: it admits cost for key only if the request would go on
+// within maxDelay (a [LeakyBucket]'s Delay; every other rule's requests go
+// on at once), and otherwise spends nothing and returns a denial whose
+// RetryAfter is exactly when the same request would be admitted within
+// maxDelay if nothing else arrived. A maxDelay < 0 is taken as 0.
+func (s *Store) CheckWithin(key string, cost Units, maxDelay time.Duration) (Decision, error) {
+	if d, err := checkCost(cost, s.core.capacity(), s.core.policy()); err != nil {
+		return d, err
+	}
+	layers := []compositeLayer{{store: s.core}}
+	return checkWithin(layers, 1, s.core.waitClock(), key, int64(cost), maxDelay)
+}
+
+// Clock returns the clock the store reads, and that Wait sleeps on.
+func (s *Store) Clock() Clock { return s.core.waitClock() }
 
 // Len returns the number of keys the store holds.
 func (s *Store) Len() int { return s.core.stats().Keys }

@@ -52,9 +52,10 @@ type attempt struct {
 	goOn time.Duration
 	// committed reports that the request was admitted and its cost spent.
 	committed bool
-	// undo, set only for a committed request with a Delay, gives the cost
-	// back if nothing else was admitted since, and reports whether it did.
-	undo func() bool
+	// tooSlow, for a composite's request that every layer admits but that
+	// would wait longer than the budget, is the Decision that refuses it
+	// for that reason (see Store.CheckWithin).
+	tooSlow Decision
 	// err ends the wait with this error.
 	err error
 }
@@ -76,24 +77,23 @@ func waitFor(ctx context.Context, clk Clock, cost int64, d Decision, try tryFunc
 		if a.err != nil {
 			return d, a.err
 		}
-		if !a.committed {
-			d.Allowed, d.Delay = false, 0
-		}
-		if a.goOn > budget {
-			return d, errWouldExceedDeadline
-		}
 		if a.committed {
+			// An admitted request stays spent, even if ctx ends while it
+			// waits out its Delay: it has joined the queue, as a request
+			// that reached a server has, and the queue drains at the
+			// rule's rate whether or not it is served.
 			if d.Delay > 0 {
-				if err := sleepUntil(ctx, clk, a.now+int64(d.Delay)); err != nil {
-					if a.undo != nil && a.undo() {
-						d.Allowed, d.Delay = false, 0
-					}
+				if err := sleepUntil(ctx, clk, addTime(a.now, d.Delay)); err != nil {
 					return d, err
 				}
 			}
 			return d, nil
 		}
-		retry := a.now + int64(d.RetryAfter)
+		d.Allowed, d.Delay = false, 0
+		if a.goOn > budget {
+			return d, errWouldExceedDeadline
+		}
+		retry := addTime(a.now, d.RetryAfter)
 		if retry > int64(MaxTime) {
 			// The limiter's time stops at MaxTime, so the request can never
 			// be admitted: wait for the context, whose end is the only way
@@ -105,6 +105,40 @@ func waitFor(ctx context.Context, clk Clock, cost int64, d Decision, try tryFunc
 			return d, err
 		}
 	}
+}
+
+// addTime returns now + d for a now in [0, MaxTime] and d >= 0, saturated
+// at MaxTime+1 (past every instant a limiter represents) instead of
+// wrapping round.
+func addTime(now int64, d time.Duration) int64 {
+	if int64(d) > int64(MaxTime)+1-now {
+		return int64(MaxTime) + 1
+	}
+	return now + int64(d)
+}
+
+// Sleep blocks until clk has advanced by d, or until ctx ends, and then
+// returns ctx's error. With a [ManualClock] it wakes when the clock is moved
+// far enough, however little real time has passed; with [SystemClock] or any
+// other clock it sleeps on a real timer. A d <= 0 returns at once (with
+// ctx's error if ctx has ended). It is what Wait sleeps with, for code that
+// waits out a Decision's RetryAfter or Delay on a limiter's own clock.
+func Sleep(ctx context.Context, clk Clock, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d <= 0 {
+		return nil
+	}
+	if clk == nil {
+		clk = SystemClock()
+	}
+	t := addTime(clampTime(clk.Now()), d)
+	if t > int64(MaxTime) {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return sleepUntil(ctx, clk, t)
 }
 
 // maxBudget is the budget of a Check, or of a Wait without a deadline: the
@@ -148,7 +182,7 @@ func (l *single[S, A]) try(cost int64, budget time.Duration) attempt {
 		a.goOn = a.d.RetryAfter
 		// What the request would get when its RetryAfter is over: for the
 		// leaky bucket, the Delay it would then queue for.
-		at := min(now+int64(a.d.RetryAfter), int64(MaxTime))
+		at := min(addTime(now, a.d.RetryAfter), int64(MaxTime))
 		if later := l.alg.step(&l.state, at, cost, false); later.Allowed {
 			a.goOn += later.Delay
 		}
@@ -158,25 +192,7 @@ func (l *single[S, A]) try(cost int64, budget time.Duration) attempt {
 	if a.goOn > budget {
 		return a
 	}
-	if vs, ok := any(&l.state).(*vtime); ok && a.d.Delay > 0 {
-		// A queued request (the leaky bucket's) can be taken back exactly
-		// while it is still the last in the queue: the state is then what
-		// it would have been had it never been admitted.
-		before := *vs
-		a.d = l.alg.step(&l.state, now, cost, true)
-		after := *vs
-		a.undo = func() bool {
-			l.tl.mu.Lock()
-			defer l.tl.unlock()
-			if *vs != after {
-				return false
-			}
-			*vs = before
-			return true
-		}
-	} else {
-		a.d = l.alg.step(&l.state, now, cost, true)
-	}
+	a.d = l.alg.step(&l.state, now, cost, true)
 	a.committed = true
 	return a
 }

@@ -1,0 +1,311 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// ContextChecker is a keyed limiter whose check can be cancelled: one that
+// may wait on a network, such as a limiter whose state lives in Redis.
+// [Store] and [Composite] implement it too (they never block, and return
+// ctx's error only if ctx has already ended), so code that takes a
+// ContextChecker, like the HTTP middleware, works with either. The middleware
+// uses CheckContext, with the request's context, whenever its limiter has it.
+type ContextChecker interface {
+	CheckContext(ctx context.Context, key string, cost Units) (Decision, error)
+}
+
+// ErrInvalidState is returned by [Machine.Step] for an encoded state that
+// is malformed, or that no sequence of checks under the machine's rule
+// could have produced (a count above the limit, a fraction out of range).
+// A backend that stores states should treat it as a corrupted key: report
+// it, and never admit on it.
+var ErrInvalidState = errors.New("ratelimit: invalid limiter state")
+
+// Params are a rule's exact compiled parameters: the integers every
+// Decision is computed from. A backend that keeps state outside the process
+// (a Redis script, say) computes with these and nothing else, so that its
+// decisions can be the same as the in-process limiter's.
+type Params struct {
+	// Algorithm is the rule's algorithm by its JSON name (see [RuleSpec]):
+	// "token_bucket", "gcra", "leaky_bucket", "fixed_window", "sliding_log"
+	// or "sliding_counter".
+	Algorithm string
+
+	// Policy, Limit and Window are what every Decision of the rule carries.
+	Policy string
+	Limit  int64
+	Window time.Duration
+
+	// Capacity is the largest cost, Limit whole units in milli-units.
+	Capacity Units
+
+	// The buckets (token_bucket, gcra, leaky_bucket): the pace is exactly
+	// RateUnits milli-units every RateNanos nanoseconds, in lowest terms,
+	// and Tau, the time the whole Capacity takes at that pace, is TauNanos
+	// plus TauFrac/RateUnits nanoseconds. Zero for the window rules.
+	RateUnits, RateNanos uint64
+	TauNanos, TauFrac    uint64
+
+	// WindowNanos is the window of the window rules (fixed_window,
+	// sliding_log, sliding_counter) in nanoseconds; zero for the buckets.
+	WindowNanos int64
+}
+
+// Machine is a rule's state transition as a pure function of an encoded
+// state: what a backend that keeps each key's state outside the process
+// needs to give exactly the decisions of the in-process limiters. It is
+// built by [NewMachine], is immutable and is safe for concurrent use.
+//
+// # State encoding
+//
+// A state is ASCII: decimal integers without sign or leading zeros,
+// separated by single spaces. The empty state is a fresh key. The first
+// integer is the latest instant (ns) the key was checked at; Step clamps
+// an earlier now to it, as the in-process limiters clamp their clocks, so
+// a key never sees time go back. The rest depends on the algorithm:
+//
+//   - token_bucket, gcra and leaky_bucket: "t f", the theoretical arrival
+//     time (the instant the key's spent allowance has all come back, or for
+//     the leaky bucket the instant its queue is empty) as t + f/RateUnits
+//     ns, with f < RateUnits. A token bucket is kept in GCRA's state, as
+//     their decisions agree for every trace.
+//   - fixed_window: "w c", the index of the window [wW, (w+1)W) and the
+//     milli-units admitted in it.
+//   - sliding_counter: "w p c", the window's index and the milli-units
+//     admitted in the window before it and in it.
+//   - sliding_log: pairs "t c", one per instant at which cost c
+//     (milli-units) was admitted, oldest first, with strictly increasing t.
+//     Entries that have left the window may remain until the next
+//     admission drops them.
+//
+// Everything a Step writes reads back, and Step(state) on a state read back
+// decides as the in-process limiter does on the state it came from.
+type Machine struct {
+	params Params
+	core   machineCore
+}
+
+// machineCore is a Machine's algorithm with its state type bound.
+type machineCore interface {
+	// step decides on an encoded algorithm state (the fields after last).
+	step(fields []int64, now, cost int64, commit bool, dst []byte) (Decision, []byte, error)
+	capacity() int64
+	policy() *policy
+	params() Params
+}
+
+// NewMachine validates rule and returns its [Machine]. A malformed rule is
+// an error matching [ErrInvalidRule].
+func NewMachine(rule Rule) (*Machine, error) {
+	if isNilRule(rule) {
+		return nil, nilRuleError("rule")
+	}
+	// A token bucket runs on GCRA's state: the two decide alike on every
+	// trace, and a backend then needs one bucket algorithm, not two.
+	tb, isTB := rule.(TokenBucket)
+	if p, ok := rule.(*TokenBucket); ok {
+		tb, isTB = *p, true
+	}
+	name := algorithmName(rule)
+	if isTB {
+		rule = GCRA{Rate: tb.Rate, Burst: tb.Burst, Name: tb.Name}
+	}
+	b, err := rule.bind()
+	if err != nil {
+		if isTB {
+			if re, ok := err.(*RuleError); ok {
+				re.Rule = "TokenBucket"
+			}
+		}
+		return nil, err
+	}
+	core := b.newMachine()
+	p := core.params()
+	p.Algorithm = name
+	return &Machine{params: p, core: core}, nil
+}
+
+// Params returns the rule's compiled parameters.
+func (m *Machine) Params() Params { return m.params }
+
+// Span returns the time cost takes at a bucket rule's pace, as ns plus
+// frac/RateUnits ns: how far an admitted request moves the theoretical
+// arrival time. It is zero for the window rules, and for a cost outside 1 to
+// Capacity.
+func (m *Machine) Span(cost Units) (ns, frac uint64) {
+	mp, ok := m.core.(interface {
+		span(uint64) (uint64, uint64, bool)
+	})
+	if !ok || cost <= 0 || cost > m.params.Capacity {
+		return 0, 0
+	}
+	ns, frac, _ = mp.span(uint64(cost))
+	return ns, frac
+}
+
+// Step decides whether cost can be admitted at now on a key whose state is
+// state (see [Machine] for the encoding; empty is a fresh key), exactly as
+// [Limiter.Check] would on that key. It returns the Decision and the key's
+// state after it: with commit false, state itself, unchanged; with commit
+// true, the new state, which records now as the key's latest instant even
+// when the request is denied. now is clamped into [0, [MaxTime]].
+//
+// Cost errors are [Limiter.Check]'s, with the state returned unchanged. A
+// state that does not parse, or that the rule could not have produced, is
+// an error matching [ErrInvalidState], with a Decision that admits nothing.
+func (m *Machine) Step(state []byte, now time.Duration, cost Units, commit bool) (Decision, []byte, error) {
+	if d, err := checkCost(cost, m.core.capacity(), m.core.policy()); err != nil {
+		return d, state, err
+	}
+	fields, err := parseState(state)
+	if err != nil {
+		return m.core.policy().decision(), state, err
+	}
+	t := clampTime(now)
+	var last int64
+	if len(fields) > 0 {
+		last, fields = fields[0], fields[1:]
+		t = max(t, last)
+	} else {
+		fields = nil
+	}
+	if last > int64(MaxTime) {
+		return m.core.policy().decision(), state, fmt.Errorf("%w: latest instant %d is beyond MaxTime", ErrInvalidState, last)
+	}
+	var dst []byte
+	if commit {
+		dst = strconv.AppendInt(make([]byte, 0, len(state)+24), t, 10)
+	}
+	d, next, err := m.core.step(fields, t, int64(cost), commit, dst)
+	if err != nil {
+		return m.core.policy().decision(), state, err
+	}
+	if !commit {
+		return d, state, nil
+	}
+	return d, next, nil
+}
+
+// parseState splits an encoded state into its integers.
+func parseState(b []byte) ([]int64, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	fields := make([]int64, 0, 4)
+	for i := 0; ; {
+		j := i
+		var v int64
+		for j < len(b) && b[j] >= '0' && b[j] <= '9' {
+			if v > (1<<63-1-9)/10 {
+				return nil, fmt.Errorf("%w: a number is out of range", ErrInvalidState)
+			}
+			v = v*10 + int64(b[j]-'0')
+			j++
+		}
+		if j == i || (b[i] == '0' && j-i > 1) {
+			return nil, fmt.Errorf("%w: %q is not a list of decimal integers", ErrInvalidState, clip(b))
+		}
+		fields = append(fields, v)
+		if j == len(b) {
+			return fields, nil
+		}
+		if b[j] != ' ' {
+			return nil, fmt.Errorf("%w: %q is not a list of decimal integers", ErrInvalidState, clip(b))
+		}
+		i = j + 1
+	}
+}
+
+// clip shortens a state for an error message.
+func clip(b []byte) []byte {
+	if len(b) > 40 {
+		return append(b[:40:40], "..."...)
+	}
+	return b
+}
+
+// appendInts appends each v as " <v>".
+func appendInts(dst []byte, vs ...int64) []byte {
+	for _, v := range vs {
+		dst = strconv.AppendInt(append(dst, ' '), v, 10)
+	}
+	return dst
+}
+
+// badState is the error for a state whose values no check could produce.
+func badState(alg, why string) error {
+	return fmt.Errorf("%w: %s state: %s", ErrInvalidState, alg, why)
+}
+
+// codec converts an algorithm's state S to and from its encoding.
+type codec[S any] interface {
+	// decodeAt reads fields (none for a fresh key) into *s, checking that
+	// the rule could have produced them by now, the key's clamped instant.
+	decodeAt(fields []int64, s *S, now int64) error
+	// encode appends s's fields, each as " <v>".
+	encode(dst []byte, s *S) []byte
+	// params returns the rule's compiled parameters, but for Algorithm.
+	params() Params
+}
+
+// machineOf is the machineCore of an algorithm A with state S. Every
+// algorithm but the token bucket (whose Machine runs on GCRA) is its own
+// codec.
+type machineOf[S any, A algorithm[S]] struct {
+	alg A
+	c   codec[S]
+}
+
+func newMachineOf[S any, A algorithm[S]](alg A) machineOf[S, A] {
+	c, _ := any(alg).(codec[S])
+	return machineOf[S, A]{alg: alg, c: c}
+}
+
+func (m machineOf[S, A]) step(fields []int64, now, cost int64, commit bool, dst []byte) (Decision, []byte, error) {
+	var s S
+	if err := m.c.decodeAt(fields, &s, now); err != nil {
+		return Decision{}, nil, err
+	}
+	d := m.alg.step(&s, now, cost, commit)
+	if commit {
+		dst = m.c.encode(dst, &s)
+	}
+	return d, dst, nil
+}
+
+func (m machineOf[S, A]) capacity() int64 { return m.alg.capacity() }
+func (m machineOf[S, A]) policy() *policy { return m.alg.policy() }
+func (m machineOf[S, A]) params() Params  { return m.c.params() }
+
+// span is the pace's, for Machine.Span; ok is false for the window rules.
+func (m machineOf[S, A]) span(x uint64) (uint64, uint64, bool) {
+	if sp, ok := any(m.alg).(interface {
+		span(uint64) (uint64, uint64, bool)
+	}); ok {
+		return sp.span(x)
+	}
+	return 0, 0, false
+}
+
+// algorithmName returns the JSON name of a rule's algorithm.
+func algorithmName(rule Rule) string {
+	switch deref(rule).(type) {
+	case TokenBucket:
+		return algTokenBucket
+	case GCRA:
+		return algGCRA
+	case LeakyBucket:
+		return algLeakyBucket
+	case FixedWindow:
+		return algFixedWindow
+	case SlidingLog:
+		return algSlidingLog
+	case SlidingCounter:
+		return algSlidingCounter
+	}
+	return ""
+}

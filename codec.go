@@ -1,0 +1,159 @@
+package ratelimit
+
+// State codecs for [Machine]: each algorithm reads and writes its state as
+// the integers Machine documents, and checks that a state read is one its
+// rule could have produced, so that a corrupted state is an error rather
+// than a decision.
+
+func (p *policy) params(capMilli int64) Params {
+	return Params{Policy: p.name, Limit: p.limit, Window: p.window, Capacity: Units(capMilli)}
+}
+
+// The meter's state is one vtime: "t f".
+
+func (m *meter) decodeAt(fields []int64, s *vtime, now int64) error {
+	switch len(fields) {
+	case 0:
+		return nil
+	case 2:
+	default:
+		return badState("bucket", "wants 2 numbers after the instant")
+	}
+	t, f := fields[0], fields[1]
+	if uint64(f) >= m.n {
+		return badState("bucket", "fraction is not below RateUnits")
+	}
+	// Every state was written at an instant no later than now, and runs at
+	// most the capacity's span ahead of the instant it was written at.
+	if t > now && (uint64(t-now) > m.tauNs || (uint64(t-now) == m.tauNs && uint64(f) > m.tauFrac)) {
+		return badState("bucket", "arrival time is more than the capacity's span ahead of the key's latest instant")
+	}
+	*s = vtime{t: t, frac: uint64(f)}
+	return nil
+}
+
+func (m *meter) encode(dst []byte, s *vtime) []byte {
+	return appendInts(dst, s.t, int64(s.frac))
+}
+
+func (m *meter) params() Params {
+	p := m.pol.params(m.capMilli)
+	p.RateUnits, p.RateNanos = m.n, m.p
+	p.TauNanos, p.TauFrac = m.tauNs, m.tauFrac
+	return p
+}
+
+// The fixed window's state: "w c".
+
+func (a *fwAlgo) decodeAt(fields []int64, s *fwState, now int64) error {
+	switch len(fields) {
+	case 0:
+		return nil
+	case 2:
+	default:
+		return badState("fixed_window", "wants 2 numbers after the instant")
+	}
+	w, c := fields[0], fields[1]
+	switch {
+	case w > now/a.w:
+		return badState("fixed_window", "window is later than the key's latest instant")
+	case c > a.capMilli:
+		return badState("fixed_window", "count is above the limit")
+	}
+	*s = fwState{win: w, count: c}
+	return nil
+}
+
+func (a *fwAlgo) encode(dst []byte, s *fwState) []byte { return appendInts(dst, s.win, s.count) }
+
+func (a *fwAlgo) params() Params {
+	p := a.pol.params(a.capMilli)
+	p.WindowNanos = a.w
+	return p
+}
+
+// The sliding counter's state: "w p c".
+
+func (a *scAlgo) decodeAt(fields []int64, s *scState, now int64) error {
+	switch len(fields) {
+	case 0:
+		return nil
+	case 3:
+	default:
+		return badState("sliding_counter", "wants 3 numbers after the instant")
+	}
+	w, p, c := fields[0], fields[1], fields[2]
+	switch {
+	case w > now/a.w:
+		return badState("sliding_counter", "window is later than the key's latest instant")
+	case p > a.capMilli || c > a.capMilli:
+		return badState("sliding_counter", "a count is above the limit")
+	}
+	*s = scState{win: w, prev: p, cur: c}
+	return nil
+}
+
+func (a *scAlgo) encode(dst []byte, s *scState) []byte {
+	return appendInts(dst, s.win, s.prev, s.cur)
+}
+
+func (a *scAlgo) params() Params {
+	p := a.pol.params(a.capMilli)
+	p.WindowNanos = a.w
+	return p
+}
+
+// The sliding log's state: pairs "t c", oldest first.
+
+func (a *slAlgo) decodeAt(fields []int64, s *slState, now int64) error {
+	if len(fields)%2 != 0 {
+		return badState("sliding_log", "wants pairs of numbers after the instant")
+	}
+	n := len(fields) / 2
+	if n == 0 {
+		return nil
+	}
+	size := 1
+	for size < n {
+		size *= 2
+	}
+	buf := make([]slEvent, n, size)
+	var cum uint64
+	var live int64 // cost still counted at now
+	for i := range n {
+		t, c := fields[2*i], fields[2*i+1]
+		switch {
+		case t > now:
+			return badState("sliding_log", "an entry is later than the key's latest instant")
+		case i > 0 && t <= buf[i-1].t:
+			return badState("sliding_log", "entries are not in strictly increasing time order")
+		case c <= 0 || c > a.capMilli:
+			return badState("sliding_log", "an entry's cost is not from 1 to the limit")
+		}
+		cum += uint64(c)
+		buf[i] = slEvent{t: t, cum: cum}
+		if t+a.window > now {
+			if live += c; live > a.capMilli {
+				return badState("sliding_log", "the cost inside the window is above the limit")
+			}
+		}
+	}
+	*s = slState{buf: buf}
+	return nil
+}
+
+func (a *slAlgo) encode(dst []byte, s *slState) []byte {
+	prev := s.base
+	for i := range len(s.buf) {
+		e := s.at(i)
+		dst = appendInts(dst, e.t, int64(e.cum-prev))
+		prev = e.cum
+	}
+	return dst
+}
+
+func (a *slAlgo) params() Params {
+	p := a.pol.params(a.capMilli)
+	p.WindowNanos = a.window
+	return p
+}
