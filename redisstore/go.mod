@@ -3,8 +3,10 @@ module github.com/ratekit/ratelimit/redisstore
 go 1.26.0
 
 require (
+	github.com/ratekit/ratelimit v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
+	pgregory.net/rapid v1.3.0
 )
 
 require (

@@ -15,8 +15,9 @@
 -- windows: ARGV[5] window (ns), ARGV[6] capacity (milli-units)
 --
 -- Returns {old state or '', now used before clamping, new state, 1 if
--- admitted else 0}. A state that is not well formed is an error reply and
--- nothing is written.
+-- admitted else 0}. A state that is not well formed, or that no sequence of
+-- checks under the rule could have produced, is an error reply and nothing
+-- is written: the same states the Go side's decoder refuses.
 
 local function fail(why)
   return redis.error_reply('RATELIMIT ' .. why)
@@ -51,10 +52,13 @@ if old then
     if not v then return fail('invalid state') end
     f[#f + 1], fs[#fs + 1] = v, w
   end
+  if cmp(f[1], MAXT) > 0 then return fail('invalid state') end
   now = max(now, f[1])
 else
   old = ''
 end
+-- A state with nothing after its instant is a fresh key's.
+local fresh = #f <= 1
 
 local admitted, new, ttl = 0, nil, nil
 
@@ -62,13 +66,18 @@ if alg == 'm' then
   local n, tau, tauf, cn, cf = N(ARGV[5]), N(ARGV[6]), N(ARGV[7]), N(ARGV[8]), N(ARGV[9])
   if not (n and tau and tauf and cn and cf) then return fail('invalid argument') end
   local t, fr = Z, Z
-  if #f > 0 then
+  if not fresh then
     if #f ~= 3 or cmp(f[3], n) >= 0 then return fail('invalid state') end
     t, fr = f[2], f[3]
   end
-  -- The debt: how far the schedule runs ahead of now.
+  -- The debt: how far the schedule runs ahead of now, never more than the
+  -- capacity's span in a state the rule wrote.
   local dn, df = Z, Z
-  if cmp(t, now) >= 0 then dn, df = sub(t, now), fr end
+  if cmp(t, now) >= 0 then
+    dn, df = sub(t, now), fr
+    local c = cmp(dn, tau)
+    if c > 0 or (c == 0 and cmp(df, tauf) > 0) then return fail('invalid state') end
+  end
   local nn, nf = add(dn, cn), add(df, cf)
   if cmp(nf, n) >= 0 then nn, nf = add(nn, ONE), sub(nf, n) end
   local c = cmp(nn, tau)
@@ -82,36 +91,32 @@ elseif alg == 'f' or alg == 'c' or alg == 'l' then
   local w, cap = N(ARGV[5]), N(ARGV[6])
   if not (w and cap) or iszero(w) then return fail('invalid argument') end
   if alg == 'f' then
+    local win = divmod(now, w)
     local sw, sc = Z, Z
-    if #f > 0 then
+    if not fresh then
       if #f ~= 3 then return fail('invalid state') end
       sw, sc = f[2], f[3]
+      if cmp(sw, win) > 0 or cmp(sc, cap) > 0 then return fail('invalid state') end
     end
-    local win = divmod(now, w)
-    local at, count = now, Z
-    local c = cmp(win, sw)
-    if c <= 0 then
-      if c < 0 then win, at = sw, mul(sw, w) end
-      count = sc
-    end
+    local count = Z
+    if cmp(win, sw) == 0 then count = sc end
     local used = add(count, cost)
     if cmp(used, cap) <= 0 then
       admitted, sw, sc = 1, win, used
     end
-    ttl = sub(mul(add(win, ONE), w), at)
+    ttl = sub(mul(add(win, ONE), w), now)
     new = S(now) .. ' ' .. S(sw) .. ' ' .. S(sc)
   elseif alg == 'c' then
+    local win, e = divmod(now, w)
     local sw, sp, sc = Z, Z, Z
-    if #f > 0 then
+    if not fresh then
       if #f ~= 4 then return fail('invalid state') end
       sw, sp, sc = f[2], f[3], f[4]
+      if cmp(sw, win) > 0 or cmp(sp, cap) > 0 or cmp(sc, cap) > 0 then return fail('invalid state') end
     end
-    local win, e = divmod(now, w)
     local prev, cur = Z, Z
     local c = cmp(win, sw)
-    if c < 0 then
-      win, e, prev, cur = sw, Z, sp, sc
-    elseif c == 0 then
+    if c == 0 then
       prev, cur = sp, sc
     elseif cmp(win, add(sw, ONE)) == 0 then
       prev = sc
@@ -131,18 +136,23 @@ elseif alg == 'f' or alg == 'c' or alg == 'l' then
     end
     new = S(now) .. ' ' .. S(sw) .. ' ' .. S(sp) .. ' ' .. S(sc)
   else
-    -- Entries t cost, oldest first, at strictly increasing instants.
+    -- Entries t cost, oldest first, at strictly increasing instants no
+    -- later than now; those with t + W <= now have expired (k is the first
+    -- live one).
     local m = #f
     if m > 0 and m % 2 ~= 1 then return fail('invalid state') end
+    local k, inside = m + 1, Z
     for i = 2, m, 2 do
-      if iszero(f[i + 1]) or (i > 2 and cmp(f[i - 2], f[i]) >= 0) then return fail('invalid state') end
+      local t, c = f[i], f[i + 1]
+      if cmp(t, now) > 0 or (i > 2 and cmp(f[i - 2], t) >= 0) or iszero(c) or cmp(c, cap) > 0 then
+        return fail('invalid state')
+      end
+      if cmp(add(t, w), now) > 0 then
+        if k > m then k = i end
+        inside = add(inside, c)
+      end
     end
-    if m > 1 then now = max(now, f[m - 1]) end
-    -- Entries with t + W <= now have expired.
-    local k = 2
-    while k < m and cmp(add(f[k], w), now) <= 0 do k = k + 2 end
-    local inside = Z
-    for i = k + 1, m, 2 do inside = add(inside, f[i]) end
+    if cmp(inside, cap) > 0 then return fail('invalid state') end
     local parts = {S(now)}
     if cmp(add(inside, cost), cap) <= 0 then
       admitted = 1
