@@ -153,3 +153,5 @@ func (s *server) stop() {
 		s.kill()
 	}
 }
+
+func fmtSscan(s string, v ...any) (int, error) { return fmt.Sscan(s, v...) }
