@@ -54,6 +54,9 @@
 // corrupted is denied with an error matching [ratelimit.ErrInvalidState],
 // whatever the policy; deleting the key resets it.
 //
+// A check that missed its deadline may still reach the server and run
+// there (a paused server runs what it finds queued when it wakes): it then
+// spends, although its caller got the failure policy's answer. Likewise
 // go-redis retries a command after some network errors (MaxRetries): a
 // retried check that had already run is counted twice, which can only deny,
 // never admit, more. Set MaxRetries to -1 to count each check once.
