@@ -155,3 +155,5 @@ func (s *server) stop() {
 }
 
 func fmtSscan(s string, v ...any) (int, error) { return fmt.Sscan(s, v...) }
+
+func i64(v int64) string { return strconv.FormatInt(v, 10) }
