@@ -40,67 +40,30 @@ type Layer struct {
 
 // Composite is several limits that every request must pass together: a
 // global cap, a per-customer plan, a tighter per-route limit for expensive
-// endpoints. It has the same Check as a [Store] (it is a [KeyedLimiter],
-// so the HTTP middleware takes it) and a Wait.
+// endpoints. It has the same Check as a [Store] (it is a [KeyedLimiter] and
+// a [ContextChecker], so the HTTP middleware takes it) and a Wait.
 //
 // A request is admitted only if every enforced layer admits it, and a
-// request that any layer denies spends nothing from any layer. This holds
-// under any concurrency and for every algorithm.
-//
-// A Composite is safe for concurrent use, starts no goroutines and needs no
-// Close. The zero Composite is not usable; build one with [Compose].
-//
-// # Design, and why it is safe
-//
-// Each layer is a [Store] of its own, built from the layer's rule and
-// owned by the composite; nothing else can reach it. A Check prepares every
-// layer's key (hashing it, outside any lock), then takes the lock of the one
-// shard that holds each layer's key, always in the same order: layer after
-// layer. Since a composite's locks are only ever taken by the composite in
-// that order, and a layer's key is in exactly one shard of its store,
-// concurrent Checks cannot deadlock. With every lock held, it reads one
-// instant for all layers (the clock, raised to the latest instant any of
-// those shards has already used, so that no key ever sees time go back),
-// and asks every layer what it would decide at that instant without
-// changing anything (each algorithm's step with commit off, which is
-// pure). Only if every enforced layer admits the request does it run the
-// same steps again with commit on; then it releases the locks. No other
-// Check can touch those keys between the look and the commit, so the
-// commit does exactly what the look said: a denied request has changed no
-// state at all, and an admitted one has been spent in full in every layer.
-// Each Check takes effect at one instant, the one at which it held every
-// lock, so the composite is linearizable like its layers. A key that was
-// looked at but not spent stays in its store as a fresh entry, which the
-// store drops first when it needs room.
-//
-// This is a look-then-commit, not a spend-then-refund: nothing is ever
-// taken back, so no algorithm needs an inverse, and no other request can
-// see a layer briefly spent by a request that is then refused.
-//
-// # Decisions
+// request that any layer denies spends nothing from any layer, under any
+// concurrency and for every algorithm. Nothing is ever spent and then
+// given back, so no other request can see a layer briefly spent.
 //
 // The Decision describes the most constraining enforced layer: for a
 // denied request, the denying layer with the longest RetryAfter; for an
-// admitted one, the layer with the least Remaining (the first in layer
-// order on ties). Its Limit, Remaining, ResetAfter, Policy and Window are
-// that layer's. RetryAfter is then exactly when this request would pass
-// every layer if nothing else arrived, since no algorithm makes a request
-// less eligible by waiting; an admitted request's Remaining is exactly the
-// largest cost the composite as a whole could still admit; and Delay is
-// the longest Delay of the layers (a leaky bucket's queue). A composite
-// whose layers are all in shadow mode reports its shadow layers this way,
-// made into an admission as [Shadow] does.
+// admitted one, the layer with the least Remaining (the first on ties). Its
+// Limit, ResetAfter, Policy and Window are that layer's. RetryAfter is
+// exactly when the request would pass every layer if nothing else arrived;
+// Remaining is the largest cost the composite as a whole would admit now;
+// Delay is the longest of the layers' (a leaky bucket's queue). A composite
+// whose layers are all in shadow mode reports them this way, made into an
+// admission as [Shadow] does. Cost errors are the enforced layers'; a cost
+// above a shadow layer's capacity goes to its OnShadow and does not stop
+// the request.
 //
-// Cost errors are those of the enforced layers: a cost above any enforced
-// layer's capacity is [ErrCostExceedsCapacity], with that layer's policy
-// in the Decision. A cost above a shadow layer's capacity is reported to
-// its OnShadow and does not stop the request.
-//
-// # Memory and speed
-//
-// Each layer costs what its store costs per key (see [Store]). A Check
-// takes one lock per layer and runs each layer's step twice when the
-// request is admitted.
+// A Composite is safe for concurrent use and linearizable, starts no
+// goroutines and needs no Close. Each layer costs what its store costs per
+// key (see [Store]); a Check takes one lock per layer. The zero Composite
+// is not usable; build one with [Compose].
 type Composite struct {
 	layers   []compositeLayer
 	clock    Clock
@@ -227,12 +190,12 @@ func (c *Composite) checkCost(cost Units) (Decision, error) {
 		}
 	}
 	if cost <= 0 {
-		return first.store.policy().decision(), ErrInvalidCost
+		return checkCost(cost, first.store.capacity(), first.store.policy())
 	}
 	for i := range c.layers {
 		l := &c.layers[i]
 		if !l.shadow && int64(cost) > l.store.capacity() {
-			return l.store.policy().decision(), ErrCostExceedsCapacity
+			return checkCost(cost, l.store.capacity(), l.store.policy())
 		}
 	}
 	return first.store.policy().decision(), nil
@@ -250,7 +213,7 @@ func (s *Store) Wait(ctx context.Context, key string, cost Units) (Decision, err
 		return d, err
 	}
 	layers := []compositeLayer{{store: s.core}}
-	clock := s.core.waitClock()
+	clock := s.core.clock()
 	try := func(cost int64, budget time.Duration) attempt {
 		return tryLayers(layers, 1, clock, key, cost, budget)
 	}
@@ -269,30 +232,32 @@ type layerTurn struct {
 	err   error // a shadow layer's cost error: the layer sits this one out
 }
 
-// tryLayers makes one attempt on every layer at one instant, as
-// [Composite] describes, committing an admitted request only if it would
-// go on within budget. enforced is how many layers enforce. cost has been
-// checked against every enforced layer.
+// tryLayers makes one attempt on every layer at one instant, committing an
+// admitted request only if it would go on within budget. enforced is how
+// many layers enforce. cost has been checked against every enforced layer.
+//
+// Why it is safe. Each layer is a store of its own, owned by the composite;
+// nothing else can reach it. An attempt prepares every layer's key (hashing
+// it, outside any lock), then takes the lock of the one shard that holds
+// each layer's key, always in the same order, layer after layer. Since a
+// composite's locks are only ever taken by the composite in that order, and
+// a layer's key is in exactly one shard of its store, concurrent attempts
+// cannot deadlock. With every lock held it reads one instant for all layers
+// (the clock, raised to the latest instant any of those shards has used, so
+// that no key sees time go back) and asks every layer what it would decide
+// then without changing anything (each algorithm's step with commit off,
+// which is pure). Only if every enforced layer admits does it run the same
+// steps again with commit on, before releasing the locks. No other attempt
+// can touch those keys between the look and the commit, so the commit does
+// exactly what the look said: a denied request has changed nothing, and an
+// admitted one is spent in full in every layer, at one instant, which makes
+// the composite linearizable like its layers. A key looked at but not spent
+// stays in its store as a fresh entry, which the store drops first when it
+// needs room. It is a look-then-commit rather than spend-then-refund, so no
+// algorithm needs an inverse.
 func tryLayers(layers []compositeLayer, enforced int, clock Clock, key string, cost int64, budget time.Duration) attempt {
 	var buf [inlineLayers]layerTurn
-	turns := buf[:0]
-	if len(layers) > inlineLayers {
-		turns = make([]layerTurn, 0, len(layers))
-	}
-	for i := range layers {
-		l := &layers[i]
-		t := layerTurn{key: key}
-		if l.key != nil {
-			t.key = l.key(key)
-		}
-		if cost > l.store.capacity() { // only a shadow layer gets here
-			t.d, t.err = l.store.policy().decision(), ErrCostExceedsCapacity
-		} else {
-			t.k = l.store.prepare(t.key)
-			t.shard = l.store.shardIndex(t.k)
-		}
-		turns = append(turns, t)
-	}
+	turns := prepareTurns(layers, key, cost, buf[:0])
 
 	// Lock in layer order, and agree on one instant.
 	now := clampTime(clock.Now())
@@ -309,6 +274,46 @@ func tryLayers(layers []compositeLayer, enforced int, clock Clock, key string, c
 			layers[i].store.raiseShard(turns[i].shard, now)
 		}
 	}
+	a := decideLocked(layers, turns, enforced, now, cost, budget)
+	for i := len(turns) - 1; i >= 0; i-- {
+		if turns[i].err == nil {
+			layers[i].store.unlockShard(turns[i].shard)
+		}
+	}
+	if a.err == nil {
+		reportShadows(layers, turns, enforced, &a)
+	}
+	return a
+}
+
+// prepareTurns derives and prepares every layer's key for a request of
+// cost, outside any lock, appending the turns to buf.
+func prepareTurns(layers []compositeLayer, key string, cost int64, buf []layerTurn) []layerTurn {
+	turns := buf
+	if len(layers) > cap(buf) {
+		turns = make([]layerTurn, 0, len(layers))
+	}
+	for i := range layers {
+		l := &layers[i]
+		t := layerTurn{key: key}
+		if l.key != nil {
+			t.key = l.key(key)
+		}
+		if cost > l.store.capacity() { // only a shadow layer gets here
+			t.d, t.err = checkCost(Units(cost), l.store.capacity(), l.store.policy())
+		} else {
+			t.k = l.store.prepare(t.key)
+			t.shard = l.store.shardIndex(t.k)
+		}
+		turns = append(turns, t)
+	}
+	return turns
+}
+
+// decideLocked is the heart of an attempt, with every layer's shard locked
+// at the agreed instant now: it acquires each layer's entry, looks, and
+// commits an admitted request that would go on within budget.
+func decideLocked(layers []compositeLayer, turns []layerTurn, enforced int, now, cost int64, budget time.Duration) attempt {
 	a := attempt{now: now}
 	for i := range turns {
 		if turns[i].err == nil && !layers[i].store.acquire(turns[i].k, now) {
@@ -365,16 +370,12 @@ func tryLayers(layers []compositeLayer, enforced int, clock Clock, key string, c
 		}
 		a.goOn += delay
 	}
-	for i := len(turns) - 1; i >= 0; i-- {
-		if turns[i].err == nil {
-			layers[i].store.unlockShard(turns[i].shard)
-		}
-	}
-	if a.err != nil {
-		return a
-	}
+	return a
+}
 
-	// Shadow layers: report, and flag a request that only they would deny.
+// reportShadows reports to every shadow layer, outside the locks, and
+// flags a request that only shadow layers would deny.
+func reportShadows(layers []compositeLayer, turns []layerTurn, enforced int, a *attempt) {
 	shadowDenies := false
 	for i := range turns {
 		l, t := &layers[i], &turns[i]
@@ -388,12 +389,11 @@ func tryLayers(layers []compositeLayer, enforced int, clock Clock, key string, c
 			l.report(ShadowReport{Key: t.key, Decision: t.d, Err: t.err})
 		}
 	}
-	if !view {
+	if enforced == 0 {
 		a.d = admitShadow(a.d, !a.d.Allowed || shadowDenies)
 	} else if a.d.Allowed && shadowDenies {
 		a.d.Shadowed = true
 	}
-	return a
 }
 
 // remainingNow returns the largest whole cost every layer of the view

@@ -149,7 +149,7 @@ func (b *book) expect(reqKey string, now, cost int64) expected {
 		if !l.shadow {
 			enforced++
 			if cost > l.capMilli {
-				e.err = ratelimit.ErrCostExceedsCapacity
+				e.err = &ratelimit.CostError{Cost: ratelimit.Units(cost), Capacity: ratelimit.Units(l.capMilli), Policy: l.name}
 				e.d = ratelimit.Decision{Limit: l.capMilli / 1000, Policy: l.name, Window: l.window}
 				return e
 			}
@@ -160,7 +160,7 @@ func (b *book) expect(reqKey string, now, cost int64) expected {
 	admitted := true
 	for i, l := range b.layers {
 		if cost > l.capMilli {
-			errs[i] = ratelimit.ErrCostExceedsCapacity
+			errs[i] = &ratelimit.CostError{Cost: ratelimit.Units(cost), Capacity: ratelimit.Units(l.capMilli), Policy: l.name}
 			ds[i] = ratelimit.Decision{Limit: l.capMilli / 1000, Policy: l.name, Window: l.window}
 			continue
 		}

@@ -112,6 +112,43 @@ var (
 	ErrInvalidRule = errors.New("ratelimit: invalid rule")
 )
 
+// CostError is the error for a cost that can never be admitted: zero or
+// less, matching [ErrInvalidCost] with [errors.Is], or above the rule's
+// capacity, matching [ErrCostExceedsCapacity]. It says the numbers:
+// "ratelimit: cost 21 exceeds the capacity 20 of rule "api"".
+type CostError struct {
+	Cost     Units  // the cost asked for
+	Capacity Units  // the rule's capacity, Limit whole units
+	Policy   string // the rule's Name, or "" for an unnamed rule
+}
+
+// Error describes the cost, the capacity and the rule.
+func (e *CostError) Error() string {
+	rule := "the rule"
+	if e.Policy != "" {
+		rule = "rule " + strconv.Quote(e.Policy)
+	}
+	if e.Cost <= 0 {
+		return "ratelimit: cost " + e.Cost.String() + " is not positive (for " + rule + ")"
+	}
+	return "ratelimit: cost " + e.Cost.String() + " exceeds the capacity " + e.Capacity.String() + " of " + rule +
+		": it can never be admitted (a plain request costs Unit, 1000)"
+}
+
+// Is reports whether target is a CostError with the same fields.
+func (e *CostError) Is(target error) bool {
+	t, ok := target.(*CostError)
+	return ok && *t == *e
+}
+
+// Unwrap returns [ErrInvalidCost] or [ErrCostExceedsCapacity].
+func (e *CostError) Unwrap() error {
+	if e.Cost <= 0 {
+		return ErrInvalidCost
+	}
+	return ErrCostExceedsCapacity
+}
+
 // RuleError describes a rule rejected by a constructor. It matches
 // [ErrInvalidRule] with [errors.Is].
 type RuleError struct {

@@ -73,8 +73,8 @@ func (m *meter) debt(s *vtime, now int64) (uint64, uint64) {
 	return uint64(s.t - now), s.frac
 }
 
-// schedule is the meter's step, writing the whole Decision into *d (filled
-// in place: a Decision is too large to pass around by value cheaply). wait
+// schedule is the meter's step, writing the whole Decision into *d, so
+// that a caller returning it builds it in place rather than copying. wait
 // is how far the schedule ran ahead of now before this request: for an
 // admitted request, how long it queues.
 func (m *meter) schedule(d *Decision, s *vtime, now, cost int64, commit bool) (waitNs, waitFrac uint64) {

@@ -174,10 +174,10 @@ func (p *policy) decision() Decision {
 // the Decision carries only the policy's fields.
 func checkCost(cost Units, capacity int64, p *policy) (Decision, error) {
 	if cost <= 0 {
-		return p.decision(), ErrInvalidCost
+		return p.decision(), &CostError{Cost: cost, Capacity: Units(capacity), Policy: p.name}
 	}
 	if int64(cost) > capacity {
-		return p.decision(), ErrCostExceedsCapacity
+		return p.decision(), &CostError{Cost: cost, Capacity: Units(capacity), Policy: p.name}
 	}
 	return Decision{}, nil
 }

@@ -39,7 +39,9 @@ type ShadowFunc func(ShadowReport)
 // whether lim would have denied it. Limit, Remaining, ResetAfter, Policy and
 // Window are lim's. A cost lim could never admit ([ErrCostExceedsCapacity])
 // is admitted too, reported with its error and Shadowed set; a cost of zero
-// or less is still [ErrInvalidCost].
+// or less is still [ErrInvalidCost], and any other error of lim's (a
+// backend that failed) is returned as it is, since it says nothing about
+// what lim would have decided.
 //
 // lim's state evolves exactly as it would if it enforced: it spends on the
 // requests it would admit and on no others, so its reports are the
@@ -51,7 +53,8 @@ func Shadow(lim Limiter, report ShadowFunc) Limiter {
 
 // ShadowKeyed is [Shadow] for a keyed limiter such as a [Store]: it admits
 // every request, asks lim about it under its key, and reports lim's answer
-// with the key. A [Composite] can also run single layers in shadow mode
+// with the key. The limiter returned is also a [ContextChecker], which
+// asks lim with the caller's context when lim is one. A [Composite] can also run single layers in shadow mode
 // (see [Layer]).
 func ShadowKeyed(lim KeyedLimiter, report ShadowFunc) KeyedLimiter {
 	return &shadowKeyed{lim: lim, report: report}
@@ -84,10 +87,29 @@ func (s *shadowKeyed) Check(key string, cost Units) (Decision, error) {
 	return shadowed(key, d, err, s.report)
 }
 
+// CheckContext asks lim with ctx if lim is a [ContextChecker], and as Check
+// does otherwise (after returning ctx's error if it has ended).
+func (s *shadowKeyed) CheckContext(ctx context.Context, key string, cost Units) (Decision, error) {
+	cc, ok := s.lim.(ContextChecker)
+	if !ok {
+		if err := ctx.Err(); err != nil {
+			return Decision{}, err
+		}
+		return s.Check(key, cost)
+	}
+	d, err := cc.CheckContext(ctx, key, cost)
+	return shadowed(key, d, err, s.report)
+}
+
 // shadowed reports a shadow limit's answer and turns it into an admission.
+//
+// A cost of zero or less is no rule's to admit, the caller's mistake: its
+// error is returned. So is an error that is not about the cost (a backend
+// that failed, a context that ended): it says nothing about what the limit
+// would have decided, and the caller's policy for failures applies.
 func shadowed(key string, d Decision, err error, report ShadowFunc) (Decision, error) {
-	if errors.Is(err, ErrInvalidCost) {
-		return d, err // no rule admits such a cost: the caller's mistake
+	if err != nil && !errors.Is(err, ErrCostExceedsCapacity) {
+		return d, err
 	}
 	if report != nil {
 		report(ShadowReport{Key: key, Decision: d, Err: err})

@@ -68,75 +68,40 @@ func WithMaxKeys(n int) Option {
 // fewer than 256 of the store's keys. More shards mean less waiting on a
 // lock between goroutines; each shard is bounded by its share of MaxKeys,
 // so with many shards and a small bound eviction starts a little before the
-// store as a whole is full. [New] ignores this option.
+// store as a whole is full. Each shard costs about 240 bytes from the start
+// (15 MB for 65536 shards); its array of keys is allocated as keys arrive.
+// [New] ignores this option.
 func WithShards(n int) Option {
 	return func(o *options) { o.store.shards, o.store.shardsSet = n, true }
 }
 
 // Store is a keyed limiter: one allowance per key, every key under the same
 // rule, for any of the six rules. Check has exactly the single-key
-// semantics of [Limiter.Check] for each key, through the same step function
-// as the single-key limiter, for as long as the store holds the key. A key
-// the store does not hold starts full, as a fresh key does.
+// semantics of [Limiter.Check] for each key while the store holds it; a key
+// it does not hold starts full, as a fresh key does.
 //
 // A Store is safe for concurrent use, and checks on one key are
-// linearizable. It starts no goroutines and needs no Close: idle keys cost
-// their entry and nothing else, and leave when their room is needed. The
-// zero Store is not usable; build one with [NewStore].
+// linearizable. It starts no goroutines and needs no Close. The zero Store
+// is not usable; build one with [NewStore].
 //
-// Shards. Keys are spread over a power-of-two number of shards (see
-// [WithShards]) by a hash seeded at random for each store ([hash/maphash]),
-// so no one can aim keys at one shard. Each shard has its own lock and its
-// own clamp on time: the clock is read before the lock is taken, and inside
-// it a reading earlier than the latest the shard has used is taken as that
-// latest instant, so every key sees time only move forwards.
+// Bound. A store never holds more than its bound ([WithMaxKeys],
+// [DefaultMaxKeys] by default). When it needs room it first drops keys
+// whose state is as good as a fresh key's, which loses nothing, then a key
+// not checked lately (CLOCK, an approximation of least recently used under
+// which keys checked again and again stay and one-off keys go first).
+// Dropping a partly spent key hands it a fresh allowance when it returns:
+// [StoreStats].LossyEvictions counts those; a store whose count grows is
+// too small for its traffic.
 //
-// Bound and eviction. A store never holds more than its bound
-// ([WithMaxKeys], [DefaultMaxKeys] by default); each shard holds at most
-// its share of it. A full shard that needs room first drops every key
-// whose state is as good as a fresh key's: a full bucket, a passed TAT, a
-// window with nothing admitted left in it. Dropping those loses nothing, as
-// the key would start out the same. Such a sweep costs a pass over the
-// shard, so a shard sweeps at most once per 1/8 of its share of insertions;
-// in between, and when nothing is fresh, it drops the least recently used
-// key, approximated by CLOCK: a hand visits the shard's keys in turn,
-// dropping a fresh key at once and otherwise the first key not checked
-// again for the last few turns (a two-bit use count, set to 3 by a check
-// and to 1 for a new key, counted down once a turn). A key checked at least
-// once every three turns of the hand is never dropped, and a key seen once
-// goes before one seen again, so a flood of one-off keys cycles through the
-// store without pushing out the regular ones; among keys not seen again,
-// which goes first is arbitrary (hash order), not strictly the oldest.
-//
-// Lossy evictions. Dropping a key that was partly spent hands that key a
-// fresh allowance the next time it comes. Those evictions are counted
-// apart, as [StoreStats].LossyEvictions: a store whose count grows is too
-// small for its traffic, and lets the keys it drops exceed their limit.
-//
-// Memory. Each shard is one array of slots, each holding a key's string
-// header (16 bytes), an 8-byte word with the key's hash tag and its CLOCK
-// bits, and the rule's state inline (16 bytes for GCRA, the leaky bucket
-// and the fixed window, 24 for the token bucket and the sliding counter; a
-// sliding log's state also points at its log, bounded by its Limit). The
-// array is at most 7/8 full and grows by 1/8 at a time, so once it has
-// grown a key costs 8/7 to 9/7 of a slot: 46 to 52 bytes for GCRA, 55 to 62
-// for the token bucket. The key's bytes are the caller's (see Keys).
-// Nothing is allocated per key, and a shard's array is kept when keys
-// leave. Growing copies the shard's array under its lock: the checks
-// waiting on that shard pause for up to about 10 ms per 100,000 keys in it
-// (fresh memory included), once per 1/8 of growth. More shards make the
-// pauses shorter.
-//
-// Keys. The store keeps the key string it was given without copying it: a
-// key that is a slice of a larger string keeps that string alive while the
-// key is held (pass [strings.Clone] of such a key), and a string made with
-// package unsafe over a buffer that is later reused must be cloned before
-// it is passed, as Go strings are assumed never to change. A key longer than
-// [MaxKeyLen] bytes is replaced by its SHA-256 digest, so memory per key is
-// bounded however long keys get; such a key costs a hash over its bytes and
-// a few small allocations per Check. Digests are kept apart from ordinary
-// keys, so no two distinct keys ever share an allowance (short of a SHA-256
-// collision).
+// Memory. A key costs one slot of its shard's array: the key's string
+// header, a word of bookkeeping and the rule's state inline (16 bytes for
+// GCRA, the leaky bucket and the fixed window; 24 for the token bucket and
+// the sliding counter; a sliding log's state also points at its log), so 47
+// to 62 bytes once the array has grown (README.md has measured figures).
+// Arrays are allocated as keys arrive and grow by 1/8 at a time; a growth
+// copies the shard's array under its lock, pausing the checks waiting on
+// that shard (about 10 ms per 100,000 keys in it). The key's bytes are the
+// caller's: see [Store.Check].
 type Store struct {
 	core keyedStore
 }
@@ -185,8 +150,15 @@ func newKeyedStore(rule Rule, opts []Option) (keyedStore, error) {
 // Check asks to spend cost for key at the store's current time, with the
 // same results and errors as [Limiter.Check]. An invalid cost is rejected
 // before the key is looked at, and never adds it to the store. Checking an
-// existing key does not allocate; the key string may be kept by the store
-// (see [Store]).
+// existing key does not allocate.
+//
+// The store keeps the key string it is given without copying it: a key
+// that is a slice of a larger string keeps that string alive while the key
+// is held (pass [strings.Clone] of such a key), and a string made with
+// package unsafe over a buffer that is later reused must be cloned first.
+// A key longer than [MaxKeyLen] bytes is replaced by its SHA-256 digest
+// (kept apart from ordinary keys, so no two distinct keys share an
+// allowance), which costs a hash and a few small allocations per Check.
 func (s *Store) Check(key string, cost Units) (Decision, error) {
 	return s.core.check(key, cost)
 }
@@ -213,11 +185,11 @@ func (s *Store) CheckWithin(key string, cost Units, maxDelay time.Duration) (Dec
 		return d, err
 	}
 	layers := []compositeLayer{{store: s.core}}
-	return checkWithin(layers, 1, s.core.waitClock(), key, int64(cost), maxDelay)
+	return checkWithin(layers, 1, s.core.clock(), key, int64(cost), maxDelay)
 }
 
 // Clock returns the clock the store reads, and that Wait sleeps on.
-func (s *Store) Clock() Clock { return s.core.waitClock() }
+func (s *Store) Clock() Clock { return s.core.clock() }
 
 // Len returns the number of keys the store holds.
 func (s *Store) Len() int { return s.core.stats().Keys }
@@ -225,38 +197,39 @@ func (s *Store) Len() int { return s.core.stats().Keys }
 // Stats returns the store's counters.
 func (s *Store) Stats() StoreStats { return s.core.stats() }
 
+// keyed is what every keyed limiter in this package offers, whatever its
+// algorithm: a [Store]'s core, and each layer of a [Composite].
+type keyed interface {
+	check(key string, cost Units) (Decision, error)
+	stats() StoreStats
+	// capacity and policy are the rule's, for checkCost.
+	capacity() int64
+	policy() *policy
+	// clock is the clock the store reads and Wait sleeps on.
+	clock() Clock
+}
+
 // keyedStore is a store built around one algorithm, seen without its state
-// type. Besides what [Store] needs, it offers the parts a composite limit
-// needs to decide on several keys at once, all or nothing:
+// type: the keyed limiter, and the shard locking a composite needs to
+// decide on several keys at once, all or nothing (see tryLayers):
 //
-//  1. prepare every key (outside any lock) and read the time once (now);
-//  2. lock the shards involved in one fixed order: by store, then by
-//     shardIndex, each shard once even if several keys fall in it; the
-//     instant of the whole decision is the latest time any lockShard
-//     returns, and raiseShard records it in every shard locked;
+//  1. prepare every key (outside any lock) and read the time once;
+//  2. lockShard the shards involved in one fixed order (layer after layer,
+//     each layer's key in exactly one shard), agree on the latest time any
+//     returns, and raiseShard that instant in every shard locked;
 //  3. acquire each key's entry in its locked shard;
-//  4. stepAt(commit=false) on every entry: if all are admitted, stepAt
+//  4. stepAt(commit=false) on every entry and, if all admit, stepAt
 //     (commit=true) on every entry;
 //  5. unlockShard every shard locked.
 //
 // Entries acquired stay in the store until their shard is unlocked: a later
 // acquire in the same shard never evicts them (it may move them, so they
-// are found again by key). A key acquired and
-// then denied keeps a zero (fresh) entry, which the store drops first when
-// it needs room.
+// are found again by key). A key acquired and then denied keeps a zero
+// (fresh) entry, which the store drops first when it needs room.
 type keyedStore interface {
-	check(key string, cost Units) (Decision, error)
-	stats() StoreStats
-	// holds reports whether the store has an entry for key.
+	keyed
+	// holds reports whether the store has an entry for key (for tests).
 	holds(key string) bool
-
-	// now reads the store's clock (no lock, no clamp to any shard).
-	now() int64
-	// waitClock is the clock Wait sleeps on.
-	waitClock() Clock
-	// capacity and policy are the rule's, for checkCost.
-	capacity() int64
-	policy() *policy
 	// prepare digests a long key and hashes it. No lock is needed.
 	prepare(key string) storeKey
 	// shardIndex is the shard a prepared key lives in.
@@ -265,16 +238,15 @@ type keyedStore interface {
 	// recording it; it returns the clamped time.
 	lockShard(i int, now int64) int64
 	// raiseShard records now as shard i's latest time if it is later; the
-	// caller holds the shard's lock. A composite calls it on every shard it
-	// locked once it has agreed on one instant for all of them.
+	// caller holds the shard's lock.
 	raiseShard(i int, now int64)
 	// unlockShard releases every entry acquired in shard i and unlocks it.
 	unlockShard(i int)
-	// acquire finds k's entry in its shard, which the caller has locked,
-	// or adds a fresh one, evicting as Check does; the entry is pinned (it
-	// will not be evicted) until unlockShard. It returns false if the shard
-	// has no room left that is not pinned (more keys in one shard at once
-	// than its share of MaxKeys).
+	// acquire finds k's entry in its locked shard, or adds a fresh one,
+	// evicting as Check does; the entry is pinned (it will not be evicted)
+	// until unlockShard. It returns false if the shard has no room left
+	// that is not pinned (more keys in one shard at once than its share of
+	// MaxKeys).
 	acquire(k storeKey, now int64) bool
 	// stepAt runs the rule's step on k's acquired entry, with its shard
 	// locked.
@@ -321,6 +293,15 @@ func storeShape(o storeOptions) (maxKeys, shards int, err error) {
 }
 
 // storeShard is one shard: a table behind a timeLock.
+//
+// Keys are spread over a power-of-two number of shards by a hash seeded at
+// random for each store (hash/maphash), so no one can aim keys at one
+// shard. Each shard has its own lock and its own clamp on time: the clock
+// is read before the lock is taken, and inside it a reading earlier than
+// the latest the shard has used is taken as that latest instant, so every
+// key sees time only move forwards. Each shard is bounded by its share of
+// the store's bound; eviction within it is the table's (internal/table
+// explains CLOCK and its sweeps of fresh keys).
 type storeShard[S any] struct {
 	tl timeLock
 	t  table.Table[S]
@@ -332,7 +313,7 @@ type storeCore[S any, A algorithm[S]] struct {
 	alg     A
 	capMil  int64   // alg.capacity(), read once: no call on the hot path
 	pol     *policy // alg.policy()
-	clock   Clock
+	clk     Clock
 	seed    maphash.Seed
 	mask    uint64
 	maxKeys int
@@ -348,7 +329,7 @@ func newStoreCore[S any, A algorithm[S]](alg A, o *options) *storeCore[S, A] {
 		alg:     alg,
 		capMil:  alg.capacity(),
 		pol:     alg.policy(),
-		clock:   o.clock,
+		clk:     o.clock,
 		seed:    maphash.MakeSeed(),
 		mask:    uint64(n - 1),
 		maxKeys: maxKeys,
@@ -370,7 +351,7 @@ func (c *storeCore[S, A]) check(key string, cost Units) (Decision, error) {
 		return checkCost(cost, c.capMil, c.pol)
 	}
 	k := c.prepare(key)
-	now := clampTime(c.clock.Now())
+	now := clampTime(c.clk.Now())
 	sh := &c.shards[k.h&c.mask]
 	now = sh.tl.lock(now)
 	p := sh.t.Find(k.key, k.tag)
@@ -408,8 +389,7 @@ func (c *storeCore[S, A]) holds(key string) bool {
 	return sh.t.Lookup(k.key, k.tag) >= 0
 }
 
-func (c *storeCore[S, A]) now() int64                { return clampTime(c.clock.Now()) }
-func (c *storeCore[S, A]) waitClock() Clock          { return c.clock }
+func (c *storeCore[S, A]) clock() Clock              { return c.clk }
 func (c *storeCore[S, A]) capacity() int64           { return c.capMil }
 func (c *storeCore[S, A]) policy() *policy           { return c.pol }
 func (c *storeCore[S, A]) shardIndex(k storeKey) int { return int(k.h & c.mask) }

@@ -10,7 +10,8 @@
 // addressed with linear probing from a home slot chosen by the tag, is at
 // most 7/8 full, and grows by 1/8 at a time rather than doubling, so that
 // it is always more than 7/9 full once it has grown: memory per key stays
-// within 8/7 to 9/7 of a slot. Tables never shrink.
+// within 8/7 to 9/7 of a slot. The array is allocated by the first insert,
+// and tables never shrink.
 //
 // Entries move when other entries are added or dropped, so a position is
 // valid only until the next [Table.Insert]; find an entry again by its key.
@@ -113,10 +114,10 @@ type Table[S any] struct {
 }
 
 // Init readies t to hold at most max entries; fresh reports whether a state
-// at now is as good as the zero state.
+// at now is as good as the zero state. The array is allocated by the first
+// Insert, so that a table that never holds a key costs nothing beyond t.
 func (t *Table[S]) Init(max int, fresh func(s *S, now int64) bool) {
 	*t = Table[S]{max: max, fresh: fresh}
-	t.resize(minSlots)
 }
 
 // Len returns the number of entries held.
@@ -145,6 +146,9 @@ func (t *Table[S]) Find(key string, tag uint32) int {
 // Lookup is Find without marking the entry referenced.
 func (t *Table[S]) Lookup(key string, tag uint32) int {
 	slots := t.slots
+	if len(slots) == 0 {
+		return -1
+	}
 	want := uint64(tag) << 32
 	for i := t.home(tag); ; {
 		s := &slots[i]
@@ -171,7 +175,7 @@ func (t *Table[S]) Insert(key string, tag uint32, now int64) (int, bool) {
 	if t.n >= t.max && !t.evict(now) {
 		return -1, false
 	}
-	if t.n >= t.growAt {
+	if t.n >= t.growAt { // also true of a table not yet allocated
 		t.resize(len(t.slots) + max(len(t.slots)/8, minSlots))
 	}
 	i := t.place(tag)
@@ -298,6 +302,19 @@ func (t *Table[S]) remove(i int, lossy bool) {
 	if lossy {
 		t.Stats.LossyEvictions++
 	}
+}
+
+// Delete drops key's entry, if t holds it, as its owner's choice (the
+// entry's state has moved elsewhere): it is not counted as an eviction. An
+// entry pinned is dropped all the same.
+func (t *Table[S]) Delete(key string, tag uint32) bool {
+	i := t.Lookup(key, tag)
+	if i < 0 {
+		return false
+	}
+	t.remove(i, false)
+	t.Stats.Evictions--
+	return true
 }
 
 // place returns the first empty slot from tag's home on.
