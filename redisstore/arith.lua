@@ -9,20 +9,27 @@ local floor = math.floor
 local Z, ONE = {0}, {1}
 
 -- parse reads a canonical decimal string (digits only, no leading zeros)
--- of at most maxd digits; nil if s is not one.
+-- of at most maxd digits; nil if s is not one. It reads bytes rather than
+-- using patterns and substrings, which cost several times more.
+local byte = string.byte
 local function parse(s, maxd)
   local n = #s
-  if n == 0 or n > maxd or s:find('%D') or (n > 1 and s:byte(1) == 48) then
+  if n == 0 or n > maxd or (n > 1 and byte(s, 1) == 48) then
     return nil
   end
-  local a, k, i = {}, 0, n
-  while i >= 1 do
-    local j = i - 6
-    if j < 1 then j = 1 end
-    k = k + 1
-    a[k] = tonumber(s:sub(j, i))
-    i = j - 1
+  local a, k, v, m, p = {}, 1, 0, 0, 1
+  for i = n, 1, -1 do
+    local c = byte(s, i) - 48
+    if c < 0 or c > 9 then return nil end
+    v = v + c * p
+    m = m + 1
+    if m == 7 then
+      a[k], k, v, m, p = v, k + 1, 0, 0, 1
+    else
+      p = p * 10
+    end
   end
+  if m > 0 then a[k] = v end
   return a
 end
 
@@ -170,6 +177,27 @@ local function divmod(a, d)
     q[k + 1] = g
   end
   return trim(q), r
+end
+
+-- fromtime returns the instant TIME replied, sec*10^9 + usec*10^3 ns, in
+-- limbs: usec*10^3 = lo + hi*10^7 with lo = (usec mod 10^4)*10^3 and hi <
+-- 100, and sec*100 + hi is below 2^53 (for sec below 9e13).
+local function fromtime(secs, usecs)
+  local sec, usec = tonumber(secs), tonumber(usecs)
+  local lo = (usec % 10000) * 1000
+  local c = sec * 100 + (usec - usec % 10000) / 10000
+  local l2 = math.fmod(c, B)
+  return trim({lo, l2, (c - l2) / B})
+end
+
+-- ceilms returns ceil(a / 10^6), for a below 2^63, as a decimal string:
+-- a nanosecond span in whole milliseconds, rounded up.
+local function ceilms(a)
+  local l1, l2, l3 = a[1], a[2] or 0, a[3] or 0
+  local r = l1 % 1000000
+  local ms = l3 * 100000000 + l2 * 10 + (l1 - r) / 1000000 -- < 2^53
+  if r ~= 0 then ms = ms + 1 end
+  return ms
 end
 
 local function max(a, b)

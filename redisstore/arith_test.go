@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/big"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -27,6 +28,8 @@ for i = 1, #ARGV, 3 do
     local q, r = divmod(x, y)
     out[#out + 1] = S(q)
     out[#out + 1] = S(r)
+  elseif op == 'time' then out[#out + 1] = S(fromtime(ARGV[i + 1], ARGV[i + 2]))
+  elseif op == 'ceilms' then out[#out + 1] = string.format('%d', ceilms(x))
   elseif op == 'N' then
     local v = N(ARGV[i + 1])
     out[#out + 1] = v and S(v) or 'nil'
@@ -161,6 +164,35 @@ func TestArithmeticAgainstBig(t *testing.T) {
 		push(x, randBig(r, 38))
 	}
 	runArith(t, rdb, cases)
+}
+
+// TestTimeAndMilliseconds: TIME's reply in ns, and spans in ms rounded up.
+func TestTimeAndMilliseconds(t *testing.T) {
+	rdb := needRedis(t)
+	r := rand.New(rand.NewPCG(5, 6))
+	var args []any
+	var want []string
+	for i := range 20000 {
+		sec, usec := r.Int64N(4_611_686_018), r.Int64N(1_000_000)
+		if i < 4 {
+			sec, usec = []int64{0, 0, 1_780_000_000, 4_611_686_017}[i], []int64{0, 999_999, 9_999, 10_000}[i]
+		}
+		args = append(args, "time", strconv.FormatInt(sec, 10), strconv.FormatInt(usec, 10))
+		want = append(want, new(big.Int).Add(new(big.Int).Mul(big.NewInt(sec), big.NewInt(1e9)), big.NewInt(usec*1000)).String())
+		ns := r.Int64N(1 << 62)
+		if i < 4 {
+			ns = []int64{0, 1, 1_000_000, 1_000_001}[i]
+		}
+		args = append(args, "ceilms", strconv.FormatInt(ns, 10), "0")
+		want = append(want, strconv.FormatInt((ns+999_999)/1_000_000, 10))
+	}
+	for len(args) > 0 {
+		n := min(len(args), 3000)
+		got, err := arithScript.Run(context.Background(), rdb, nil, args[:n]...).StringSlice()
+		require.NoError(t, err)
+		require.Equal(t, want[:n/3], got)
+		args, want = args[n:], want[n/3:]
+	}
 }
 
 func TestParseRejectsNonCanonical(t *testing.T) {

@@ -31,8 +31,7 @@ local MAXT = N('4611686018427387904') -- 2^62 ns: MaxTime
 local now
 if ARGV[2] == '' then
   local tm = redis.call('TIME')
-  local sec, usec = N(tm[1]), N(tm[2])
-  now = add(mul(sec, {0, 100}), muls(usec, 1000)) -- sec*10^9 + usec*10^3
+  now = fromtime(tm[1], tm[2])
 else
   now = N(ARGV[2])
   if not now then return fail('invalid argument') end
@@ -178,7 +177,5 @@ else
 end
 
 -- Keep the state until it is as good as a fresh key's, plus the margin.
-local ms, rest = divmod(ttl, {1000000})
-if not iszero(rest) then ms = add(ms, ONE) end
-redis.call('SET', key, new, 'PX', S(add(ms, margin)))
+redis.call('SET', key, new, 'PX', string.format('%d', ceilms(ttl) + tonumber(ARGV[4])))
 return {old, reading, new, admitted}
