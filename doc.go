@@ -12,23 +12,41 @@
 //	if err != nil {
 //		return err // a malformed rule: errors.Is(err, ratelimit.ErrInvalidRule)
 //	}
-//	d, err := lim.Check(ratelimit.Unit) // one request
+//	d, err := lim.Check(ratelimit.Unit) // one request: Unit, not 1
 //	if err == nil && !d.Allowed {
 //		// refused: tell the client to come back after d.RetryAfter
 //	}
 //
+// Costs are in thousandths of a request: Check(1) asks for a thousandth of
+// one, so write costs as multiples of [Unit].
+//
 // Check decides at once. [Limiter.Wait] blocks instead until the request is
 // admitted, sleeping for exactly the wait each denial names, and gives up
 // at once, spending nothing, if the context's deadline would pass first: the
-// way to pace outbound calls. Package
+// way to pace outbound calls. A [LeakyBucket] request is admitted into the
+// queue first and then waits its Delay; if the context ends during that
+// Delay it stays spent, for a single key, a [Store] and a [Composite] alike.
+// [Store.CheckWithin] and [Composite.CheckWithin] admit only a request that
+// would go on within a given delay, spending nothing otherwise, and [Sleep]
+// waits on a limiter's clock ([Store.Clock]). Package
 // [github.com/ratekit/ratelimit/httplimit] puts a [Store] in front of any
 // [net/http.Handler], with 429 answers, Retry-After and the RateLimit fields.
 // [Compose] puts several limits on each request (a global cap, a plan per
 // customer, a tighter limit for an expensive route): a request passes only
 // if every layer admits it, and one refused by any layer spends nothing.
-// [Shadow] and [ShadowKeyed] run a rule on live traffic without refusing
+// [Plans] picks each key's rule at check time from named plans (a rule per
+// customer), and [Plans.Update] changes rules while checks run: each key
+// moves to its new rule on its next check, keeping what a [Migration]
+// policy says, never a fresh allowance unless asked. [Shadow] and [ShadowKeyed] run a rule on live traffic without refusing
 // anything, reporting what it would have refused. [RuleSpec] reads rules
 // from JSON configuration, strictly, and writes them back losslessly.
+// [ContextChecker] is the keyed check that takes a context, the form of a
+// limiter whose state lives elsewhere; Store, Composite and Plans implement
+// it.
+// For those writing such a backend, [NewMachine] returns a rule's state
+// transition on an encoded state ([Machine]) and its exact compiled
+// integers ([Params]), so that the backend decides exactly as this package
+// does.
 //
 // # Which algorithm?
 //
@@ -56,8 +74,9 @@
 //   - [GCRA] is the default for an API: a sustained rate with a burst
 //     allowance, constant memory, exact retry times. [TokenBucket] makes
 //     the same decisions and reads more familiarly; GCRA's state is smaller
-//     and, for rates of a whole number of nanoseconds per milli-unit (10/s,
-//     100/min, ...), its single-key limiter needs no lock.
+//     (16 bytes, two words), and for rates of a whole number of nanoseconds
+//     per milli-unit (10/s, 100/min, ...) its single-key limiter keeps one
+//     word and needs no lock.
 //   - [LeakyBucket] when the work behind the limit must arrive smoothly (a
 //     fragile upstream, outbound calls to a partner): it queues rather than
 //     refuses, up to Capacity, and Delay says how long each request waits.
@@ -112,8 +131,9 @@
 // in milli-units, rates as fractions, with 128-bit intermediates where a
 // product could overflow and the remainder of every division carried, so
 // nothing drifts over years of virtual time. There is no floating point in
-// any decision; each algorithm is tested against a reference model in exact
-// rational arithmetic. A fresh key starts full.
+// any decision. Each algorithm is tested against a reference model: in
+// math/big rationals for five of them, and for the sliding log an exact
+// int64 list of every admitted event. A fresh key starts full.
 //
 // # Clocks and time
 //
@@ -140,8 +160,8 @@
 // of 100 admit exactly 100. Rules are immutable values. Nothing in the
 // package starts a goroutine or needs closing, and Check does not
 // allocate, except that a sliding log grows its log as admissions
-// accumulate and a [Store] grows its tables as keys arrive (and hashes
-// keys longer than [MaxKeyLen]).
+// accumulate, a [Store] grows its tables as keys arrive, and a key longer
+// than [MaxKeyLen] costs one allocation per Check for its digest.
 //
 // # Many keys
 //
@@ -152,17 +172,19 @@
 // fresh key's, which loses nothing, then the least recently used. Dropping
 // a partly spent key hands it a fresh allowance when it comes back;
 // [StoreStats].LossyEvictions counts those, and a count that keeps growing
-// means the store is too small for its traffic. A store costs about 50
-// bytes per key for GCRA and about 60 for the token bucket (see [Store] for
-// each rule), plus the bytes of the key strings it keeps.
+// means the store is too small for its traffic. Measured at a million
+// keys, a store costs 46.9 bytes per key for GCRA, the leaky bucket and the
+// fixed window and 56.3 for the token bucket and the sliding counter (see
+// [Store]), plus the bytes of the key strings it keeps.
 //
 // # Errors
 //
 // A refusal is not an error: it is a Decision with Allowed false. Check
 // returns an error only for a request that could never pass: a cost of
 // zero or less ([ErrInvalidCost]) or one larger than the rule's capacity
-// ([ErrCostExceedsCapacity]); an HTTP layer answers those with 400 or 413,
-// not 429. Constructors return an error matching [ErrInvalidRule] (a
+// ([ErrCostExceedsCapacity]), as a [*CostError] that says the cost, the
+// capacity and the rule; an HTTP layer answers those with 400 or 413, not
+// 429. Constructors return an error matching [ErrInvalidRule] (a
 // [*RuleError] naming the rule and field) for a malformed rule, and
 // [NewStore] one matching [ErrInvalidOption] for an option out of range:
 // bad input is an error, never a panic. Match errors with [errors.Is].

@@ -483,3 +483,50 @@ func ExampleNewStore_middleware() {
 	// 429 RateLimit: "api";r=0;t=2, Retry-After: 1
 	// 200 RateLimit: "api";r=0;t=2
 }
+
+// CheckWithin admits a request only if it would go on within a given
+// delay. One that would wait longer spends nothing: the queue is as it
+// was, and RetryAfter says when the same request would get through in time.
+func ExampleStore_CheckWithin() {
+	clk := ratelimit.NewManualClock(0)
+	store, _ := ratelimit.NewStore(ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(5), Capacity: 10},
+		ratelimit.WithClock(clk))
+
+	for i := 1; i <= 5; i++ {
+		d, _ := store.CheckWithin("partner", ratelimit.Unit, 500*time.Millisecond)
+		if d.Allowed {
+			fmt.Printf("#%d goes on after %v\n", i, d.Delay)
+		} else {
+			fmt.Printf("#%d would wait too long: retry after %v\n", i, d.RetryAfter)
+		}
+	}
+	d, _ := store.Check("partner", ratelimit.Unit) // no limit on the wait
+	fmt.Println("Check: goes on after", d.Delay)
+	// Output:
+	// #1 goes on after 0s
+	// #2 goes on after 200ms
+	// #3 goes on after 400ms
+	// #4 would wait too long: retry after 100ms
+	// #5 would wait too long: retry after 100ms
+	// Check: goes on after 600ms
+}
+
+// A cost that can never pass is an error, not a refusal, and it says the
+// numbers. A plain request costs Unit: 21 here is 21 thousandths of one.
+func ExampleCostError() {
+	lim, _ := ratelimit.New(ratelimit.GCRA{Rate: ratelimit.PerMinute(100), Burst: 20, Name: "api"})
+
+	_, err := lim.Check(21 * ratelimit.Unit)
+	fmt.Println(err)
+	var ce *ratelimit.CostError
+	if errors.As(err, &ce) {
+		fmt.Println(ce.Cost, ce.Capacity, errors.Is(err, ratelimit.ErrCostExceedsCapacity))
+	}
+
+	d, err := lim.Check(21) // a bare number is thousandths: almost certainly a bug
+	fmt.Println(d.Allowed, err, d.Remaining)
+	// Output:
+	// ratelimit: cost 21 exceeds the capacity 20 of rule "api": it can never be admitted (a plain request costs Unit, 1000)
+	// 21 20 true
+	// true <nil> 19
+}

@@ -28,7 +28,9 @@ const (
 	// left), and back again 15 (5 left). It is the default.
 	MigrateProportional Migration = iota
 	// MigrateAsIs keeps the units left, capped at the new capacity: 5 left
-	// of 20 stays 5 left of 200 (195 spent).
+	// of 20 stays 5 left of 200 (195 spent). A key with nothing spent is
+	// fresh under its new rule, as under every policy: a store may drop a
+	// fresh key at any time, and the key must fare the same either way.
 	MigrateAsIs
 	// MigrateAdditive keeps the units spent, capped at the new capacity: 15
 	// spent of 20 is 15 spent of 200 (185 left).
@@ -61,6 +63,9 @@ func (m Migration) valid() bool { return m <= MigrateReset }
 // from milli-units has spent under a capacity of to, by policy m.
 func (m Migration) carry(spent, from, to int64) int64 {
 	spent = min(max(spent, 0), from)
+	if spent == 0 {
+		return 0 // a fresh key stays fresh, as a store may drop it anyway
+	}
 	switch m {
 	case MigrateAsIs:
 		return to - min(from-spent, to)

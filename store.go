@@ -8,6 +8,7 @@ import (
 	"hash/maphash"
 	"math/bits"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratekit/ratelimit/internal/table"
@@ -16,7 +17,7 @@ import (
 // Sizing defaults and limits of a [Store].
 const (
 	// DefaultMaxKeys is the bound of a store built without [WithMaxKeys]:
-	// one million keys, about 60 MB for the bucket rules (see [Store]),
+	// one million keys, about 47 to 56 MB for the bucket rules (see [Store]),
 	// enough for the distinct clients a busy service sees in a while, small
 	// enough that a flood of made-up keys cannot take the process down.
 	DefaultMaxKeys = 1_000_000
@@ -96,8 +97,9 @@ func WithShards(n int) Option {
 // Memory. A key costs one slot of its shard's array: the key's string
 // header, a word of bookkeeping and the rule's state inline (16 bytes for
 // GCRA, the leaky bucket and the fixed window; 24 for the token bucket and
-// the sliding counter; a sliding log's state also points at its log), so 47
-// to 62 bytes once the array has grown (README.md has measured figures).
+// the sliding counter; a sliding log's state also points at its log): about
+// 47 bytes a key for the 16-byte states and 56 to 57 for the 24-byte ones,
+// measured from 1M to 2M keys.
 // Arrays are allocated as keys arrive and grow by 1/8 at a time; a growth
 // copies the shard's array under its lock, pausing the checks waiting on
 // that shard (about 10 ms per 100,000 keys in it). The key's bytes are the
@@ -158,7 +160,7 @@ func newKeyedStore(rule Rule, opts []Option) (keyedStore, error) {
 // package unsafe over a buffer that is later reused must be cloned first.
 // A key longer than [MaxKeyLen] bytes is replaced by its SHA-256 digest
 // (kept apart from ordinary keys, so no two distinct keys share an
-// allowance), which costs a hash and a few small allocations per Check.
+// allowance), which costs a hash and one small allocation per Check.
 func (s *Store) Check(key string, cost Units) (Decision, error) {
 	return s.core.check(key, cost)
 }
@@ -251,6 +253,21 @@ type keyedStore interface {
 	// stepAt runs the rule's step on k's acquired entry, with its shard
 	// locked.
 	stepAt(k storeKey, now, cost int64, commit bool) Decision
+
+	// The parts a rule set ([Plans]) needs to move keys between stores,
+	// each with k's shard locked:
+	//
+	// id orders stores for locking several at once: shards are locked in
+	// increasing id order (the layers of a Composite have increasing ids).
+	id() uint64
+	// has reports whether the store holds k.
+	has(k storeKey) bool
+	// take removes k's entry and returns the milli-units it had spent at
+	// now (rounded up); ok is false if the store did not hold k.
+	take(k storeKey, now int64) (spent int64, ok bool)
+	// setSpent makes k's acquired entry a state with x milli-units spent
+	// at now (see Migration).
+	setSpent(k storeKey, now, x int64)
 }
 
 // storeKey is a key prepared for a store: the key itself or, for a key
@@ -318,7 +335,12 @@ type storeCore[S any, A algorithm[S]] struct {
 	mask    uint64
 	maxKeys int
 	shards  []storeShard[S]
+	ident   uint64
+	mig     migrator[S] // alg, as it moves keys between rules
 }
+
+// storeIDs numbers stores in the order they are built (see keyedStore.id).
+var storeIDs atomic.Uint64
 
 func newStoreCore[S any, A algorithm[S]](alg A, o *options) *storeCore[S, A] {
 	maxKeys, n, err := storeShape(o.store)
@@ -334,7 +356,9 @@ func newStoreCore[S any, A algorithm[S]](alg A, o *options) *storeCore[S, A] {
 		mask:    uint64(n - 1),
 		maxKeys: maxKeys,
 		shards:  make([]storeShard[S], n),
+		ident:   storeIDs.Add(1),
 	}
+	c.mig, _ = any(alg).(migrator[S]) // every algorithm is one
 	fresh := alg.fresh
 	for i := range c.shards {
 		share := maxKeys / n
@@ -427,6 +451,28 @@ func (c *storeCore[S, A]) acquire(k storeKey, now int64) bool {
 func (c *storeCore[S, A]) stepAt(k storeKey, now, cost int64, commit bool) Decision {
 	t := &c.shards[k.h&c.mask].t
 	return c.alg.step(t.State(t.Lookup(k.key, k.tag)), now, cost, commit)
+}
+
+func (c *storeCore[S, A]) id() uint64 { return c.ident }
+
+func (c *storeCore[S, A]) has(k storeKey) bool {
+	return c.shards[k.h&c.mask].t.Lookup(k.key, k.tag) >= 0
+}
+
+func (c *storeCore[S, A]) take(k storeKey, now int64) (int64, bool) {
+	t := &c.shards[k.h&c.mask].t
+	i := t.Lookup(k.key, k.tag)
+	if i < 0 {
+		return 0, false
+	}
+	spent := c.mig.spentAt(t.State(i), now)
+	t.Delete(k.key, k.tag)
+	return spent, true
+}
+
+func (c *storeCore[S, A]) setSpent(k storeKey, now, x int64) {
+	t := &c.shards[k.h&c.mask].t
+	c.mig.withSpent(t.State(t.Lookup(k.key, k.tag)), now, x)
 }
 
 // digestKey returns the SHA-256 digest of a long key, hashed in pieces so

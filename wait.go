@@ -58,6 +58,9 @@ type attempt struct {
 	tooSlow Decision
 	// err ends the wait with this error.
 	err error
+	// changed, if not nil, ends when the limiter's rules change: a waiter
+	// asleep until its retry wakes then, to ask again under the new rules.
+	changed context.Context
 }
 
 // tryFunc makes one admission attempt at the limiter's current time,
@@ -101,10 +104,29 @@ func waitFor(ctx context.Context, clk Clock, cost int64, d Decision, try tryFunc
 			<-ctx.Done()
 			return d, ctx.Err()
 		}
-		if err := sleepUntil(ctx, clk, retry); err != nil {
+		if err := sleepOrChange(ctx, a.changed, clk, retry); err != nil {
 			return d, err
 		}
 	}
+}
+
+// sleepOrChange sleeps until clk reads t, ctx ends (its error), or changed
+// ends (nil: the caller asks again at once).
+func sleepOrChange(ctx, changed context.Context, clk Clock, t int64) error {
+	if changed == nil {
+		return sleepUntil(ctx, clk, t)
+	}
+	if changed.Err() != nil {
+		return nil
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(changed, cancel)
+	defer stop()
+	if err := sleepUntil(sctx, clk, t); err != nil && ctx.Err() != nil {
+		return err
+	}
+	return nil
 }
 
 // addTime returns now + d for a now in [0, MaxTime] and d >= 0, saturated

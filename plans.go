@@ -1,0 +1,515 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Plan is one plan of a [PlanSet]: the limit every key on it is held to.
+// Exactly one of Rule and Layers is set.
+type Plan struct {
+	// Rule is the plan's one rule.
+	Rule Rule
+
+	// Layers, instead of Rule, make the plan several limits that every
+	// request must pass together, as [Compose] does, with the same
+	// Decisions. Each layer's Options apply to its store, after those given
+	// to [NewPlans].
+	Layers []Layer
+}
+
+// PlanSet is a rule set: named plans, and the plan of keys that have none.
+// It is a plain value: [NewPlans] and [Plans.Update] validate it and keep
+// what they built from it, so changing it afterwards affects nothing.
+type PlanSet struct {
+	// Plans are the plans by name. At least one is needed.
+	Plans map[string]Plan
+
+	// Default names the plan of a key whose plan function returns a name
+	// that is not in Plans (such as "" for a key it does not know).
+	Default string
+
+	// OnMove is what a key keeps when it moves to another plan (its plan
+	// function now names another): [MigrateProportional] unless set.
+	OnMove Migration
+}
+
+// Plans is a keyed limiter that picks each key's rule at check time: a
+// [PlanSet] of named plans, and a function from key to plan name (an API
+// key looked up in a customer table, say). Its rules can be changed while
+// it runs, with [Plans.Update], without a restart and without handing
+// every key a fresh allowance.
+//
+// A key is held in one place at a time: the store of its plan (its layer
+// stores, for a plan of layers), at the memory per key that store costs
+// (see [Store]). When a key's plan changes (its plan function names
+// another), or its plan's rule is changed by an Update, the key's state
+// moves to its new store the next time it is checked, converted by a
+// [Migration] policy; there is no pass over all keys. A key checked for the
+// first time, or the first time since it moved, is looked for in the other
+// stores of the set (and in the stores an Update replaced, until all their
+// keys would have been as good as fresh), so its first check takes one
+// lock per such store.
+//
+// Check, CheckContext, CheckWithin and Wait behave as a [Composite]'s over
+// the key's plan (a [Store]'s, for a plan of one rule). Every check sees
+// either the rule set before an Update or the one after it, never a mix.
+// Plans is safe for concurrent use, starts no goroutines and needs no
+// Close. The zero Plans is not usable; build one with [NewPlans].
+type Plans struct {
+	planOf func(key string) string
+	clock  Clock
+	opts   []Option
+	update sync.Mutex // serialises Update
+	gen    atomic.Pointer[planGen]
+}
+
+// planGen is one rule set as built: the plans, and the stores of earlier
+// rule sets that may still hold keys.
+type planGen struct {
+	set   PlanSet
+	plans map[string]*builtPlan
+	def   *builtPlan
+	names []string // the plans' names, sorted
+	// replaced are the stores earlier rule sets used and this one does
+	// not, newest first, until every key in them would be fresh.
+	replaced []replacedStore
+	// done ends when a later Update replaces this set, to wake waiters.
+	done   context.Context
+	cancel context.CancelFunc
+}
+
+// builtPlan is a plan as built: a composite of its layers.
+type builtPlan struct {
+	name string
+	comp Composite
+	// rules are the layers' rules, dereferenced, to tell which stores an
+	// Update can keep.
+	rules []Rule
+}
+
+// replacedStore is a layer store that an Update replaced.
+type replacedStore struct {
+	plan   string
+	layer  int
+	store  keyedStore
+	key    func(string) string
+	policy Migration // the policy of the Update that replaced it
+	until  int64     // after this instant every key in it is fresh
+}
+
+// NewPlans validates set and builds a [Plans] over it. planOf returns the
+// plan name of a key; it must be safe for concurrent use and quick (it runs
+// on every check, outside any lock). A nil planOf puts every key on the
+// default plan. opts apply to every plan's stores: [WithClock] (one clock
+// for all), [WithMaxKeys] and [WithShards] (per store). A malformed rule is
+// an error matching [ErrInvalidRule], naming the plan.
+func NewPlans(set PlanSet, planOf func(key string) string, opts ...Option) (*Plans, error) {
+	o := buildOptions(opts)
+	p := &Plans{planOf: planOf, clock: o.clock, opts: opts}
+	g, err := p.build(set, nil, 0, MigrateProportional)
+	if err != nil {
+		return nil, err
+	}
+	p.gen.Store(g)
+	return p, nil
+}
+
+// Update replaces the rule set with set, atomically: every check after
+// Update returns sees set, and none sees a mix. Keys whose plan's rule
+// changed keep what m says (see [Migration]) when next checked; keys of
+// plans whose rule is the same keep their state as it is. Goroutines
+// blocked in Wait wake and retime themselves against the new rules. A set
+// that does not validate is refused whole, and the rules in force stay as
+// they were. Update may be called from any goroutine while checks run.
+func (p *Plans) Update(set PlanSet, m Migration) error {
+	if !m.valid() {
+		return fmt.Errorf("%w: Update: %v is not a migration policy", ErrInvalidOption, m)
+	}
+	p.update.Lock()
+	defer p.update.Unlock()
+	old := p.gen.Load()
+	g, err := p.build(set, old, clampTime(p.clock.Now()), m)
+	if err != nil {
+		return err
+	}
+	p.gen.Store(g)
+	old.cancel()
+	return nil
+}
+
+// Set returns the rule set in force.
+func (p *Plans) Set() PlanSet { return copySet(p.gen.Load().set) }
+
+// Stats returns each plan's store counters, in layer order, by plan name.
+func (p *Plans) Stats() map[string][]StoreStats {
+	g := p.gen.Load()
+	st := make(map[string][]StoreStats, len(g.plans))
+	for name, bp := range g.plans {
+		st[name] = bp.comp.Stats()
+	}
+	return st
+}
+
+// Clock returns the clock every plan reads, and that Wait sleeps on.
+func (p *Plans) Clock() Clock { return p.clock }
+
+// copySet copies a set's map, so that the caller's set and the one kept
+// never share it.
+func copySet(set PlanSet) PlanSet {
+	plans := make(map[string]Plan, len(set.Plans))
+	for name, pl := range set.Plans {
+		pl.Layers = append([]Layer(nil), pl.Layers...)
+		plans[name] = pl
+	}
+	set.Plans = plans
+	return set
+}
+
+// build validates set and builds its generation, keeping from old the
+// stores whose plan and layer keep the same rule.
+func (p *Plans) build(set PlanSet, old *planGen, now int64, m Migration) (*planGen, error) {
+	set = copySet(set)
+	if len(set.Plans) == 0 {
+		return nil, &RuleError{Rule: "PlanSet", Field: "Plans", Reason: "is empty"}
+	}
+	if _, ok := set.Plans[set.Default]; !ok {
+		return nil, &RuleError{Rule: "PlanSet", Field: "Default", Reason: fmt.Sprintf("%q is not one of the plans", set.Default)}
+	}
+	if !set.OnMove.valid() {
+		return nil, &RuleError{Rule: "PlanSet", Field: "OnMove", Reason: fmt.Sprintf("%v is not a migration policy", set.OnMove)}
+	}
+	g := &planGen{set: set, plans: make(map[string]*builtPlan, len(set.Plans))}
+	for name := range set.Plans {
+		g.names = append(g.names, name)
+	}
+	sort.Strings(g.names)
+	kept := map[keyedStore]bool{}
+	for _, name := range g.names {
+		bp, err := p.buildPlan(name, set.Plans[name], old)
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range bp.comp.layers {
+			kept[l.store] = true
+		}
+		g.plans[name] = bp
+	}
+	g.def = g.plans[set.Default]
+	if old != nil {
+		for _, name := range old.names {
+			for i, l := range old.plans[name].comp.layers {
+				if !kept[l.store] {
+					g.replaced = append(g.replaced, replacedStore{
+						plan: name, layer: i, store: l.store, key: l.key, policy: m,
+						until: addTime(now, 2*l.store.policy().window),
+					})
+				}
+			}
+		}
+		for _, r := range old.replaced {
+			if r.until > now {
+				g.replaced = append(g.replaced, r)
+			}
+		}
+	}
+	g.done, g.cancel = context.WithCancel(context.Background())
+	return g, nil
+}
+
+// buildPlan builds one plan, reusing old's store for every layer whose
+// rule is unchanged.
+func (p *Plans) buildPlan(name string, pl Plan, old *planGen) (*builtPlan, error) {
+	field := func(f string) string { return fmt.Sprintf("Plans[%q].%s", name, f) }
+	layers := pl.Layers
+	switch {
+	case pl.Rule != nil && len(layers) > 0:
+		return nil, &RuleError{Rule: "PlanSet", Field: field("Rule"), Reason: "is set as well as Layers"}
+	case pl.Rule == nil && len(layers) == 0:
+		return nil, &RuleError{Rule: "PlanSet", Field: field("Rule"), Reason: "is nil and there are no Layers"}
+	case pl.Rule != nil:
+		layers = []Layer{{Rule: pl.Rule}}
+	}
+	var prev *builtPlan
+	if old != nil {
+		prev = old.plans[name]
+	}
+	bp := &builtPlan{name: name, comp: Composite{clock: p.clock, layers: make([]compositeLayer, len(layers))}}
+	for i, l := range layers {
+		if isNilRule(l.Rule) {
+			return nil, &RuleError{Rule: "PlanSet", Field: field(fmt.Sprintf("Layers[%d].Rule", i)), Reason: "is nil"}
+		}
+		rule := deref(l.Rule)
+		var store keyedStore
+		if prev != nil && i < len(prev.rules) && prev.rules[i] == rule {
+			store = prev.comp.layers[i].store
+		} else {
+			all := append(append(append([]Option(nil), p.opts...), l.Options...), WithClock(p.clock))
+			s, err := newKeyedStore(rule, all)
+			if err != nil {
+				return nil, fmt.Errorf("ratelimit: plan %q, layer %d: %w", name, i, err)
+			}
+			store = s
+		}
+		bp.rules = append(bp.rules, rule)
+		bp.comp.layers[i] = compositeLayer{store: store, key: l.Key, shadow: l.Shadow, report: l.OnShadow}
+		if !l.Shadow {
+			bp.comp.enforced++
+		}
+	}
+	return bp, nil
+}
+
+// plan returns key's plan in g.
+func (p *Plans) plan(g *planGen, key string) *builtPlan {
+	if p.planOf == nil {
+		return g.def
+	}
+	if bp, ok := g.plans[p.planOf(key)]; ok {
+		return bp
+	}
+	return g.def
+}
+
+// Check asks key's plan to spend cost at the current time, with the
+// results and errors of [Composite.Check] (of [Store.Check], for a plan of
+// one rule).
+func (p *Plans) Check(key string, cost Units) (Decision, error) {
+	a, err := p.try(key, cost, maxBudget)
+	if err != nil {
+		return a.d, err
+	}
+	return a.d, a.err
+}
+
+// CheckContext is [Plans.Check] for callers that hold a context: it returns
+// ctx's error, spending nothing, if ctx has already ended. It makes Plans a
+// [ContextChecker].
+func (p *Plans) CheckContext(ctx context.Context, key string, cost Units) (Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return p.plan(p.gen.Load(), key).comp.layers[0].store.policy().decision(), err
+	}
+	return p.Check(key, cost)
+}
+
+// CheckWithin is [Plans.Check] for a request that may wait at most
+// maxDelay for its turn, as [Store.CheckWithin] describes.
+func (p *Plans) CheckWithin(key string, cost Units, maxDelay time.Duration) (Decision, error) {
+	a, err := p.try(key, cost, max(maxDelay, 0))
+	switch {
+	case err != nil:
+		return a.d, err
+	case a.err != nil || a.committed || !a.d.Allowed:
+		return a.d, a.err
+	}
+	return a.tooSlow, nil
+}
+
+// Wait blocks until key's plan admits cost, as [Composite.Wait] does. A
+// waiter asleep when an Update changes the rules wakes at once and asks
+// again under the new rules, so that no one sleeps out a stale RetryAfter.
+func (p *Plans) Wait(ctx context.Context, key string, cost Units) (Decision, error) {
+	g := p.gen.Load()
+	d, err := p.plan(g, key).comp.checkCost(cost)
+	if err != nil {
+		return d, err
+	}
+	try := func(cost int64, budget time.Duration) attempt {
+		a, err := p.try(key, Units(cost), budget)
+		if err != nil {
+			a.err = err
+		}
+		return a
+	}
+	return waitFor(ctx, p.clock, int64(cost), d, try)
+}
+
+// try makes one attempt for key under the rule set in force, starting over
+// if an Update replaces it before the attempt holds its locks. The error is
+// a cost error, checked against key's plan.
+func (p *Plans) try(key string, cost Units, budget time.Duration) (attempt, error) {
+	for {
+		g := p.gen.Load()
+		bp := p.plan(g, key)
+		if d, err := bp.comp.checkCost(cost); err != nil {
+			return attempt{d: d}, err
+		}
+		if a, ok := p.tryIn(g, bp, key, int64(cost), budget); ok {
+			a.changed = g.done
+			return a, nil
+		}
+	}
+}
+
+// shardLock is one shard an attempt locks.
+type shardLock struct {
+	store keyedStore
+	shard int
+}
+
+// lockAll locks every shard in increasing store id order, the one order
+// every Plans attempt uses, and returns the agreed instant, recorded in
+// every shard.
+func lockAll(locks []shardLock, now int64) int64 {
+	for i := 1; i < len(locks); i++ { // a few entries: insertion sort, no allocation
+		for j := i; j > 0 && locks[j].store.id() < locks[j-1].store.id(); j-- {
+			locks[j], locks[j-1] = locks[j-1], locks[j]
+		}
+	}
+	for _, l := range locks {
+		now = max(now, l.store.lockShard(l.shard, now))
+	}
+	for _, l := range locks {
+		l.store.raiseShard(l.shard, now)
+	}
+	return now
+}
+
+func unlockAll(locks []shardLock) {
+	for i := len(locks) - 1; i >= 0; i-- {
+		locks[i].store.unlockShard(locks[i].shard)
+	}
+}
+
+// source is a store that may hold a layer's key from before it moved.
+type source struct {
+	layer  int
+	store  keyedStore
+	k      storeKey
+	policy Migration
+}
+
+// tryIn makes one attempt for key on plan bp of generation g; ok is false
+// if g was replaced before the attempt held its locks, and nothing was done.
+//
+// The stores that take part are locked in increasing id order: the plan's
+// layer stores, and, when a layer's store does not hold the key, every
+// store the key may have moved from, so that it moves at one instant with
+// no check of it on either side in between. Since every attempt locks in
+// that order, attempts cannot deadlock. An attempt that began on a rule set
+// since replaced finds out once it holds its locks and starts over; one
+// that held them first is ordered before the Update, and the keys it spent
+// move with what they spent.
+func (p *Plans) tryIn(g *planGen, bp *builtPlan, key string, cost int64, budget time.Duration) (attempt, bool) {
+	layers := bp.comp.layers
+	var buf [inlineLayers]layerTurn
+	turns := prepareTurns(layers, key, cost, buf[:0])
+	var lbuf [inlineLayers]shardLock
+	locks := lbuf[:0]
+	for i := range turns {
+		if turns[i].err == nil {
+			locks = append(locks, shardLock{layers[i].store, turns[i].shard})
+		}
+	}
+	now := lockAll(locks, clampTime(p.clock.Now()))
+	if p.gen.Load() != g {
+		unlockAll(locks)
+		return attempt{}, false
+	}
+	if lacks := p.missing(g, bp, turns); lacks != nil {
+		// Relock with every store the missing keys may be in.
+		unlockAll(locks)
+		srcs := p.sources(g, bp, lacks, key)
+		seen := map[keyedStore]bool{}
+		for _, l := range locks {
+			seen[l.store] = true
+		}
+		for _, s := range srcs {
+			if !seen[s.store] {
+				seen[s.store] = true
+				locks = append(locks, shardLock{s.store, s.store.shardIndex(s.k)})
+			}
+		}
+		now = lockAll(locks, now)
+		if p.gen.Load() != g {
+			unlockAll(locks)
+			return attempt{}, false
+		}
+		for i := range turns {
+			t := &turns[i]
+			l := &layers[i]
+			if t.err != nil || l.store.has(t.k) {
+				continue
+			}
+			for _, s := range srcs {
+				if s.layer != i {
+					continue
+				}
+				if spent, ok := s.store.take(s.k, now); ok {
+					if l.store.acquire(t.k, now) {
+						l.store.setSpent(t.k, now, s.policy.carry(spent, s.store.capacity(), l.store.capacity()))
+					}
+					break
+				}
+			}
+		}
+	}
+	a := decideLocked(layers, turns, bp.comp.enforced, now, cost, budget)
+	unlockAll(locks)
+	if a.err == nil {
+		reportShadows(layers, turns, bp.comp.enforced, &a)
+	}
+	return a, true
+}
+
+// missing returns, with the layers' shards locked, which layers' stores
+// lack the key while other stores of the set could hold it, or nil if none
+// do.
+func (p *Plans) missing(g *planGen, bp *builtPlan, turns []layerTurn) []bool {
+	if len(g.plans) == 1 && len(g.replaced) == 0 {
+		return nil
+	}
+	var lacks []bool
+	for i := range turns {
+		if turns[i].err == nil && !bp.comp.layers[i].store.has(turns[i].k) {
+			if lacks == nil {
+				lacks = make([]bool, len(turns))
+			}
+			lacks[i] = true
+		}
+	}
+	return lacks
+}
+
+// sources lists, for each layer of bp that lacks the key, the stores the
+// key may have moved from: stores an Update replaced for this plan and
+// layer (moved by that Update's policy), then the same layer of the other
+// plans and of replaced stores of other plans (moved by OnMove).
+func (p *Plans) sources(g *planGen, bp *builtPlan, lacks []bool, key string) []source {
+	var srcs []source
+	add := func(i int, s keyedStore, keyFn func(string) string, m Migration) {
+		if s == bp.comp.layers[i].store {
+			return
+		}
+		k := key
+		if keyFn != nil {
+			k = keyFn(key)
+		}
+		srcs = append(srcs, source{layer: i, store: s, k: s.prepare(k), policy: m})
+	}
+	for i, lack := range lacks {
+		if !lack {
+			continue
+		}
+		for _, r := range g.replaced {
+			if r.plan == bp.name && r.layer == i {
+				add(i, r.store, r.key, r.policy)
+			}
+		}
+		for _, name := range g.names {
+			if o := g.plans[name]; o != bp && i < len(o.comp.layers) {
+				add(i, o.comp.layers[i].store, o.comp.layers[i].key, g.set.OnMove)
+			}
+		}
+		for _, r := range g.replaced {
+			if r.plan != bp.name && r.layer == i {
+				add(i, r.store, r.key, g.set.OnMove)
+			}
+		}
+	}
+	return srcs
+}
