@@ -379,3 +379,8 @@ func (unixClock) Now() time.Duration { return time.Duration(time.Now().UnixNano(
 // keys, since window boundaries are multiples of the window from the Unix
 // epoch.
 func UnixClock() ratelimit.Clock { return unixClock{} }
+
+var (
+	_ ratelimit.ContextChecker = (*Store)(nil)
+	_ ratelimit.KeyedLimiter   = (*Store)(nil)
+)
