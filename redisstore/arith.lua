@@ -1,0 +1,206 @@
+-- Exact integer arithmetic for Redis Lua, whose numbers are doubles (exact
+-- only up to 2^53). A number is an array of limbs in base 10^7, least
+-- significant first, with no zero limbs on top (zero is {0}). A product of
+-- two limbs is below 10^14 and a limb-by-limb row with its carries stays
+-- below 2^53, so every operation below is exact.
+
+local B = 10000000
+local floor = math.floor
+local Z, ONE = {0}, {1}
+
+-- parse reads a canonical decimal string (digits only, no leading zeros)
+-- of at most maxd digits; nil if s is not one. It reads bytes rather than
+-- using patterns and substrings, which cost several times more.
+local byte = string.byte
+local function parse(s, maxd)
+  local n = #s
+  if n == 0 or n > maxd or (n > 1 and byte(s, 1) == 48) then
+    return nil
+  end
+  local a, k, v, m, p = {}, 1, 0, 0, 1
+  for i = n, 1, -1 do
+    local c = byte(s, i) - 48
+    if c < 0 or c > 9 then return nil end
+    v = v + c * p
+    m = m + 1
+    if m == 7 then
+      a[k], k, v, m, p = v, k + 1, 0, 0, 1
+    else
+      p = p * 10
+    end
+  end
+  if m > 0 then a[k] = v end
+  return a
+end
+
+-- N parses a field of a state or an argument: a canonical decimal below
+-- 2^63 (an int64 that is not negative).
+local function N(s)
+  if type(s) ~= 'string' or (#s == 19 and s > '9223372036854775807') then
+    return nil
+  end
+  return parse(s, 19)
+end
+
+local function S(a)
+  local n = #a
+  local t = {string.format('%d', a[n])}
+  for i = n - 1, 1, -1 do
+    t[#t + 1] = string.format('%07d', a[i])
+  end
+  return table.concat(t)
+end
+
+local function trim(a)
+  local n = #a
+  while n > 1 and a[n] == 0 do
+    a[n] = nil
+    n = n - 1
+  end
+  return a
+end
+
+local function cmp(a, b)
+  local n, m = #a, #b
+  if n ~= m then
+    return n < m and -1 or 1
+  end
+  for i = n, 1, -1 do
+    local x, y = a[i], b[i]
+    if x ~= y then
+      return x < y and -1 or 1
+    end
+  end
+  return 0
+end
+
+local function iszero(a)
+  return #a == 1 and a[1] == 0
+end
+
+local function add(a, b)
+  local r, c = {}, 0
+  local n = #a
+  if #b > n then n = #b end
+  for i = 1, n do
+    local s = (a[i] or 0) + (b[i] or 0) + c
+    if s >= B then
+      r[i], c = s - B, 1
+    else
+      r[i], c = s, 0
+    end
+  end
+  if c > 0 then r[n + 1] = c end
+  return r
+end
+
+-- sub returns a - b for a >= b.
+local function sub(a, b)
+  local r, c = {}, 0
+  for i = 1, #a do
+    local s = a[i] - (b[i] or 0) - c
+    if s < 0 then
+      r[i], c = s + B, 1
+    else
+      r[i], c = s, 0
+    end
+  end
+  return trim(r)
+end
+
+local function mul(a, b)
+  local n, m = #a, #b
+  local r = {}
+  for i = 1, n + m do r[i] = 0 end
+  for i = 1, n do
+    local x, c = a[i], 0
+    if x ~= 0 then
+      for j = 1, m do
+        local s = r[i + j - 1] + x * b[j] + c -- < 2^53
+        c = floor(s / B)
+        r[i + j - 1] = s - c * B
+      end
+      r[i + m] = c -- untouched by earlier rows
+    end
+  end
+  return trim(r)
+end
+
+-- muls returns a * k for a whole 0 <= k < B.
+local function muls(a, k)
+  local r, c = {}, 0
+  for i = 1, #a do
+    local s = a[i] * k + c
+    c = floor(s / B)
+    r[i] = s - c * B
+  end
+  if c > 0 then r[#a + 1] = c end
+  return trim(r)
+end
+
+-- approx is a close double for a, used only to guess quotient limbs.
+local function approx(a)
+  local x = 0
+  for i = #a, 1, -1 do x = x * B + a[i] end
+  return x
+end
+
+-- shl returns a * B^k.
+local function shl(a, k)
+  if k == 0 or iszero(a) then return a end
+  local r = {}
+  for i = 1, k do r[i] = 0 end
+  for i = 1, #a do r[k + i] = a[i] end
+  return r
+end
+
+-- divmod returns floor(a/d) and a mod d, for d > 0, by long division with
+-- one limb of the quotient per step. Each limb is guessed from doubles (off
+-- by at most one or two) and then corrected exactly.
+local function divmod(a, d)
+  if cmp(a, d) < 0 then return Z, a end
+  local q, r, dd = {}, a, approx(d)
+  for k = #a - #d, 0, -1 do
+    local dk = shl(d, k)
+    local g = floor(approx(r) / (dd * B ^ k))
+    if g > B - 1 then g = B - 1 elseif g < 0 then g = 0 end
+    local t = muls(dk, g)
+    while cmp(t, r) > 0 do
+      g = g - 1
+      t = sub(t, dk)
+    end
+    r = sub(r, t)
+    while cmp(r, dk) >= 0 do
+      g = g + 1
+      r = sub(r, dk)
+    end
+    q[k + 1] = g
+  end
+  return trim(q), r
+end
+
+-- fromtime returns the instant TIME replied, sec*10^9 + usec*10^3 ns, in
+-- limbs: usec*10^3 = lo + hi*10^7 with lo = (usec mod 10^4)*10^3 and hi <
+-- 100, and sec*100 + hi is below 2^53 (for sec below 9e13).
+local function fromtime(secs, usecs)
+  local sec, usec = tonumber(secs), tonumber(usecs)
+  local lo = (usec % 10000) * 1000
+  local c = sec * 100 + (usec - usec % 10000) / 10000
+  local l2 = math.fmod(c, B)
+  return trim({lo, l2, (c - l2) / B})
+end
+
+-- ceilms returns ceil(a / 10^6), for a below 2^63, as a decimal string:
+-- a nanosecond span in whole milliseconds, rounded up.
+local function ceilms(a)
+  local l1, l2, l3 = a[1], a[2] or 0, a[3] or 0
+  local r = l1 % 1000000
+  local ms = l3 * 100000000 + l2 * 10 + (l1 - r) / 1000000 -- < 2^53
+  if r ~= 0 then ms = ms + 1 end
+  return ms
+end
+
+local function max(a, b)
+  if cmp(a, b) < 0 then return b end
+  return a
+end

@@ -1,0 +1,122 @@
+package redisstore
+
+import (
+	"context"
+	"regexp"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratelimit"
+	"github.com/redis/go-redis/v9"
+)
+
+// benchRules are production-shaped rules, one per algorithm.
+func benchRules() []ratelimit.Rule {
+	return []ratelimit.Rule{
+		ratelimit.TokenBucket{Rate: ratelimit.PerSecond(1000), Burst: 1000},
+		ratelimit.GCRA{Rate: ratelimit.PerSecond(1000), Burst: 1000},
+		ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(1000), Capacity: 1000},
+		ratelimit.FixedWindow{Limit: 1000, Window: time.Second},
+		ratelimit.SlidingLog{Limit: 10, Window: time.Second},
+		ratelimit.SlidingCounter{Limit: 1000, Window: time.Second},
+	}
+}
+
+var evalshaStat = regexp.MustCompile(`cmdstat_evalsha:calls=(\d+),usec=(\d+)`)
+
+// serverUsec returns the EVALSHA calls and the server CPU they took.
+func serverUsec(b *testing.B, rdb *redis.Client) (calls, usec int64) {
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := evalshaStat.FindStringSubmatch(info)
+	if m == nil {
+		return 0, 0
+	}
+	calls, _ = strconv.ParseInt(m[1], 10, 64)
+	usec, _ = strconv.ParseInt(m[2], 10, 64)
+	return calls, usec
+}
+
+// BenchmarkCheck measures checks on the server's clock from 64 goroutines
+// over 1,000 keys, reporting checks/s, p50 and p99 latency, and the Redis
+// CPU per call from INFO commandstats.
+func BenchmarkCheck(b *testing.B) {
+	if shared == nil {
+		b.Skip("no redis-server")
+	}
+	rdb := shared.client(func(o *redis.Options) { o.PoolSize = 64 })
+	defer rdb.Close()
+	for _, rule := range benchRules() {
+		m, _ := ratelimit.NewMachine(rule)
+		b.Run(m.Params().Algorithm, func(b *testing.B) {
+			s, err := New(rdb, rule, WithPrefix(testPrefix()), WithTimeout(time.Second))
+			if err != nil {
+				b.Fatal(err)
+			}
+			var mu sync.Mutex
+			var lat []time.Duration
+			c0, u0 := serverUsec(b, rdb)
+			b.SetParallelism(32) // 64 goroutines on 2 cores
+			b.ResetTimer()
+			start := time.Now()
+			b.RunParallel(func(pb *testing.PB) {
+				own := make([]time.Duration, 0, 1024)
+				i := 0
+				for pb.Next() {
+					t0 := time.Now()
+					_, err := s.Check("key"+strconv.Itoa(i%1000), ratelimit.Unit)
+					own = append(own, time.Since(t0))
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					i += 7
+				}
+				mu.Lock()
+				lat = append(lat, own...)
+				mu.Unlock()
+			})
+			elapsed := time.Since(start)
+			b.StopTimer()
+			c1, u1 := serverUsec(b, rdb)
+			slices.Sort(lat)
+			if len(lat) > 0 {
+				b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "checks/s")
+				b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+				b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+			}
+			if c1 > c0 {
+				b.ReportMetric(float64(u1-u0)/float64(c1-c0), "redis-µs/call")
+			}
+		})
+	}
+}
+
+// TestMemoryPerKey logs MEMORY USAGE of one key per algorithm after a few
+// checks (a sliding log's grows with its entries).
+func TestMemoryPerKey(t *testing.T) {
+	rdb := needRedis(t)
+	ctx := context.Background()
+	for _, rule := range benchRules() {
+		s, err := New(rdb, rule, WithPrefix("ratelimit:"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 5 {
+			if _, err := s.Check("user:12345", ratelimit.Unit); err != nil {
+				t.Fatal(err)
+			}
+		}
+		n, err := rdb.MemoryUsage(ctx, s.Key("user:12345")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		state, _ := rdb.Get(ctx, s.Key("user:12345")).Result()
+		t.Logf("%-16s %4d bytes  key %q state %q", s.Params().Algorithm, n, s.Key("user:12345"), state)
+	}
+}

@@ -1,0 +1,138 @@
+package redisstore
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratelimit"
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+)
+
+// prefixes keeps every test's keys apart on the shared server.
+var prefixes, totalChecks atomic.Int64
+
+func testPrefix() string { return fmt.Sprintf("t%d:", prefixes.Add(1)) }
+
+const (
+	year    = 365 * 24 * time.Hour
+	unixNow = time.Duration(1_780_000_000) * time.Second // mid-2026 as Unix time
+)
+
+// drawCount draws a count or capacity from 1 to 1e15, favouring the shapes
+// that matter: small, round, prime-ish, around 2^53 / 1000, and the top.
+func drawCount(t *rapid.T, label string) int64 {
+	return rapid.OneOf(
+		rapid.Int64Range(1, 10),
+		rapid.SampledFrom([]int64{7, 20, 100, 1000, 1_000_003, 9_007_199_254_740, 9_007_199_254_741, 1e12, 999_999_999_999_989, 1e15}),
+		rapid.Int64Range(1, 1e15),
+	).Draw(t, label)
+}
+
+// drawPeriod draws a period or window from 1 ns to about 100 years.
+func drawPeriod(t *rapid.T, label string) time.Duration {
+	return rapid.OneOf(
+		rapid.SampledFrom([]time.Duration{1, 3, time.Millisecond, time.Second, 3 * time.Second, time.Minute, time.Hour, 24 * time.Hour, year, 100 * year}),
+		rapid.Map(rapid.Int64Range(1, int64(100*year)), func(v int64) time.Duration { return time.Duration(v) }),
+	).Draw(t, label)
+}
+
+// drawRule draws a rule that ratelimit.New accepts, of any algorithm.
+func drawRule(t *rapid.T) ratelimit.Rule {
+	for {
+		var r ratelimit.Rule
+		switch rapid.IntRange(0, 5).Draw(t, "algorithm") {
+		case 0:
+			r = ratelimit.TokenBucket{Rate: ratelimit.Rate{Count: drawCount(t, "count"), Per: drawPeriod(t, "per")}, Burst: drawCount(t, "burst")}
+		case 1:
+			r = ratelimit.GCRA{Rate: ratelimit.Rate{Count: drawCount(t, "count"), Per: drawPeriod(t, "per")}, Burst: drawCount(t, "burst"), Name: "g"}
+		case 2:
+			r = ratelimit.LeakyBucket{Rate: ratelimit.Rate{Count: drawCount(t, "count"), Per: drawPeriod(t, "per")}, Capacity: drawCount(t, "capacity")}
+		case 3:
+			r = ratelimit.FixedWindow{Limit: drawCount(t, "limit"), Window: drawPeriod(t, "window")}
+		case 4:
+			r = ratelimit.SlidingLog{Limit: drawCount(t, "limit"), Window: drawPeriod(t, "window"), Name: "log"}
+		default:
+			r = ratelimit.SlidingCounter{Limit: drawCount(t, "limit"), Window: drawPeriod(t, "window")}
+		}
+		if _, err := ratelimit.NewMachine(r); err == nil {
+			return r
+		}
+	}
+}
+
+// drawCost draws a cost within the capacity: mostly one unit, sometimes a
+// bulk or fractional cost, sometimes the whole capacity.
+func drawCost(t *rapid.T, capacity ratelimit.Units) ratelimit.Units {
+	c := rapid.OneOf(
+		rapid.Just(ratelimit.Unit),
+		rapid.Just(ratelimit.Unit),
+		rapid.Just(capacity),
+		rapid.Map(rapid.Int64Range(1, int64(capacity)), func(v int64) ratelimit.Units { return ratelimit.Units(v) }),
+		rapid.Map(rapid.Int64Range(1, 3000), func(v int64) ratelimit.Units { return ratelimit.Units(v) }),
+	).Draw(t, "cost")
+	return min(c, capacity)
+}
+
+// TestSameDecisionsAsInProcess runs one trace against the Redis store and
+// against an in-process single-key limiter per key, on one ManualClock, and
+// requires every Decision to be the same, field for field. Times run from 0
+// to MaxTime with leaps of years and readings that go back; capacities and
+// rates reach 1e15, so most quantities are beyond 2^53.
+func TestSameDecisionsAsInProcess(t *testing.T) {
+	rdb := needRedis(t)
+	defer func() { t.Logf("%d checks compared", totalChecks.Load()) }()
+	rapid.Check(t, func(t *rapid.T) {
+		rule := drawRule(t)
+		start := rapid.SampledFrom([]time.Duration{0, 1, unixNow, ratelimit.MaxTime - year, ratelimit.MaxTime}).Draw(t, "start")
+		clk := ratelimit.NewManualClock(start)
+		s, err := New(rdb, rule, WithClock(clk), WithPrefix(testPrefix()), WithExpiryMargin(time.Hour), WithTimeout(5*time.Second))
+		require.NoError(t, err)
+		p := s.Params()
+		local := map[string]ratelimit.Limiter{}
+		checks := 0
+		check := func(t *rapid.T) {
+			key := rapid.SampledFrom([]string{"a", "b", "{c}"}).Draw(t, "key")
+			cost := drawCost(t, p.Capacity)
+			l, ok := local[key]
+			if !ok {
+				l, err = ratelimit.New(rule, ratelimit.WithClock(clk))
+				require.NoError(t, err)
+				local[key] = l
+			}
+			want, werr := l.Check(cost)
+			got, gerr := s.Check(key, cost)
+			require.NoError(t, werr)
+			require.NoError(t, gerr)
+			checks++
+			if want != got {
+				t.Fatalf("check %d at %d, key %q, cost %d:\n in-process %+v\n redis      %+v", checks, clk.Now(), key, cost, want, got)
+			}
+		}
+		span := max(p.Window, 2)
+		t.Repeat(map[string]func(*rapid.T){
+			"advance": func(t *rapid.T) {
+				d := rapid.OneOf(
+					rapid.SampledFrom([]time.Duration{0, 1, time.Millisecond, time.Second, span, span / 2, span - 1}),
+					rapid.Map(rapid.Int64Range(0, int64(span)), func(v int64) time.Duration { return time.Duration(v) }),
+					rapid.Map(rapid.Int64Range(0, int64(10*year)), func(v int64) time.Duration { return time.Duration(v) }),
+				).Draw(t, "advance")
+				clk.Advance(d)
+			},
+			"back": func(t *rapid.T) {
+				now := clk.Now()
+				clk.Set(now - time.Duration(rapid.Int64Range(0, int64(min(now, 2*year))).Draw(t, "back")))
+			},
+			"check": func(t *rapid.T) {
+				for range rapid.IntRange(1, 10).Draw(t, "checks") {
+					check(t)
+				}
+			},
+		})
+		totalChecks.Add(int64(checks))
+		st := s.Stats()
+		require.Zero(t, st.Mismatches+st.InvalidStates+st.Failures)
+	})
+}

@@ -1,0 +1,173 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratelimit"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const (
+	drillTimeout = 50 * time.Millisecond
+	// slack is how far past its deadline a check may return on a loaded
+	// machine under the race detector: scheduling, not waiting on Redis.
+	slack = 150 * time.Millisecond
+)
+
+// drillServer starts a redis-server of the test's own, to hang and crash.
+func drillServer(t *testing.T) *server {
+	t.Helper()
+	needRedis(t)
+	s, err := startServer(0)
+	require.NoError(t, err)
+	t.Cleanup(s.stop)
+	return s
+}
+
+var drillRule = ratelimit.GCRA{Rate: ratelimit.Every(year), Burst: 3}
+
+// timed runs one check and requires that it end by its deadline.
+func timed(t *testing.T, s *Store, key string) (ratelimit.Decision, error) {
+	t.Helper()
+	start := time.Now()
+	d, err := s.Check(key, ratelimit.Unit)
+	took := time.Since(start)
+	assert.Less(t, took, drillTimeout+slack, "a check waited past its deadline")
+	return d, err
+}
+
+// awaitResume checks until Redis decides again (the circuit lets a probe
+// through after its pause), and returns that Decision.
+func awaitResume(t *testing.T, s *Store, key string) ratelimit.Decision {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		d, err := timed(t, s, key)
+		if err == nil {
+			return d
+		}
+		require.ErrorIs(t, err, ErrUnavailable)
+		require.True(t, time.Now().Before(deadline), "checks did not resume: %v", err)
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestFailurePolicies(t *testing.T) {
+	for _, ignoresContext := range []bool{false, true} {
+		name := "client stops at deadline"
+		if ignoresContext {
+			name = "client ignores deadlines"
+		}
+		t.Run(name, func(t *testing.T) {
+			for _, drill := range []string{"hang", "crash"} {
+				t.Run(drill, func(t *testing.T) {
+					srv := drillServer(t)
+					rdb := srv.client(func(o *redis.Options) {
+						o.ContextTimeoutEnabled = !ignoresContext
+						o.MaxRetries = -1
+						o.ReadTimeout = 2 * time.Second
+					})
+					defer rdb.Close()
+					open, err := New(rdb, drillRule, WithPrefix("open:"), WithTimeout(drillTimeout), WithCircuit(3, 500*time.Millisecond))
+					require.NoError(t, err)
+					closed, err := New(rdb, drillRule, WithPrefix("closed:"), WithTimeout(drillTimeout), WithFailureMode(FailClosed), WithCircuit(3, 500*time.Millisecond))
+					require.NoError(t, err)
+					local, err := ratelimit.NewStore(drillRule)
+					require.NoError(t, err)
+					fallback, err := New(rdb, drillRule, WithPrefix("fallback:"), WithTimeout(drillTimeout), WithFallback(local), WithCircuit(3, 500*time.Millisecond))
+					require.NoError(t, err)
+					assert.Equal(t, ignoresContext, open.guard)
+
+					// Healthy: Redis decides.
+					for _, s := range []*Store{open, closed, fallback} {
+						d, err := timed(t, s, "k")
+						require.NoError(t, err)
+						require.True(t, d.Allowed)
+						require.Equal(t, int64(2), d.Remaining)
+					}
+
+					if drill == "hang" {
+						srv.signal(syscall.SIGSTOP)
+					} else {
+						srv.kill()
+					}
+
+					for i := range 6 {
+						d, err := timed(t, open, "k")
+						require.ErrorIs(t, err, ErrUnavailable)
+						assert.True(t, d.Allowed, "fail open admits")
+						assert.Equal(t, int64(2), d.Remaining, "as a fresh key would")
+						if i >= 3 {
+							assert.ErrorIs(t, err, ErrCircuitOpen)
+						}
+
+						d, err = timed(t, closed, "k")
+						require.ErrorIs(t, err, ErrUnavailable)
+						assert.False(t, d.Allowed, "fail closed denies")
+						assert.Positive(t, d.RetryAfter)
+
+						// The local store's burst of 3, then denials.
+						d, err = timed(t, fallback, "k")
+						require.ErrorIs(t, err, ErrUnavailable)
+						assert.Equal(t, i < 3, d.Allowed, "fallback check %d", i)
+					}
+					assert.Equal(t, uint64(6), open.Stats().Failures)
+					assert.Equal(t, uint64(3), open.Stats().CircuitRefusals)
+
+					// While the circuit is open a check does not wait for Redis.
+					start := time.Now()
+					_, err = open.Check("k", ratelimit.Unit)
+					require.ErrorIs(t, err, ErrCircuitOpen)
+					assert.Less(t, time.Since(start), 10*time.Millisecond)
+
+					if drill == "hang" {
+						srv.signal(syscall.SIGCONT)
+					} else {
+						require.NoError(t, srv.start())
+					}
+					for _, s := range []*Store{open, closed, fallback} {
+						d := awaitResume(t, s, "k")
+						if drill == "hang" {
+							// The state survived: one unit was spent before,
+							// and the checks that timed out may have reached
+							// the server once it woke, spending more. They
+							// can only spend, never admit.
+							assert.LessOrEqual(t, d.Remaining, int64(1))
+						} else {
+							// The restarted server lost its state (and its
+							// script cache: EVAL replaced EVALSHA).
+							assert.Equal(t, int64(2), d.Remaining)
+						}
+						assert.Zero(t, s.Stats().Mismatches)
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestCallerDeadlineFirst: the caller's context bounds a check, not the
+// store's (longer) timeout.
+func TestCallerDeadlineFirst(t *testing.T) {
+	srv := drillServer(t)
+	rdb := srv.client(nil)
+	defer rdb.Close()
+	s, err := New(rdb, drillRule, WithTimeout(time.Hour))
+	require.NoError(t, err)
+	srv.signal(syscall.SIGSTOP)
+	defer srv.signal(syscall.SIGCONT)
+	ctx, cancel := context.WithTimeout(context.Background(), drillTimeout)
+	defer cancel()
+	start := time.Now()
+	d, err := s.CheckContext(ctx, "k", ratelimit.Unit)
+	assert.Less(t, time.Since(start), drillTimeout+slack)
+	assert.ErrorIs(t, err, ErrUnavailable)
+	assert.True(t, errors.Is(err, context.DeadlineExceeded), "the cause is wrapped: %v", err)
+	assert.True(t, d.Allowed)
+}

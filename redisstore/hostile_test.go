@@ -1,0 +1,155 @@
+package redisstore
+
+import (
+	"context"
+	"math/rand/v2"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratelimit"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestHostileKeys(t *testing.T) {
+	rdb := needRedis(t)
+	s, err := New(rdb, ratelimit.FixedWindow{Limit: 1, Window: 100 * year}, WithPrefix(testPrefix()))
+	require.NoError(t, err)
+	big := make([]byte, 1<<20)
+	r := rand.New(rand.NewPCG(3, 4))
+	for i := range big {
+		big[i] = byte(r.UintN(256))
+	}
+	keys := []string{"", "{", "}", "{}", "}{", "a{b}c", "\x00", "\x00\xff\xfe", "ключ", " ", "\r\n", strings.Repeat("{x}", 1000), string(big)}
+	shape := regexp.MustCompile(`^` + regexp.QuoteMeta(s.keyHead) + `[0-9a-f]{32}\}$`)
+	seen := map[string]bool{}
+	for _, k := range keys {
+		rk := s.Key(k)
+		assert.Regexp(t, shape, rk, "the hash tag is hex only, whatever the key")
+		assert.False(t, seen[rk], "two keys share a Redis key")
+		seen[rk] = true
+		d, err := s.Check(k, ratelimit.Unit)
+		require.NoError(t, err)
+		assert.True(t, d.Allowed, "first check of %.20q", k)
+	}
+	// Each key has its own allowance: the second check of each is denied.
+	for _, k := range keys {
+		d, err := s.Check(k, ratelimit.Unit)
+		require.NoError(t, err)
+		assert.False(t, d.Allowed, "second check of %.20q", k)
+	}
+}
+
+// TestTamperedState writes states no check could have produced into keys and
+// requires each check on them to be denied with ErrInvalidState, whatever
+// the failure policy, without writing anything or tripping the circuit.
+func TestTamperedState(t *testing.T) {
+	rdb := needRedis(t)
+	ctx := context.Background()
+	const now = int64(unixNow)
+	rules := map[string]ratelimit.Rule{
+		"gcra":   ratelimit.GCRA{Rate: ratelimit.PerSecond(10), Burst: 5},
+		"fixed":  ratelimit.FixedWindow{Limit: 5, Window: time.Second},
+		"window": ratelimit.SlidingCounter{Limit: 5, Window: time.Second},
+		"log":    ratelimit.SlidingLog{Limit: 5, Window: time.Second},
+	}
+	tests := []struct {
+		rule, state string
+	}{
+		{"gcra", "abc"},
+		{"gcra", ""},
+		{"gcra", " "},
+		{"gcra", "1  2 3"},
+		{"gcra", " 1 2 3"},
+		{"gcra", "1 2 3 "},
+		{"gcra", "-1 0 0"},
+		{"gcra", "01 0 0"},
+		{"gcra", "1e18 0 0"},
+		{"gcra", "1 2"},
+		{"gcra", "1 2 3 4"},
+		{"gcra", "1 9223372036854775807 0"},           // a huge TAT
+		{"gcra", "1 9223372036854775808 0"},           // beyond int64
+		{"gcra", "1 99999999999999999999999999999 0"}, // far beyond
+		{"gcra", "1780000000000000000 1780000000500000001 0"}, // more than the burst's span ahead
+		{"gcra", "1 2 1"},                                // a fraction with a pace of n = 1
+		{"gcra", "4611686018427387905 0 0"},              // the latest instant beyond MaxTime
+		{"fixed", "1780000000000000000 1780000000 5001"}, // above the limit
+		{"fixed", "1780000000000000000 1780000001 1"},    // a later window
+		{"window", "1780000000000000000 1780000000 0 5001"},
+		{"window", "1780000000000000000 1780000000 1 2 3"},
+		{"log", "1780000000000000000 1 1000 1 1000"},                                     // not increasing
+		{"log", "1780000000000000000 2 1000 1 1000"},                                     // decreasing
+		{"log", "1780000000000000000 1 0"},                                               // a zero cost
+		{"log", "1780000000000000000 1 1000 2"},                                          // not pairs
+		{"log", "1780000000000000000 1780000000000000001 1000"},                          // later than the latest instant
+		{"log", "1780000000000000000 1779999999999999999 6000"},                          // above the limit
+		{"log", "1780000000000000000 1779999999999999998 3000 1779999999999999999 3000"}, // inside above the limit
+	}
+	for _, mode := range []FailureMode{FailOpen, FailClosed} {
+		for _, tc := range tests {
+			clk := ratelimit.NewManualClock(time.Duration(now))
+			s, err := New(rdb, rules[tc.rule], WithClock(clk), WithPrefix(testPrefix()), WithFailureMode(mode))
+			require.NoError(t, err)
+			key := s.Key("k")
+			require.NoError(t, rdb.Set(ctx, key, tc.state, time.Hour).Err())
+			d, err := s.Check("k", ratelimit.Unit)
+			assert.ErrorIs(t, err, ratelimit.ErrInvalidState, "%s %q", tc.rule, tc.state)
+			assert.False(t, d.Allowed, "%s %q admitted", tc.rule, tc.state)
+			got, gerr := rdb.Get(ctx, key).Result()
+			require.NoError(t, gerr)
+			assert.Equal(t, tc.state, got, "the script wrote over a corrupted state")
+			// The same state is refused by the Machine too.
+			m, _ := ratelimit.NewMachine(rules[tc.rule])
+			_, _, merr := m.Step([]byte(tc.state), time.Duration(now), ratelimit.Unit, true)
+			if tc.state != "" {
+				assert.ErrorIs(t, merr, ratelimit.ErrInvalidState, "the Machine accepts %q", tc.state)
+			}
+			assert.Equal(t, uint64(1), s.Stats().InvalidStates)
+			assert.Zero(t, s.Stats().Failures)
+			assert.False(t, s.br.open())
+		}
+	}
+}
+
+// TestExtremeValidState: a state at the very edge of what the rule allows
+// (the TAT a whole burst ahead, at MaxTime) decides as the Machine does.
+func TestExtremeValidState(t *testing.T) {
+	rdb := needRedis(t)
+	ctx := context.Background()
+	rule := ratelimit.GCRA{Rate: ratelimit.Rate{Count: 1_000_000_000_000_000, Per: 99 * year}, Burst: 1_000_000_000_000_000}
+	clk := ratelimit.NewManualClock(ratelimit.MaxTime)
+	s, err := New(rdb, rule, WithClock(clk), WithPrefix(testPrefix()))
+	require.NoError(t, err)
+	p := s.Params()
+	m, _ := ratelimit.NewMachine(rule)
+	last := int64(ratelimit.MaxTime)
+	state := strings.Join([]string{i64(last), i64(last + int64(p.TauNanos)), u(p.TauFrac)}, " ")
+	require.NoError(t, rdb.Set(ctx, s.Key("k"), state, time.Hour).Err())
+	want, _, err := m.Step([]byte(state), ratelimit.MaxTime, ratelimit.Unit, true)
+	require.NoError(t, err)
+	got, err := s.Check("k", ratelimit.Unit)
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+	assert.False(t, got.Allowed)
+}
+
+// TestExpiry: the state's TTL covers its ResetAfter plus the margin.
+func TestExpiry(t *testing.T) {
+	rdb := needRedis(t)
+	ctx := context.Background()
+	clk := ratelimit.NewManualClock(unixNow)
+	s, err := New(rdb, ratelimit.GCRA{Rate: ratelimit.PerMinute(1), Burst: 10}, WithClock(clk), WithPrefix(testPrefix()), WithExpiryMargin(2*time.Second))
+	require.NoError(t, err)
+	var d ratelimit.Decision
+	for range 3 {
+		d, err = s.Check("k", ratelimit.Unit)
+		require.NoError(t, err)
+	}
+	require.Equal(t, 3*time.Minute, d.ResetAfter)
+	ttl, err := rdb.PTTL(ctx, s.Key("k")).Result()
+	require.NoError(t, err)
+	assert.LessOrEqual(t, ttl, d.ResetAfter+2*time.Second)
+	assert.Greater(t, ttl, d.ResetAfter+time.Second)
+}

@@ -1,0 +1,102 @@
+package redisstore
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/ratekit/ratelimit"
+)
+
+// Option configures a [Store].
+type Option func(*options)
+
+type options struct {
+	prefix   string
+	clock    ratelimit.Clock
+	timeout  time.Duration
+	margin   time.Duration
+	mode     FailureMode
+	fallback ratelimit.KeyedLimiter
+	failures int
+	pause    time.Duration
+}
+
+func defaultOptions() options {
+	return options{
+		prefix:   "ratelimit:",
+		timeout:  100 * time.Millisecond,
+		margin:   time.Second,
+		failures: 5,
+		pause:    250 * time.Millisecond,
+	}
+}
+
+func (o *options) validate() error {
+	switch {
+	case o.timeout <= 0:
+		return fmt.Errorf("%w: the timeout must be positive", ratelimit.ErrInvalidOption)
+	case o.margin < 0:
+		return fmt.Errorf("%w: the expiry margin must not be negative", ratelimit.ErrInvalidOption)
+	case o.failures < 1 || o.pause <= 0:
+		return fmt.Errorf("%w: the circuit needs at least one failure and a positive pause", ratelimit.ErrInvalidOption)
+	case o.mode != FailOpen && o.mode != FailClosed:
+		return fmt.Errorf("%w: unknown failure mode %d", ratelimit.ErrInvalidOption, o.mode)
+	}
+	return nil
+}
+
+// WithPrefix sets the prefix of every Redis key the store writes; the
+// default is "ratelimit:". Stores with different rules never share keys
+// whatever their prefixes (see [Store.Key]).
+func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
+
+// WithClock makes the store decide at the times c reads, nanoseconds since
+// the Unix epoch (such as [UnixClock], or a [ratelimit.ManualClock] in
+// tests), instead of at the Redis server's TIME. Every process using the
+// same keys must then share that time base: a key clamps to the latest
+// instant it was checked at, so a clock that runs behind only delays its
+// own requests, but one that runs ahead spends the allowance early for all.
+func WithClock(c ratelimit.Clock) Option { return func(o *options) { o.clock = c } }
+
+// WithTimeout bounds a check whose context has no deadline; the default is
+// 100 ms.
+func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// WithExpiryMargin sets how long past the instant its state is as good as a
+// fresh key's a key is kept in Redis; the default is one second. The
+// expiry runs on the server's clock and the decisions on the store's, so
+// the margin covers the skew between them.
+func WithExpiryMargin(d time.Duration) Option { return func(o *options) { o.margin = d } }
+
+// FailureMode is what a check answers when Redis cannot decide.
+type FailureMode int
+
+const (
+	// FailOpen, the default, admits: the Decision is the one a fresh key
+	// would get, as if the key's state had been lost.
+	FailOpen FailureMode = iota
+	// FailClosed denies, with RetryAfter set to the circuit's pause.
+	FailClosed
+)
+
+// WithFailureMode sets what a check answers when Redis cannot decide. The
+// error is returned in either case.
+func WithFailureMode(m FailureMode) Option { return func(o *options) { o.mode = m } }
+
+// WithFallback makes a check that Redis cannot decide go to local, an
+// in-process limiter such as a [ratelimit.Store] with the same rule: each
+// process then limits on its own until Redis is back, and the Decision is
+// local's. The error saying Redis failed is still returned. It takes
+// precedence over [WithFailureMode].
+func WithFallback(local ratelimit.KeyedLimiter) Option {
+	return func(o *options) { o.fallback = local }
+}
+
+// WithCircuit sets the circuit breaker: after failures consecutive checks
+// that Redis did not decide, checks stop trying Redis (and so stop waiting
+// out a deadline each) and go straight to the failure policy; after pause,
+// one check tries Redis again and, if it succeeds, checks resume. The
+// default is 5 failures and a 250 ms pause.
+func WithCircuit(failures int, pause time.Duration) Option {
+	return func(o *options) { o.failures, o.pause = failures, pause }
+}

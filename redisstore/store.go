@@ -1,0 +1,386 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratekit/ratelimit"
+	"github.com/redis/go-redis/v9"
+)
+
+// Errors returned with a Decision when Redis could not decide. Match them
+// with [errors.Is]; the error returned wraps the cause as well.
+var (
+	// ErrUnavailable means Redis did not answer in time or answered with an
+	// error: the Decision returned is the failure policy's (see
+	// [WithFailureMode] and [WithFallback]).
+	ErrUnavailable = errors.New("redisstore: redis unavailable")
+
+	// ErrCircuitOpen means the store did not try Redis because recent calls
+	// failed; it also matches [ErrUnavailable].
+	ErrCircuitOpen = fmt.Errorf("%w: circuit open after repeated failures", ErrUnavailable)
+
+	// ErrMismatch means the script's new state is not the one the rule's
+	// [ratelimit.Machine] computes from the same old state and instant. It
+	// would be a bug; the request is denied.
+	ErrMismatch = errors.New("redisstore: script and machine disagree")
+)
+
+// Store is a keyed rate limiter whose per-key state lives in Redis, so that
+// every process sharing the Redis sees one allowance per key. For every rule
+// [ratelimit.New] accepts it gives, field for field, the Decision the
+// in-process limiter gives on the same trace at the same instants.
+//
+// Each check is one script call (EVALSHA), atomic on the server: the script
+// reads the key's state, decides with exact integer arithmetic, writes the
+// new state with an expiry and returns the old state, the instant and the
+// new state. The Decision is then computed in Go by the rule's
+// [ratelimit.Machine] from that old state and instant, and the Machine's new
+// state must equal the script's, so every Decision field has one definition.
+//
+// A Store is safe for concurrent use, starts no goroutines of its own (but
+// see [New] on clients that ignore deadlines) and has nothing to close; the
+// client stays the caller's.
+type Store struct {
+	rdb      redis.UniversalClient
+	m        *ratelimit.Machine
+	p        ratelimit.Params
+	alg      string // the script's algorithm: m, f, c or l
+	keyHead  string // prefix and rule tag
+	clock    ratelimit.Clock
+	o        options
+	guard    bool  // the client may not stop at a context's deadline
+	marginMs int64 // expiry margin in ms
+	ruleArgs []any // the arguments after the cost and margin for windows
+	br       breaker
+
+	failures, circuitRefusals, invalid, mismatches atomic.Uint64
+}
+
+// New returns a Store for rule on the Redis that rdb talks to. rule is
+// validated as by [ratelimit.New]; a bad rule or option is an error.
+//
+// Every call has a deadline: the caller's context's, else the timeout of
+// [WithTimeout]. A client built with ContextTimeoutEnabled (a
+// [redis.Client], [redis.ClusterClient] or [redis.Ring]) stops at that
+// deadline by itself; for any other client each call runs on a goroutine
+// the check stops waiting for at the deadline, which then lives on until
+// the client's own read timeout.
+func New(rdb redis.UniversalClient, rule ratelimit.Rule, opts ...Option) (*Store, error) {
+	if rdb == nil {
+		return nil, fmt.Errorf("%w: nil client", ratelimit.ErrInvalidOption)
+	}
+	m, err := ratelimit.NewMachine(rule)
+	if err != nil {
+		return nil, err
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	p := m.Params()
+	s := &Store{
+		rdb:      rdb,
+		m:        m,
+		p:        p,
+		clock:    o.clock,
+		o:        o,
+		guard:    !honoursContext(rdb),
+		marginMs: max(1, (int64(o.margin)+int64(time.Millisecond)-1)/int64(time.Millisecond)),
+	}
+	switch p.Algorithm {
+	case "token_bucket", "gcra", "leaky_bucket":
+		s.alg = "m"
+		s.ruleArgs = []any{u(p.RateUnits), u(p.TauNanos), u(p.TauFrac)}
+	case "fixed_window":
+		s.alg = "f"
+	case "sliding_counter":
+		s.alg = "c"
+	case "sliding_log":
+		s.alg = "l"
+	default:
+		return nil, fmt.Errorf("%w: algorithm %q has no Redis script", ratelimit.ErrInvalidRule, p.Algorithm)
+	}
+	if s.alg != "m" {
+		s.ruleArgs = []any{strconv.FormatInt(p.WindowNanos, 10), strconv.FormatInt(int64(p.Capacity), 10)}
+	}
+	s.keyHead = o.prefix + ruleTag(p) + ":{"
+	return s, nil
+}
+
+func u(v uint64) string { return strconv.FormatUint(v, 10) }
+
+// ruleTag names the rule's numbers (not its Name) in every key, so that
+// a rule with other numbers never reads a state written under this one: it
+// starts its keys fresh instead.
+func ruleTag(p ratelimit.Params) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s %d %d %d %d %d %d", p.Algorithm, p.Capacity, p.RateUnits, p.RateNanos, p.TauNanos, p.TauFrac, p.WindowNanos)
+	return hex.EncodeToString(h.Sum(nil)[:4])
+}
+
+// Key returns the Redis key that holds key's state: the prefix, the rule's
+// tag, and in braces (the Cluster hash tag) the hex of a hash of key, so
+// that keys of any length or bytes make short keys that are safe to route.
+func (s *Store) Key(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	var b strings.Builder
+	b.Grow(len(s.keyHead) + 33)
+	b.WriteString(s.keyHead)
+	b.WriteString(hex.EncodeToString(sum[:16]))
+	b.WriteByte('}')
+	return b.String()
+}
+
+// Params returns the rule's compiled parameters.
+func (s *Store) Params() ratelimit.Params { return s.p }
+
+// Clock returns the clock Wait sleeps on: the client clock given with
+// [WithClock], or Unix time when the server's clock decides.
+func (s *Store) Clock() ratelimit.Clock {
+	if s.clock == nil {
+		return UnixClock()
+	}
+	return s.clock
+}
+
+// Check is CheckContext with a background context: the store's timeout
+// bounds it.
+func (s *Store) Check(key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	return s.CheckContext(context.Background(), key, cost)
+}
+
+// CheckContext checks cost for key as [ratelimit.Store.Check] does, with its
+// state in Redis. ctx bounds the call; without a deadline, the store's
+// timeout does.
+//
+// Cost errors are the core's ([ratelimit.ErrInvalidCost],
+// [ratelimit.ErrCostExceedsCapacity]) and reach no server. When Redis fails
+// or does not answer by the deadline, the error wraps [ErrUnavailable] and
+// the cause, and the Decision is the failure policy's. A key whose stored
+// state is corrupted (see [ratelimit.ErrInvalidState]) is denied with that
+// error, whatever the policy: no admission is ever made on a state that
+// cannot be trusted.
+func (s *Store) CheckContext(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	if cost <= 0 || cost > s.p.Capacity {
+		d, _, err := s.m.Step(nil, 0, cost, false)
+		return d, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.o.timeout)
+		defer cancel()
+	}
+	probe, ok := s.br.allow(time.Now(), s.o.pause)
+	if !ok {
+		s.circuitRefusals.Add(1)
+		s.failures.Add(1)
+		return s.degraded(ctx, key, cost, ErrCircuitOpen)
+	}
+	reply, err := s.run(ctx, key, cost)
+	if err != nil {
+		if isScriptError(err) {
+			// The server answered: it is up, but the key cannot be used.
+			s.br.success(probe)
+			s.invalid.Add(1)
+			return s.refused(), fmt.Errorf("%w: key %q: %v", ratelimit.ErrInvalidState, clipKey(key), err)
+		}
+		s.failures.Add(1)
+		s.br.failure(time.Now(), probe, s.o.failures, s.o.pause)
+		return s.degraded(ctx, key, cost, fmt.Errorf("%w: %w", ErrUnavailable, err))
+	}
+	s.br.success(probe)
+	return s.verify(key, cost, reply)
+}
+
+// run sends the script, on a goroutine of its own when the client might
+// not stop at ctx's deadline.
+func (s *Store) run(ctx context.Context, key string, cost ratelimit.Units) ([]any, error) {
+	args := s.args(cost)
+	keys := []string{s.Key(key)}
+	if !s.guard {
+		return stepScript.Run(ctx, s.rdb, keys, args...).Slice()
+	}
+	type result struct {
+		v   []any
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		v, err := stepScript.Run(ctx, s.rdb, keys, args...).Slice()
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// args are the script's arguments for one check (see step.lua).
+func (s *Store) args(cost ratelimit.Units) []any {
+	now := ""
+	if s.clock != nil {
+		now = strconv.FormatInt(clamp(s.clock.Now()), 10)
+	}
+	args := make([]any, 0, 9)
+	args = append(args, s.alg, now, strconv.FormatInt(int64(cost), 10), strconv.FormatInt(s.marginMs, 10))
+	args = append(args, s.ruleArgs...)
+	if s.alg == "m" {
+		ns, frac := s.m.Span(cost)
+		args = append(args, u(ns), u(frac))
+	}
+	return args
+}
+
+// clamp maps a clock reading into [0, MaxTime], as the core does.
+func clamp(t time.Duration) int64 {
+	return int64(min(max(t, 0), ratelimit.MaxTime))
+}
+
+// verify turns the script's reply into the Decision, recomputing it with
+// the rule's Machine and checking the script wrote the same new state.
+func (s *Store) verify(key string, cost ratelimit.Units, reply []any) (ratelimit.Decision, error) {
+	old, okOld := str(reply, 0)
+	reading, okNow := str(reply, 1)
+	written, okNew := str(reply, 2)
+	at, err := strconv.ParseInt(reading, 10, 64)
+	if !okOld || !okNow || !okNew || len(reply) != 4 || err != nil {
+		s.mismatches.Add(1)
+		return s.refused(), fmt.Errorf("%w: unexpected reply %v", ErrMismatch, reply)
+	}
+	admitted, _ := reply[3].(int64)
+	d, next, err := s.m.Step([]byte(old), time.Duration(at), cost, true)
+	if err != nil {
+		if errors.Is(err, ratelimit.ErrInvalidState) {
+			s.invalid.Add(1)
+			return s.refused(), fmt.Errorf("key %q: %w", clipKey(key), err)
+		}
+		return d, err
+	}
+	if string(next) != written || d.Allowed != (admitted == 1) {
+		s.mismatches.Add(1)
+		return s.refused(), fmt.Errorf("%w: key %q at %d: script wrote %q, machine %q", ErrMismatch, clipKey(key), at, clipKey(written), clipKey(string(next)))
+	}
+	return d, nil
+}
+
+func str(reply []any, i int) (string, bool) {
+	if i >= len(reply) {
+		return "", false
+	}
+	v, ok := reply[i].(string)
+	return v, ok
+}
+
+// isScriptError reports an error the script itself raised.
+func isScriptError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.Contains(err.Error(), "RATELIMIT ")
+}
+
+// clipKey shortens a key (or state) for an error message.
+func clipKey(k string) string {
+	if len(k) > 64 {
+		return k[:64] + "..."
+	}
+	return k
+}
+
+// refused is the Decision that admits nothing, for a check that could not
+// be trusted.
+func (s *Store) refused() ratelimit.Decision {
+	return ratelimit.Decision{Limit: s.p.Limit, Policy: s.p.Policy, Window: s.p.Window}
+}
+
+// degraded applies the failure policy to a check Redis did not decide.
+func (s *Store) degraded(ctx context.Context, key string, cost ratelimit.Units, cause error) (ratelimit.Decision, error) {
+	switch {
+	case s.o.fallback != nil:
+		var d ratelimit.Decision
+		var err error
+		if cc, ok := s.o.fallback.(ratelimit.ContextChecker); ok {
+			d, err = cc.CheckContext(context.WithoutCancel(ctx), key, cost)
+		} else {
+			d, err = s.o.fallback.Check(key, cost)
+		}
+		if err != nil {
+			return d, errors.Join(cause, err)
+		}
+		return d, cause
+	case s.o.mode == FailClosed:
+		d := s.refused()
+		d.RetryAfter = s.o.pause
+		return d, cause
+	default:
+		// As if the key were fresh: what losing its state would give.
+		d, _, _ := s.m.Step(nil, time.Duration(clamp(s.Clock().Now())), cost, false)
+		return d, cause
+	}
+}
+
+// Stats are a store's counters since it was built.
+type Stats struct {
+	// Failures counts checks Redis did not decide (errors, timeouts and
+	// refusals of the open circuit), each answered by the failure policy.
+	Failures uint64
+	// CircuitRefusals counts the checks among Failures that did not try
+	// Redis because the circuit was open.
+	CircuitRefusals uint64
+	// InvalidStates counts checks denied because the key's stored state
+	// was corrupted.
+	InvalidStates uint64
+	// Mismatches counts checks denied because the script and the Machine
+	// disagreed (see [ErrMismatch]); it should stay zero.
+	Mismatches uint64
+}
+
+// Stats returns the store's counters.
+func (s *Store) Stats() Stats {
+	return Stats{
+		Failures:        s.failures.Load(),
+		CircuitRefusals: s.circuitRefusals.Load(),
+		InvalidStates:   s.invalid.Load(),
+		Mismatches:      s.mismatches.Load(),
+	}
+}
+
+// honoursContext reports whether rdb stops at a context's deadline by itself.
+func honoursContext(rdb redis.UniversalClient) bool {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// unixClock is Unix time in nanoseconds.
+type unixClock struct{}
+
+func (unixClock) Now() time.Duration { return time.Duration(time.Now().UnixNano()) }
+
+// UnixClock returns a clock of Unix time, nanoseconds since 1970: the time
+// base a client clock must share with every other process using the same
+// keys, since window boundaries are multiples of the window from the Unix
+// epoch.
+func UnixClock() ratelimit.Clock { return unixClock{} }
+
+var (
+	_ ratelimit.ContextChecker = (*Store)(nil)
+	_ ratelimit.KeyedLimiter   = (*Store)(nil)
+)
