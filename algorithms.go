@@ -182,7 +182,7 @@ func (b *ruleBase) policy() *policy { return &b.pol }
 // bindRule binds a compiled algorithm A to its state type S, passing on a
 // compile error. Each rule's bind method is one call to it:
 //
-//	func (r TokenBucket) bind() (binding, error) { return bindRule[tbState](r.compile()) }
+//	func (r FixedWindow) bind() (binding, error) { return bindRule[fwState](r.compile()) }
 func bindRule[S any, A algorithm[S]](a A, err error) (binding, error) {
 	if err != nil {
 		return nil, err

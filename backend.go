@@ -71,8 +71,8 @@ type Params struct {
 //   - token_bucket, gcra and leaky_bucket: "t f", the theoretical arrival
 //     time (the instant the key's spent allowance has all come back, or for
 //     the leaky bucket the instant its queue is empty) as t + f/RateUnits
-//     ns, with f < RateUnits. A token bucket is kept in GCRA's state, as
-//     their decisions agree for every trace.
+//     ns, with f < RateUnits. A token bucket is kept in GCRA's state (see
+//     [TokenBucket]).
 //   - fixed_window: "w c", the index of the window [wW, (w+1)W) and the
 //     milli-units admitted in it.
 //   - sliding_counter: "w p c", the window's index and the milli-units
@@ -104,29 +104,12 @@ func NewMachine(rule Rule) (*Machine, error) {
 	if isNilRule(rule) {
 		return nil, nilRuleError("rule")
 	}
-	// A token bucket runs on GCRA's state: the two decide alike on every
-	// trace, and a backend then needs one bucket algorithm, not two.
-	tb, isTB := rule.(TokenBucket)
-	if p, ok := rule.(*TokenBucket); ok {
-		tb, isTB = *p, true
-	}
-	name := algorithmName(rule)
-	if isTB {
-		rule = GCRA{Rate: tb.Rate, Burst: tb.Burst, Name: tb.Name}
-	}
 	b, err := rule.bind()
 	if err != nil {
-		if isTB {
-			if re, ok := err.(*RuleError); ok {
-				re.Rule = "TokenBucket"
-			}
-		}
 		return nil, err
 	}
+	name := algorithmName(rule)
 	core := b.newMachine()
-	if core == nil {
-		return nil, &RuleError{Rule: name, Field: "rule", Reason: "has no state encoding for a Machine"}
-	}
 	p := core.params()
 	p.Algorithm = name
 	return &Machine{params: p, core: core}, nil
@@ -255,29 +238,24 @@ type codec[S any] interface {
 	params() Params
 }
 
-// machineOf is the machineCore of an algorithm A with state S. Every
-// algorithm but the token bucket (whose Machine runs on GCRA) is its own
-// codec.
-type machineOf[S any, A algorithm[S]] struct {
-	alg A
-	c   codec[S]
-}
+// machineOf is the machineCore of an algorithm A with state S.
+type machineOf[S any, A algorithm[S]] struct{ alg A }
 
 func (m machineOf[S, A]) step(fields []int64, now, cost int64, commit bool, dst []byte) (Decision, []byte, error) {
 	var s S
-	if err := m.c.decodeAt(fields, &s, now); err != nil {
+	if err := m.alg.decodeAt(fields, &s, now); err != nil {
 		return Decision{}, nil, err
 	}
 	d := m.alg.step(&s, now, cost, commit)
 	if commit {
-		dst = m.c.encode(dst, &s)
+		dst = m.alg.encode(dst, &s)
 	}
 	return d, dst, nil
 }
 
 func (m machineOf[S, A]) capacity() int64 { return m.alg.capacity() }
 func (m machineOf[S, A]) policy() *policy { return m.alg.policy() }
-func (m machineOf[S, A]) params() Params  { return m.c.params() }
+func (m machineOf[S, A]) params() Params  { return m.alg.params() }
 
 // span is the pace's, for Machine.Span; ok is false for the window rules.
 func (m machineOf[S, A]) span(x uint64) (uint64, uint64, bool) {

@@ -56,7 +56,7 @@
 // time, W the rule's Window.
 //
 //	                burst               state per key     most admitted in t        RetryAfter
-//	TokenBucket     Burst, then Rate    24 bytes          Burst + Rate x t          exact: tokens earned
+//	TokenBucket     Burst, then Rate    16 bytes (GCRA's) Burst + Rate x t          exact: tokens earned
 //	GCRA            as TokenBucket      16 bytes          as TokenBucket            as TokenBucket
 //	LeakyBucket     queued up to        16 bytes          as TokenBucket, but they  exact: room in the queue
 //	                Capacity, each                        go on at Rate, one after
@@ -173,8 +173,8 @@
 // a partly spent key hands it a fresh allowance when it comes back;
 // [StoreStats].LossyEvictions counts those, and a count that keeps growing
 // means the store is too small for its traffic. Measured at a million
-// keys, a store costs 46.9 bytes per key for GCRA, the leaky bucket and the
-// fixed window and 56.3 for the token bucket and the sliding counter (see
+// keys, a store costs 46.9 bytes per key for the token bucket, GCRA, the
+// leaky bucket and the fixed window and 56.3 for the sliding counter (see
 // [Store]), plus the bytes of the key strings it keeps.
 //
 // # Errors

@@ -113,7 +113,13 @@ func (m *meter) fresh(s *vtime, now int64) bool {
 type gcraAlgo struct{ meter }
 
 func (r GCRA) compile() (*gcraAlgo, error) {
-	m, err := newMeter("GCRA", r.Name, "Rate", "Burst", r.Rate, r.Burst)
+	return compileGCRA("GCRA", r.Name, r.Rate, r.Burst)
+}
+
+// compileGCRA compiles a GCRA of the given rate and burst for the rule type
+// named rule (GCRA, or TokenBucket, which runs on it).
+func compileGCRA(rule, name string, r Rate, burst int64) (*gcraAlgo, error) {
+	m, err := newMeter(rule, name, "Rate", "Burst", r, burst)
 	if err != nil {
 		return nil, err
 	}
@@ -127,8 +133,10 @@ func (a *gcraAlgo) step(s *vtime, now, cost int64, commit bool) Decision {
 }
 
 // bind keeps GCRA's own binding, for its lock-free single-key limiter.
-func (r GCRA) bind() (binding, error) {
-	a, err := r.compile()
+func (r GCRA) bind() (binding, error) { return bindGCRA(r.compile()) }
+
+// bindGCRA binds a compiled GCRA, passing on a compile error.
+func bindGCRA(a *gcraAlgo, err error) (binding, error) {
 	if err != nil {
 		return nil, err
 	}

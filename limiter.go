@@ -76,13 +76,7 @@ func (b bound[S, A]) newLimiter(o *options) Limiter { return newSingle[S](b.alg,
 
 func (b bound[S, A]) newStore(o *options) keyedStore { return newStoreCore[S](b.alg, o) }
 
-func (b bound[S, A]) newMachine() machineCore {
-	c, ok := any(b.alg).(codec[S])
-	if !ok {
-		return nil // the token bucket's Machine runs on GCRA's state
-	}
-	return machineOf[S, A]{alg: b.alg, c: c}
-}
+func (b bound[S, A]) newMachine() machineCore { return machineOf[S, A]{alg: b.alg} }
 
 // Option configures a limiter or store built by [New] or [NewStore].
 type Option func(*options)
@@ -163,6 +157,8 @@ type algorithm[S any] interface {
 	policy() *policy
 	// migrator moves a key between rules (see Migration).
 	migrator[S]
+	// codec reads and writes the state for a Machine.
+	codec[S]
 }
 
 // policy is the part of every Decision that describes the rule rather than

@@ -92,16 +92,6 @@ type migrator[S any] interface {
 	withSpent(s *S, now, x int64)
 }
 
-func (a *tbAlgo) spentAt(s *tbState, now int64) int64 {
-	miss, frac := a.refill(s, max(now, s.last))
-	if frac != 0 {
-		miss++
-	}
-	return miss
-}
-
-func (a *tbAlgo) withSpent(s *tbState, now, x int64) { *s = tbState{last: now, miss: x} }
-
 func (m *meter) spentAt(s *vtime, now int64) int64 {
 	dn, df := m.debt(s, now)
 	return int64(m.milliCeil(dn, df))
