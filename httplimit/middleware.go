@@ -137,9 +137,6 @@ type config struct {
 	shadow   bool
 	legacy   bool
 	maxDelay time.Duration
-	// sleep waits d or until ctx ends; tests replace it to wait on virtual
-	// time.
-	sleep func(ctx context.Context, d time.Duration) error
 }
 
 // WithKey sets how requests are keyed. The default is [ClientIP]{}.Key: the
@@ -214,38 +211,54 @@ func WithLegacyHeaders() Option {
 
 // WithMaxDelay caps how long an admitted request may wait for its turn
 // (its [ratelimit.Decision] Delay, set by a [ratelimit.LeakyBucket]); d <= 0
-// means no cap, the default. A request whose Delay exceeds d is answered
-// like one over its limit, with a Retry-After after which a request of the
-// same cost would wait at most d.
+// means no cap, the default. A request that would wait longer than d is
+// answered like one over its limit, with a Retry-After after which a request
+// of the same cost would wait at most d.
 //
-// The limiter has already admitted such a request when the middleware sees
-// its Delay, and a keyed limiter cannot take an admission back: the refused
-// request's place in the queue stays taken, and drains at the rule's rate as
-// if it had been served. A client that keeps sending while its queue is
-// longer than d therefore keeps it that long, and is refused until it backs
-// off for its Retry-After. To refuse without spending anything, size the
-// rule instead: a LeakyBucket admits nothing that would wait longer than
-// (Capacity - cost)/Rate, so Capacity = Rate x (longest wait) + 1 caps the
-// wait of unit requests exactly. WithMaxDelay is the safety net for limiters
-// whose rules the middleware does not control.
+// If the limiter has a method
+//
+//	CheckWithin(key string, cost ratelimit.Units, maxDelay time.Duration) (ratelimit.Decision, error)
+//
+// as [ratelimit.Store] and [ratelimit.Composite] do, the middleware asks it
+// instead of Check: a request refused for waiting too long then spends
+// nothing, and its Decision is exact, RetryAfter and Policy being those of
+// the rule whose queue is too long, even when several rules are combined.
+//
+// Other limiters can only be asked with Check, which has already admitted
+// the request when the middleware sees its Delay, and a keyed limiter cannot
+// take an admission back: the refused request's place in the queue stays
+// taken, and drains at the rule's rate as if it had been served. The
+// Retry-After is then worked out from the Decision's Delay, Limit and
+// Window, which is exact when the Decision describes the queue itself, and
+// a client that keeps sending while its queue is longer than d keeps it
+// that long, and is refused until it backs off.
 func WithMaxDelay(d time.Duration) Option {
 	return func(c *config) { c.maxDelay = d }
 }
 
 // Middleware returns net/http middleware that checks every request against
 // lim and forwards it only if it is admitted. lim is typically a
-// [ratelimit.Store]; it must be safe for concurrent use. Middleware panics
-// if lim is nil.
+// [ratelimit.Store] or a [ratelimit.Composite]; it must be safe for
+// concurrent use. Middleware panics if lim is nil.
 //
-// For each request the key and the cost are computed, and lim.Check
-// decides:
+// For each request the key and the cost are computed, and lim decides. The
+// middleware asks in the most exact form lim offers: CheckWithin when
+// [WithMaxDelay] is set and lim has it (see there); otherwise CheckContext
+// with the request's context if lim is a [ratelimit.ContextChecker], so that
+// a limiter that waits on a network gives up with the request; otherwise
+// Check. Then:
 //
 //   - admitted: the RateLimit fields are set and the request is forwarded,
 //     after waiting out the Decision's Delay if it has one (a leaky bucket).
-//     If the request's context ends during the wait the request is answered
-//     503 Service Unavailable, not 429: it was within its limit, and it is
-//     the request's own deadline or cancellation that cut the wait short.
-//     Its allowance stays spent.
+//     The wait is on lim's own clock if lim has a method Clock()
+//     [ratelimit.Clock], as a Store and a Composite have, and on the system
+//     clock otherwise; so a store given a [ratelimit.ManualClock] makes
+//     the middleware wait on virtual time, and a test moves it on.
+//     If the request's context ends during the wait (or has ended before
+//     its check) the request is answered 503 Service Unavailable, not 429:
+//     it was within its limit, and it is the request's own deadline or
+//     cancellation that cut it short. An admitted request's allowance stays
+//     spent.
 //   - denied: the fields, Retry-After and Cache-Control: no-store are set,
 //     the request is logged, and the [DeniedHandler] answers (429 by
 //     default). A client over its own limit never gets 503.
@@ -264,7 +277,6 @@ func Middleware(lim ratelimit.KeyedLimiter, opts ...Option) func(http.Handler) h
 		cost:    FixedCost(ratelimit.Unit),
 		denied:  deny,
 		onError: FailOpen,
-		sleep:   sleep,
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -274,18 +286,61 @@ func Middleware(lim ratelimit.KeyedLimiter, opts ...Option) func(http.Handler) h
 	if c.logger == nil {
 		c.logger = slog.Default()
 	}
+	base := handler{config: c, lim: lim, clock: ratelimit.SystemClock()}
+	base.withCtx, _ = lim.(ratelimit.ContextChecker)
+	if c.maxDelay > 0 {
+		base.within, _ = lim.(withinChecker)
+	}
+	if cl, ok := lim.(clocked); ok {
+		if clk := cl.Clock(); clk != nil {
+			base.clock = clk
+		}
+	}
 	return func(next http.Handler) http.Handler {
 		if next == nil {
 			panic("httplimit: nil handler")
 		}
-		return &handler{config: c, lim: lim, next: next}
+		h := base
+		h.next = next
+		return &h
 	}
+}
+
+// withinChecker is a keyed limiter that can refuse a request that would
+// wait too long for its turn without spending anything, as
+// [ratelimit.Store] and [ratelimit.Composite] can.
+type withinChecker interface {
+	CheckWithin(key string, cost ratelimit.Units, maxDelay time.Duration) (ratelimit.Decision, error)
+}
+
+// clocked is a limiter that tells which clock it reads, as
+// [ratelimit.Store] and [ratelimit.Composite] do.
+type clocked interface {
+	Clock() ratelimit.Clock
 }
 
 type handler struct {
 	config
-	lim  ratelimit.KeyedLimiter
-	next http.Handler
+	lim     ratelimit.KeyedLimiter
+	withCtx ratelimit.ContextChecker // lim, if it takes a context
+	within  withinChecker            // lim, if it has CheckWithin and maxDelay > 0
+	clock   ratelimit.Clock          // the clock a Delay is waited out on
+	next    http.Handler
+}
+
+// check asks the limiter about the request, in the most exact form it
+// offers.
+func (h *handler) check(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	switch {
+	case h.within != nil:
+		if err := ctx.Err(); err != nil {
+			return ratelimit.Decision{}, err
+		}
+		return h.within.CheckWithin(key, cost, h.maxDelay)
+	case h.withCtx != nil:
+		return h.withCtx.CheckContext(ctx, key, cost)
+	}
+	return h.lim.Check(key, cost)
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -299,16 +354,19 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.badCost(w, r, key, nil, err)
 		return
 	}
-	d, err := h.lim.Check(key, cost)
+	d, err := h.check(r.Context(), key, cost)
 	if err != nil {
-		if errors.Is(err, ratelimit.ErrInvalidCost) || errors.Is(err, ratelimit.ErrCostExceedsCapacity) {
+		switch {
+		case errors.Is(err, ratelimit.ErrInvalidCost) || errors.Is(err, ratelimit.ErrCostExceedsCapacity):
 			h.badCost(w, r, key, &d, err)
-			return
+		case r.Context().Err() != nil:
+			h.ended(w, r, key, d, 0)
+		default:
+			h.fail(w, r, fmt.Errorf("httplimit: limiter: %w", err))
 		}
-		h.fail(w, r, fmt.Errorf("httplimit: limiter: %w", err))
 		return
 	}
-	if d.Allowed && h.maxDelay > 0 && d.Delay > h.maxDelay {
+	if h.within == nil && d.Allowed && h.maxDelay > 0 && d.Delay > h.maxDelay {
 		d = h.overCap(d, cost)
 	}
 	if h.shadow {
@@ -328,14 +386,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if d.Delay > 0 {
-		if err := h.sleep(r.Context(), d.Delay); err != nil {
-			h.logger.LogAttrs(r.Context(), slog.LevelInfo, "httplimit: wait abandoned",
-				slog.String("key", key), slog.Duration("delay", d.Delay), slog.Any("error", err))
-			writeJSON(w, http.StatusServiceUnavailable, problem{
-				Error:   "wait_abandoned",
-				Policy:  policyName(d),
-				Message: "the request ended while waiting for its turn",
-			})
+		if err := ratelimit.Sleep(r.Context(), h.clock, d.Delay); err != nil {
+			h.ended(w, r, key, d, d.Delay)
 			return
 		}
 	}
@@ -364,6 +416,18 @@ func (h *handler) overCap(d ratelimit.Decision, cost ratelimit.Units) ratelimit.
 	d.RetryAfter = min(d.Delay-h.maxDelay+span, ratelimit.MaxTime)
 	d.Delay = 0
 	return d
+}
+
+// ended answers a request whose context ended before it could go on:
+// during its check, or while it waited delay for its turn.
+func (h *handler) ended(w http.ResponseWriter, r *http.Request, key string, d ratelimit.Decision, delay time.Duration) {
+	h.logger.LogAttrs(r.Context(), slog.LevelInfo, "httplimit: wait abandoned",
+		slog.String("key", key), slog.Duration("delay", delay), slog.Any("error", context.Cause(r.Context())))
+	writeJSON(w, http.StatusServiceUnavailable, problem{
+		Error:   "wait_abandoned",
+		Policy:  policyName(d),
+		Message: "the request ended while waiting for its turn",
+	})
 }
 
 // fail handles an error from the key function or the limiter.
@@ -533,19 +597,4 @@ func ceilDiv(d, unit time.Duration) int64 {
 		return 0
 	}
 	return int64((d-1)/unit + 1)
-}
-
-// sleep waits d, or until ctx ends, whichever is first.
-func sleep(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return context.Cause(ctx)
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
 }

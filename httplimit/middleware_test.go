@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 	"time"
 
@@ -251,91 +252,211 @@ func TestSlidingLogVector(t *testing.T) {
 
 func TestLeakyBucketWaits(t *testing.T) {
 	f := newFixture(t, ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(5), Capacity: 10, Name: "shaped"})
-	for i := 0; i < 10; i++ {
-		w := f.do()
-		require.Equal(t, http.StatusOK, w.Code, "request %d", i)
-		// The fields describe the moment the request goes on: by then, the
-		// queue ahead of it has drained.
-		assert.Equal(t, `"shaped";r=`+itoa(9-i)+`;t=1`, w.Header().Get("RateLimit"), "request %d", i)
-	}
-	assert.Equal(t, []time.Duration{200, 400, 600, 800, 1000, 1200, 1400, 1600, 1800}, msList(f.sleeps),
-		"the first goes at once, each later one waits its Delay")
 	w := f.do()
-	assert.Equal(t, http.StatusTooManyRequests, w.Code)
+	require.Equal(t, http.StatusOK, w.Code, "the first goes at once")
+	assert.Equal(t, `"shaped";r=9;t=1`, w.Header().Get("RateLimit"))
+	var queued []<-chan *httptest.ResponseRecorder
+	for i := 1; i < 10; i++ {
+		queued = append(queued, f.start())
+		f.sleepers(i) // each later one waits its Delay on the store's clock
+	}
+	w = f.do()
+	assert.Equal(t, http.StatusTooManyRequests, w.Code, "the queue is full")
 	assert.Equal(t, "1", w.Header().Get("Retry-After"))
 	assert.EqualValues(t, 200, jsonBody(t, w)["retry_after_ms"])
+
+	for i, done := range queued {
+		at := time.Duration(i+1) * 200 * time.Millisecond
+		f.clk.Set(at - 1)
+		f.assertPending(done, "a nanosecond before its turn")
+		f.clk.Set(at)
+		w := f.await(done)
+		require.Equal(t, http.StatusOK, w.Code, "request %d", i+1)
+		// The fields describe the moment the request goes on: by then, the
+		// queue ahead of it has drained.
+		assert.Equal(t, `"shaped";r=`+itoa(8-i)+`;t=1`, w.Header().Get("RateLimit"), "request %d", i+1)
+	}
 	assert.EqualValues(t, 10, f.calls.Load())
 }
 
 func TestLeakyBucketWaitAbandoned(t *testing.T) {
-	var f *fixture
-	f = newFixture(t, ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(5), Capacity: 10},
-		httplimit.WithSleep(func(ctx context.Context, d time.Duration) error {
-			f.sleeps = append(f.sleeps, d)
-			<-ctx.Done() // the wait outlasts the request
-			return context.Cause(ctx)
-		}))
+	f := newFixture(t, ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(5), Capacity: 10})
 	require.Equal(t, http.StatusOK, f.do().Code, "the first request does not wait")
 
 	ctx, cancel := context.WithCancelCause(context.Background())
+	done := f.start(withContext(ctx))
+	f.sleepers(1)
 	cancel(errors.New("client went away"))
-	w := f.do(withContext(ctx))
+	w := f.await(done)
 	assert.Equal(t, http.StatusServiceUnavailable, w.Code)
 	assert.JSONEq(t, `{"error":"wait_abandoned","policy":"default","message":"the request ended while waiting for its turn"}`,
 		w.Body.String())
 	assert.Equal(t, "no-store", w.Header().Get("Cache-Control"))
 	assert.Empty(t, w.Header().Values("Retry-After"))
-	assert.Equal(t, []time.Duration{200 * time.Millisecond}, f.sleeps)
 	assert.EqualValues(t, 1, f.calls.Load(), "the abandoned request never reaches the handler")
 	logs := f.logs.lines(t)
 	require.Len(t, logs, 1)
 	assert.Equal(t, "httplimit: wait abandoned", logs[0]["msg"])
 	assert.Equal(t, "client went away", logs[0]["error"])
+	assert.EqualValues(t, 200*time.Millisecond, logs[0]["delay"])
+	f.start()
+	f.sleepers(1)
+	at, ok := f.clk.NextWake()
+	require.True(t, ok)
+	assert.Equal(t, 400*time.Millisecond, at, "the abandoned request stays spent: the next one is third in the queue")
 }
 
-func TestSleep(t *testing.T) {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	cause := errors.New("shutting down")
-	cancel(cause)
-	start := time.Now()
-	assert.ErrorIs(t, httplimit.Sleep(ctx, time.Hour), cause, "an ended context ends the wait at once")
-	assert.Less(t, time.Since(start), time.Minute)
-	assert.NoError(t, httplimit.Sleep(context.Background(), time.Nanosecond))
+// ctxLimiter is a keyed limiter that takes a context, recording the ones
+// it is given.
+type ctxLimiter struct {
+	*ratelimit.Store
+	ctxs chan context.Context
+}
+
+func (c ctxLimiter) CheckContext(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	c.ctxs <- ctx
+	return c.Store.CheckContext(ctx, key, cost)
+}
+
+// noWithin is a store without CheckWithin.
+type noWithin struct{ s *ratelimit.Store }
+
+func (n noWithin) Check(key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	return n.s.Check(key, cost)
+}
+
+func (n noWithin) Clock() ratelimit.Clock { return n.s.Clock() }
+
+// checkOnly hides every method of a limiter but Check.
+type checkOnly struct{ lim ratelimit.KeyedLimiter }
+
+func (c checkOnly) Check(key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	return c.lim.Check(key, cost)
+}
+
+func TestContextChecker(t *testing.T) {
+	type ctxKey struct{}
+	t.Run("the request's context goes to CheckContext", func(t *testing.T) {
+		clk := ratelimit.NewManualClock(0)
+		lim := ctxLimiter{Store: newKeyed(t, api, clk), ctxs: make(chan context.Context, 1)}
+		f := newFixtureFor(t, clk, lim)
+		ctx := context.WithValue(context.Background(), ctxKey{}, "mine")
+		require.Equal(t, http.StatusOK, f.do(withContext(ctx)).Code)
+		select {
+		case got := <-lim.ctxs:
+			assert.Equal(t, "mine", got.Value(ctxKey{}))
+		default:
+			t.Error("CheckContext was not called")
+		}
+	})
+	t.Run("a request that has ended is not checked, and spends nothing", func(t *testing.T) {
+		f := newFixture(t, api)
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(errors.New("client went away"))
+		w := f.do(withContext(ctx))
+		assert.Equal(t, http.StatusServiceUnavailable, w.Code)
+		assert.Equal(t, "wait_abandoned", jsonBody(t, w)["error"])
+		assert.Zero(t, f.calls.Load())
+		assert.Equal(t, `"api";r=19;t=1`, f.do().Header().Get("RateLimit"), "nothing spent")
+	})
+	t.Run("a limiter with only Check works, and waits on the system clock", func(t *testing.T) {
+		store := newKeyed(t, ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(1_000_000), Capacity: 2, Name: "q"}, ratelimit.SystemClock())
+		calls := 0
+		h := httplimit.Middleware(checkOnly{store}, httplimit.WithLogger(slog.New(slog.DiscardHandler)))(
+			http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls++ }))
+		for i := 0; i < 2; i++ { // the second waits a microsecond
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+			assert.Equal(t, http.StatusOK, w.Code)
+			assert.Equal(t, `"q";q=2;w=1`, w.Header().Get("RateLimit-Policy"))
+		}
+		assert.Equal(t, 2, calls)
+	})
 }
 
 func TestMaxDelay(t *testing.T) {
 	shaped := ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(5), Capacity: 10, Name: "shaped"}
-	t.Run("a wait over the cap is refused with the wait until one fits", func(t *testing.T) {
+	t.Run("a wait over the cap is refused, spending nothing, with the wait until one fits", func(t *testing.T) {
 		f := newFixture(t, shaped, httplimit.WithMaxDelay(500*time.Millisecond))
-		for i := 0; i < 3; i++ {
-			require.Equal(t, http.StatusOK, f.do().Code) // Delays 0, 200, 400 ms
-		}
-		w := f.do() // Delay 600 ms
+		require.Equal(t, http.StatusOK, f.do().Code)
+		queued := []<-chan *httptest.ResponseRecorder{f.start()}
+		f.sleepers(1)
+		queued = append(queued, f.start()) // Delays 200, 400 ms
+		f.sleepers(2)
+		w := f.do() // it would wait 600 ms
 		assert.Equal(t, http.StatusTooManyRequests, w.Code)
 		assert.Equal(t, "1", w.Header().Get("Retry-After"))
-		// Its place stays taken: the next one would wait 800 ms, 300 ms too long.
-		assert.EqualValues(t, 300, jsonBody(t, w)["retry_after_ms"])
+		assert.EqualValues(t, 100, jsonBody(t, w)["retry_after_ms"], "nothing spent: at 100 ms it would wait 500")
+		assert.Equal(t, `"shaped";q=10;w=2`, w.Header().Get("RateLimit-Policy"))
 		assert.Equal(t, "no-store", w.Header().Get("Cache-Control"))
-		assert.EqualValues(t, 3, f.calls.Load())
+		assert.EqualValues(t, 1, f.calls.Load())
 
-		f.clk.Set(299 * time.Millisecond)
-		assert.Equal(t, http.StatusTooManyRequests, f.do().Code, "a millisecond early")
-	})
-	t.Run("exactly at its Retry-After a request fits", func(t *testing.T) {
-		f := newFixture(t, shaped, httplimit.WithMaxDelay(500*time.Millisecond))
-		for i := 0; i < 4; i++ {
-			f.do()
+		f.clk.Set(100*time.Millisecond - 1)
+		assert.Equal(t, http.StatusTooManyRequests, f.do().Code, "a nanosecond early")
+		f.clk.Set(100 * time.Millisecond)
+		exact := f.start()
+		f.sleepers(3)
+		f.clk.Set(600 * time.Millisecond)
+		for _, done := range append(queued, exact) {
+			assert.Equal(t, http.StatusOK, f.await(done).Code)
 		}
-		f.clk.Set(300 * time.Millisecond)
-		assert.Equal(t, http.StatusOK, f.do().Code)
-		assert.Equal(t, []time.Duration{200, 400, 500}, msList(f.sleeps))
 	})
 	t.Run("no cap by default", func(t *testing.T) {
 		f := newFixture(t, shaped)
-		for i := 0; i < 10; i++ {
-			require.Equal(t, http.StatusOK, f.do().Code)
+		require.Equal(t, http.StatusOK, f.do().Code)
+		for i := 1; i < 10; i++ {
+			f.start()
+			f.sleepers(i)
 		}
+		assert.Equal(t, 9, f.clk.Sleepers())
 	})
+	t.Run("a limiter without CheckWithin spends the refused request's place", func(t *testing.T) {
+		clk := ratelimit.NewManualClock(0)
+		f := newFixtureFor(t, clk, noWithin{newKeyed(t, shaped, clk)}, httplimit.WithMaxDelay(500*time.Millisecond))
+		require.Equal(t, http.StatusOK, f.do().Code)
+		f.start()
+		f.sleepers(1)
+		f.start()
+		f.sleepers(2)
+		w := f.do() // Delay 600 ms: admitted by the limiter, refused here
+		assert.Equal(t, http.StatusTooManyRequests, w.Code)
+		assert.EqualValues(t, 300, jsonBody(t, w)["retry_after_ms"], "its place stays taken: the next would wait 800 ms")
+		f.clk.Set(300*time.Millisecond - 1)
+		assert.Equal(t, http.StatusTooManyRequests, f.do().Code, "a nanosecond early")
+	})
+}
+
+// TestMaxDelayComposite combines a slow queue with a fast window. A client
+// sending every 10 ms is refused for the queue's wait, by the queue's
+// policy, spending nothing; if it then waits out its Retry-After it is
+// admitted at its first retry.
+func TestMaxDelayComposite(t *testing.T) {
+	clk := ratelimit.NewManualClock(0)
+	lim, err := ratelimit.Compose([]ratelimit.Layer{
+		{Rule: ratelimit.LeakyBucket{Rate: ratelimit.Every(10 * time.Second), Capacity: 100, Name: "queue"}},
+		{Rule: ratelimit.FixedWindow{Limit: 2, Window: 10 * time.Millisecond, Name: "burst"}},
+	}, ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	f := newFixtureFor(t, clk, lim, httplimit.WithMaxDelay(time.Second))
+
+	require.Equal(t, http.StatusOK, f.do().Code)
+	for round := 0; round < 5; round++ {
+		clk.Advance(10 * time.Millisecond)
+		w := f.do()
+		require.Equal(t, http.StatusTooManyRequests, w.Code, "round %d", round)
+		assert.Equal(t, "queue", jsonBody(t, w)["policy"], "the queue refuses, not the window")
+		assert.Equal(t, `"queue";q=100;w=1000`, w.Header().Get("RateLimit-Policy"))
+		retry, err := strconv.Atoi(w.Header().Get("Retry-After"))
+		require.NoError(t, err)
+		assert.Equal(t, 9, retry, "the queue ends 9.99 s from now: in 8.99 s it waits 1 s")
+
+		clk.Advance(time.Duration(retry) * time.Second)
+		done := f.start()
+		f.sleepers(1)
+		clk.Advance(time.Second)
+		assert.Equal(t, http.StatusOK, f.await(done).Code, "round %d: admitted at the first retry", round)
+	}
+	assert.EqualValues(t, 6, f.calls.Load())
 }
 
 func TestShadowMode(t *testing.T) {
@@ -382,7 +503,7 @@ func TestShadowMode(t *testing.T) {
 		for i := 0; i < 5; i++ {
 			assert.Equal(t, http.StatusOK, f.do().Code)
 		}
-		assert.Empty(t, f.sleeps)
+		assert.Zero(t, f.clk.Sleepers())
 		w := f.do(func(r *http.Request) { r.URL.Path = "/bad" })
 		assert.Equal(t, http.StatusOK, w.Code)
 		logs := f.logs.lines(t)
