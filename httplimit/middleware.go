@@ -51,6 +51,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"strconv"
 	"time"
 
@@ -59,9 +60,22 @@ import (
 )
 
 // KeyFunc returns the key a request is limited by, such as a client address
-// or an API key. An error means the request's limit cannot be checked; it
+// or an API key. An error matching [ErrNoKey] means the request lacks what
+// it must be keyed by, which is the client's doing: it is answered 400 Bad
+// Request. Any other error means the request's limit cannot be checked; it
 // goes to the [ErrorHandler].
 type KeyFunc func(*http.Request) (string, error)
+
+// ErrNoKey is what a [KeyFunc] returns, wrapped with detail if it likes,
+// for a request that does not carry what it is limited by, such as an API
+// key header that is required and missing. The request is the client's
+// fault, so the middleware answers it 400 Bad Request with a JSON body
+// {"error":"missing_key","message":...} carrying the error's text, and never
+// hands it to the [ErrorHandler]: under [FailOpen] a client could otherwise
+// skip its limit by leaving the key out. Return other errors for failures
+// the client does not control (a session store that is down), which the
+// ErrorHandler should decide about.
+var ErrNoKey = errors.New("httplimit: the request has no key")
 
 // CostFunc returns what a request costs, such as 10*[ratelimit.Unit] for a
 // bulk call. An error, a cost of zero or less, and a cost above the rule's
@@ -109,14 +123,25 @@ func FixedCost(c ratelimit.Units) CostFunc {
 // a client cannot spend another client's address allowance by sending it as
 // a header value.
 //
+// With a nil fallback the header is required: a request without it gets
+// an error matching [ErrNoKey], which the middleware answers 400, so that
+// leaving the header out is no way round the limit.
+//
 // The header is not authenticated: anyone may send any value. Check keys
 // before limiting by them, or limit by client address as well.
+//
+// HeaderKey panics if name is empty: a request cannot be keyed by no
+// header.
 func HeaderKey(name string, fallback KeyFunc) KeyFunc {
+	if name == "" {
+		panic("httplimit: HeaderKey with an empty header name; name the header that carries the key, such as \"X-API-Key\"")
+	}
+	missing := fmt.Errorf("%w: the %s header is missing", ErrNoKey, http.CanonicalHeaderKey(name))
 	return func(r *http.Request) (string, error) {
 		v := r.Header.Get(name)
 		if v == "" {
 			if fallback == nil {
-				return "", fmt.Errorf("httplimit: no %s header", name)
+				return "", missing
 			}
 			return fallback(r)
 		}
@@ -239,7 +264,13 @@ func WithMaxDelay(d time.Duration) Option {
 // Middleware returns net/http middleware that checks every request against
 // lim and forwards it only if it is admitted. lim is typically a
 // [ratelimit.Store] or a [ratelimit.Composite]; it must be safe for
-// concurrent use. Middleware panics if lim is nil.
+// concurrent use.
+//
+// Middleware panics if lim is nil, or a nil pointer (or other nil value) of
+// a limiter type, such as a *ratelimit.Store left nil after NewStore
+// failed: a mistake in the program, reported when the middleware is built
+// rather than on the first request, as [http.Handle] reports its own.
+// Likewise the function it returns panics for a nil handler.
 //
 // For each request the key and the cost are computed, and lim decides. The
 // middleware asks in the most exact form lim offers: CheckWithin when
@@ -269,8 +300,8 @@ func WithMaxDelay(d time.Duration) Option {
 // The middleware starts no goroutines; the returned function and the
 // handlers it builds are safe for concurrent use.
 func Middleware(lim ratelimit.KeyedLimiter, opts ...Option) func(http.Handler) http.Handler {
-	if lim == nil {
-		panic("httplimit: nil limiter")
+	if isNil(lim) {
+		panic(fmt.Sprintf("httplimit: Middleware given a nil limiter (%T); pass the limiter that ratelimit.NewStore or ratelimit.Compose returned, after checking their error", lim))
 	}
 	c := config{
 		key:     ClientIP{}.Key,
@@ -304,6 +335,19 @@ func Middleware(lim ratelimit.KeyedLimiter, opts ...Option) func(http.Handler) h
 		h.next = next
 		return &h
 	}
+}
+
+// isNil reports whether lim is nil or holds a nil pointer, map, slice,
+// channel or function.
+func isNil(lim ratelimit.KeyedLimiter) bool {
+	if lim == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(lim); v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
 }
 
 // withinChecker is a keyed limiter that can refuse a request that would
@@ -346,6 +390,10 @@ func (h *handler) check(ctx context.Context, key string, cost ratelimit.Units) (
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	key, err := h.key(r)
 	if err != nil {
+		if errors.Is(err, ErrNoKey) && !h.shadow {
+			writeJSON(w, http.StatusBadRequest, problem{Error: "missing_key", Message: err.Error()})
+			return
+		}
 		h.fail(w, r, fmt.Errorf("httplimit: key: %w", err))
 		return
 	}

@@ -3,6 +3,7 @@ package httplimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -625,12 +626,62 @@ func TestHeaderKey(t *testing.T) {
 	assert.Equal(t, "hdr:8ed3f6ad685b959ead7022518e1af76c", k)
 	r.Header.Del("X-API-Key")
 	_, err = key(r)
-	assert.EqualError(t, err, "httplimit: no X-API-Key header")
+	assert.ErrorIs(t, err, httplimit.ErrNoKey)
+	assert.ErrorContains(t, err, "X-Api-Key header is missing")
 }
 
-func TestMiddlewarePanicsOnNil(t *testing.T) {
-	assert.PanicsWithValue(t, "httplimit: nil limiter", func() { httplimit.Middleware(nil) })
+// TestRequiredHeaderKey: with no fallback, leaving the header out is the
+// client's mistake, answered 400 even when failing open, so it is no way
+// round the limit.
+func TestRequiredHeaderKey(t *testing.T) {
+	f := newFixture(t, ratelimit.TokenBucket{Rate: ratelimit.PerHour(1), Burst: 1},
+		httplimit.WithKey(httplimit.HeaderKey("X-API-Key", nil)), httplimit.WithErrorHandler(httplimit.FailOpen))
+	for i := 0; i < 100; i++ {
+		w := f.do()
+		require.Equal(t, http.StatusBadRequest, w.Code, "request %d", i)
+		if i == 0 {
+			assert.JSONEq(t, `{"error":"missing_key","message":"httplimit: the request has no key: the X-Api-Key header is missing"}`,
+				w.Body.String())
+			assert.Equal(t, "no-store", w.Header().Get("Cache-Control"))
+		}
+	}
+	assert.Zero(t, f.calls.Load(), "none served")
+	assert.Equal(t, http.StatusOK, f.do(header("X-API-Key", "k")).Code)
+	assert.Equal(t, http.StatusTooManyRequests, f.do(header("X-API-Key", "k")).Code)
+
+	t.Run("a KeyFunc of one's own can return ErrNoKey", func(t *testing.T) {
+		f := newFixture(t, api, httplimit.WithKey(func(*http.Request) (string, error) {
+			return "", fmt.Errorf("%w: no session cookie", httplimit.ErrNoKey)
+		}))
+		w := f.do()
+		assert.Equal(t, http.StatusBadRequest, w.Code)
+		assert.Equal(t, "missing_key", jsonBody(t, w)["error"])
+		assert.Zero(t, f.calls.Load())
+	})
+}
+
+func TestMisuseIsReportedWhenBuilt(t *testing.T) {
+	var store *ratelimit.Store
+	var composite *ratelimit.Composite
+	for _, tt := range []struct {
+		name string
+		lim  ratelimit.KeyedLimiter
+		typ  string
+	}{
+		{"nil", nil, "<nil>"},
+		{"nil *Store", store, "*ratelimit.Store"},
+		{"nil *Composite", composite, "*ratelimit.Composite"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.PanicsWithValue(t, "httplimit: Middleware given a nil limiter ("+tt.typ+"); pass the limiter that "+
+				"ratelimit.NewStore or ratelimit.Compose returned, after checking their error",
+				func() { httplimit.Middleware(tt.lim) })
+		})
+	}
 	assert.PanicsWithValue(t, "httplimit: nil handler", func() { httplimit.Middleware(failing{})(nil) })
+	assert.PanicsWithValue(t, `httplimit: HeaderKey with an empty header name; name the header that carries the key, such as "X-API-Key"`,
+		func() { httplimit.HeaderKey("", nil) })
+	assert.Panics(t, func() { httplimit.HeaderKey("", httplimit.ClientIP{}.Key) })
 }
 
 func itoa(i int) string { return string(rune('0' + i)) }
