@@ -53,6 +53,7 @@ import (
 	"net/http"
 	"reflect"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratekit/ratelimit"
@@ -159,7 +160,9 @@ type config struct {
 	denied   DeniedHandler
 	onError  ErrorHandler
 	logger   *slog.Logger
+	logAll   bool // log every request refused, or that a shadow limit would refuse
 	shadow   bool
+	report   ratelimit.ShadowFunc
 	legacy   bool
 	maxDelay time.Duration
 }
@@ -205,25 +208,64 @@ func WithErrorHandler(h ErrorHandler) Option {
 	}
 }
 
-// WithLogger sets the logger for limited requests (one line each, at level
-// Info, with the key, policy and wait), requests shadow mode would have
-// limited (Info), and errors (Error). The default is [slog.Default]; pass a
-// logger over [slog.DiscardHandler] for silence.
+// WithLogger turns on one log line for every request that is refused or
+// cut short, written to l: "httplimit: rate limited" (level Info, with the
+// key, policy and wait), "httplimit: would limit request" (Info, for a
+// request admitted only because a limit runs in shadow mode, that is with
+// Decision.Shadowed set), "httplimit: wait abandoned" (Info), "httplimit:
+// no key" (Info, for [ErrNoKey]) and "httplimit: would reject cost" (Warn,
+// in shadow mode). It also sends the middleware's error lines to l.
+//
+// Without it, the middleware logs no line per request: refusals are what
+// a client over its limit causes, and a client flooding the server would
+// otherwise flood its logs too. It then logs only the errors of its key
+// function and limiter ("httplimit: limit not checked", level Error), to
+// [slog.Default]. Error lines are capped whatever the logger: at most 10 at
+// once and one a second after that, each middleware on its own; the next
+// line written after some were dropped says how many in its "dropped"
+// attribute.
+//
+// To send the error lines to l without the per-request ones, give l a
+// handler whose level is Warn or above. A nil l changes nothing.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) {
 		if l != nil {
 			c.logger = l
+			c.logAll = true
 		}
 	}
 }
 
-// WithShadowMode makes the middleware decide and log but never act: every
-// request is forwarded at once, with no RateLimit fields, no leaky-bucket
-// wait and no 400 for a bad cost, and those it would have refused are
-// logged. Admitted requests spend their allowance exactly as when
-// enforcing, so the log shows what enforcement would do.
-func WithShadowMode() Option {
-	return func(c *config) { c.shadow = true }
+// WithShadowMode runs the limit in shadow mode, to measure it on real
+// traffic before enforcing it: the limiter is asked about every request
+// and spends exactly as it would if it enforced, but no request is refused
+// or delayed for it. report, if not nil, receives the limiter's own answer
+// on every request it decides (see [ratelimit.ShadowReport]: the key, and
+// the Decision as if enforced, with its exact RetryAfter).
+//
+// It is the core's shadow mode, [ratelimit.ShadowKeyed], applied to the
+// middleware's limiter, so these three behave the same way:
+//
+//	httplimit.Middleware(lim, httplimit.WithShadowMode(report))
+//	httplimit.Middleware(ratelimit.ShadowKeyed(lim, report))
+//	httplimit.Middleware(composite) // whose every Layer has Shadow set and OnShadow: report
+//
+// Each request gets the RateLimit fields of its Decision made into an
+// admission, as any admitted request does; Decision.Shadowed is set when
+// the limit would have refused it, and with [WithLogger] such a request is
+// logged as "httplimit: would limit request". A cost above the limit's
+// capacity is admitted and reported with [ratelimit.ErrCostExceedsCapacity],
+// as ShadowKeyed does. When the middleware would ask lim with a context or
+// with CheckWithin (see [Middleware] and [WithMaxDelay]), which the
+// limiter ShadowKeyed returns does not offer, it asks lim that way itself
+// and then decides and reports exactly as ShadowKeyed does.
+//
+// Beyond what ShadowKeyed covers, shadow mode forwards every request the
+// middleware cannot check, whatever the [ErrorHandler]: a missing key
+// ([ErrNoKey]), a cost the [CostFunc] rejects, a cost of zero or less, and
+// an error from the key function. Those get no RateLimit fields.
+func WithShadowMode(report ratelimit.ShadowFunc) Option {
+	return func(c *config) { c.shadow, c.report = true, report }
 }
 
 // WithLegacyHeaders adds X-RateLimit-Limit (the Limit), X-RateLimit-Remaining
@@ -291,11 +333,12 @@ func WithMaxDelay(d time.Duration) Option {
 //     cancellation that cut it short. An admitted request's allowance stays
 //     spent.
 //   - denied: the fields, Retry-After and Cache-Control: no-store are set,
-//     the request is logged, and the [DeniedHandler] answers (429 by
-//     default). A client over its own limit never gets 503.
-//   - bad cost: 400 Bad Request with a JSON body.
-//   - error from the key function or the limiter: logged, then the
-//     [ErrorHandler] decides ([FailOpen] by default).
+//     and the [DeniedHandler] answers (429 by default). A client over its
+//     own limit never gets 503. It is logged only if [WithLogger] asks.
+//   - bad cost, or no key ([ErrNoKey]): 400 Bad Request with a JSON body.
+//   - any other error from the key function or the limiter: logged (see
+//     [WithLogger]), then the [ErrorHandler] decides ([FailOpen] by
+//     default).
 //
 // The middleware starts no goroutines; the returned function and the
 // handlers it builds are safe for concurrent use.
@@ -317,10 +360,17 @@ func Middleware(lim ratelimit.KeyedLimiter, opts ...Option) func(http.Handler) h
 	if c.logger == nil {
 		c.logger = slog.Default()
 	}
-	base := handler{config: c, lim: lim, clock: ratelimit.SystemClock()}
+	base := handler{config: c, lim: lim, clock: ratelimit.SystemClock(), errs: newErrorLog()}
 	base.withCtx, _ = lim.(ratelimit.ContextChecker)
 	if c.maxDelay > 0 {
 		base.within, _ = lim.(withinChecker)
+	}
+	if c.shadow {
+		if base.withCtx == nil && base.within == nil {
+			base.lim = ratelimit.ShadowKeyed(lim, c.report)
+		} else {
+			base.ownShadow = true
+		}
 	}
 	if cl, ok := lim.(clocked); ok {
 		if clk := cl.Clock(); clk != nil {
@@ -369,12 +419,37 @@ type handler struct {
 	withCtx ratelimit.ContextChecker // lim, if it takes a context
 	within  withinChecker            // lim, if it has CheckWithin and maxDelay > 0
 	clock   ratelimit.Clock          // the clock a Delay is waited out on
-	next    http.Handler
+	// ownShadow is set in shadow mode when lim is asked with a context or
+	// CheckWithin, which ratelimit.ShadowKeyed cannot pass on: the handler
+	// then does what ShadowKeyed does itself.
+	ownShadow bool
+	errs      *errorLog
+	next      http.Handler
 }
 
 // check asks the limiter about the request, in the most exact form it
 // offers.
 func (h *handler) check(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	d, err := h.ask(ctx, key, cost)
+	if !h.ownShadow {
+		return d, err
+	}
+	// As ratelimit.ShadowKeyed decides and reports, for a limiter asked in
+	// a form it does not offer. A request that has ended was not decided
+	// on.
+	if errors.Is(err, ratelimit.ErrInvalidCost) || (err != nil && ctx.Err() != nil) {
+		return d, err
+	}
+	if h.report != nil {
+		h.report(ratelimit.ShadowReport{Key: key, Decision: d, Err: err})
+	}
+	d.Allowed, d.Shadowed = true, err != nil || !d.Allowed
+	d.RetryAfter, d.Delay = 0, 0
+	return d, nil
+}
+
+// ask asks the limiter, in the most exact form it offers.
+func (h *handler) ask(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
 	switch {
 	case h.within != nil:
 		if err := ctx.Err(); err != nil {
@@ -390,8 +465,14 @@ func (h *handler) check(ctx context.Context, key string, cost ratelimit.Units) (
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	key, err := h.key(r)
 	if err != nil {
-		if errors.Is(err, ErrNoKey) && !h.shadow {
-			writeJSON(w, http.StatusBadRequest, problem{Error: "missing_key", Message: err.Error()})
+		if errors.Is(err, ErrNoKey) {
+			h.logRequest(r, slog.LevelInfo, "httplimit: no key", slog.Any("error", err),
+				slog.String("method", r.Method), slog.String("path", r.URL.Path))
+			if h.shadow {
+				h.next.ServeHTTP(w, r)
+			} else {
+				writeJSON(w, http.StatusBadRequest, problem{Error: "missing_key", Message: err.Error()})
+			}
 			return
 		}
 		h.fail(w, r, fmt.Errorf("httplimit: key: %w", err))
@@ -417,21 +498,20 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.within == nil && d.Allowed && h.maxDelay > 0 && d.Delay > h.maxDelay {
 		d = h.overCap(d, cost)
 	}
-	if h.shadow {
-		if !d.Allowed {
-			h.logger.LogAttrs(r.Context(), slog.LevelInfo, "httplimit: would limit request",
-				limitAttrs(r, key, d)...)
-		}
-		h.next.ServeHTTP(w, r)
-		return
-	}
 	if !d.Allowed {
 		setFields(w.Header(), d, h.legacy, 0)
 		w.Header().Set("Retry-After", strconv.FormatInt(max(1, ceilDiv(d.RetryAfter, time.Second)), 10))
 		w.Header().Set("Cache-Control", "no-store")
-		h.logger.LogAttrs(r.Context(), slog.LevelInfo, "httplimit: rate limited", limitAttrs(r, key, d)...)
+		if h.logAll {
+			h.logger.LogAttrs(r.Context(), slog.LevelInfo, "httplimit: rate limited", limitAttrs(r, key, d)...)
+		}
 		h.denied(w, r, d)
 		return
+	}
+	if d.Shadowed && h.logAll {
+		h.logger.LogAttrs(r.Context(), slog.LevelInfo, "httplimit: would limit request",
+			slog.String("key", key), slog.String("policy", policyName(d)),
+			slog.String("method", r.Method), slog.String("path", r.URL.Path))
 	}
 	if d.Delay > 0 {
 		if err := ratelimit.Sleep(r.Context(), h.clock, d.Delay); err != nil {
@@ -469,7 +549,7 @@ func (h *handler) overCap(d ratelimit.Decision, cost ratelimit.Units) ratelimit.
 // ended answers a request whose context ended before it could go on:
 // during its check, or while it waited delay for its turn.
 func (h *handler) ended(w http.ResponseWriter, r *http.Request, key string, d ratelimit.Decision, delay time.Duration) {
-	h.logger.LogAttrs(r.Context(), slog.LevelInfo, "httplimit: wait abandoned",
+	h.logRequest(r, slog.LevelInfo, "httplimit: wait abandoned",
 		slog.String("key", key), slog.Duration("delay", delay), slog.Any("error", context.Cause(r.Context())))
 	writeJSON(w, http.StatusServiceUnavailable, problem{
 		Error:   "wait_abandoned",
@@ -480,7 +560,7 @@ func (h *handler) ended(w http.ResponseWriter, r *http.Request, key string, d ra
 
 // fail handles an error from the key function or the limiter.
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
-	h.logger.LogAttrs(r.Context(), slog.LevelError, "httplimit: limit not checked",
+	h.errs.log(r.Context(), h.logger, "httplimit: limit not checked",
 		slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
 	if h.shadow || h.onError(w, r, err) {
 		h.next.ServeHTTP(w, r)
@@ -492,7 +572,7 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 // the limiter's cost errors, with d carrying the policy.
 func (h *handler) badCost(w http.ResponseWriter, r *http.Request, key string, d *ratelimit.Decision, err error) {
 	if h.shadow {
-		h.logger.LogAttrs(r.Context(), slog.LevelWarn, "httplimit: would reject cost",
+		h.logRequest(r, slog.LevelWarn, "httplimit: would reject cost",
 			slog.String("key", key), slog.String("method", r.Method), slog.String("path", r.URL.Path),
 			slog.Any("error", err))
 		h.next.ServeHTTP(w, r)
@@ -514,6 +594,41 @@ func (h *handler) badCost(w http.ResponseWriter, r *http.Request, key string, d 
 		p.Message = "this request has no positive cost"
 	}
 	writeJSON(w, http.StatusBadRequest, p)
+}
+
+// logRequest writes a line about one request, if WithLogger asked for
+// them.
+func (h *handler) logRequest(r *http.Request, level slog.Level, msg string, attrs ...slog.Attr) {
+	if h.logAll {
+		h.logger.LogAttrs(r.Context(), level, msg, attrs...)
+	}
+}
+
+// errorLog caps the middleware's error lines: an outage of the limiter
+// fails every request, and one line for each would bury everything else.
+type errorLog struct {
+	lim     ratelimit.Limiter
+	dropped atomic.Int64
+}
+
+func newErrorLog() *errorLog {
+	lim, err := ratelimit.New(ratelimit.GCRA{Rate: ratelimit.PerSecond(1), Burst: 10})
+	if err != nil {
+		panic(err) // a constant, valid rule
+	}
+	return &errorLog{lim: lim}
+}
+
+// log writes an error line unless too many have been written lately.
+func (e *errorLog) log(ctx context.Context, l *slog.Logger, msg string, attrs ...slog.Attr) {
+	if d, _ := e.lim.Check(ratelimit.Unit); !d.Allowed {
+		e.dropped.Add(1)
+		return
+	}
+	if n := e.dropped.Swap(0); n > 0 {
+		attrs = append(attrs, slog.Int64("dropped", n))
+	}
+	l.LogAttrs(ctx, slog.LevelError, msg, attrs...)
 }
 
 func limitAttrs(r *http.Request, key string, d ratelimit.Decision) []slog.Attr {

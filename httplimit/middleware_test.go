@@ -461,43 +461,110 @@ func TestMaxDelayComposite(t *testing.T) {
 }
 
 func TestShadowMode(t *testing.T) {
-	t.Run("decides and logs but forwards everything", func(t *testing.T) {
-		f := newFixture(t, ratelimit.TokenBucket{Rate: ratelimit.PerSecond(1), Burst: 2, Name: "trial"},
-			httplimit.WithShadowMode())
+	trial := ratelimit.TokenBucket{Rate: ratelimit.PerSecond(1), Burst: 2, Name: "trial"}
+	t.Run("decides, reports and logs, but forwards everything with the fields", func(t *testing.T) {
+		var reports []ratelimit.ShadowReport
+		f := newFixture(t, trial, httplimit.WithShadowMode(func(r ratelimit.ShadowReport) { reports = append(reports, r) }))
+		want := []string{`"trial";r=1;t=1`, `"trial";r=0;t=2`, `"trial";r=0;t=2`}
 		for i := 0; i < 3; i++ {
 			w := f.do()
 			assert.Equal(t, http.StatusOK, w.Code)
-			assert.Empty(t, w.Header().Values("RateLimit"))
-			assert.Empty(t, w.Header().Values("RateLimit-Policy"))
+			assert.Equal(t, want[i], w.Header().Get("RateLimit"), "request %d", i)
+			assert.Equal(t, `"trial";q=2;w=2`, w.Header().Get("RateLimit-Policy"))
 			assert.Empty(t, w.Header().Values("Retry-After"))
 		}
 		assert.EqualValues(t, 3, f.calls.Load())
+		require.Len(t, reports, 3)
+		assert.Equal(t, "ip:192.0.2.1", reports[2].Key)
+		assert.False(t, reports[2].Decision.Allowed)
+		assert.Equal(t, time.Second, reports[2].Decision.RetryAfter, "the report has the exact wait")
 		logs := f.logs.lines(t)
 		require.Len(t, logs, 1, "only the third would have been limited")
 		assert.Equal(t, "httplimit: would limit request", logs[0]["msg"])
 		assert.Equal(t, "ip:192.0.2.1", logs[0]["key"])
 		assert.Equal(t, "trial", logs[0]["policy"])
-		assert.EqualValues(t, time.Second, logs[0]["retry_after"])
+	})
+	t.Run("the same as ShadowKeyed and a shadow Composite layer", func(t *testing.T) {
+		type outcome struct {
+			fields  []string
+			reports []ratelimit.ShadowReport
+			logs    []string
+		}
+		rule := ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(5), Capacity: 3, Name: "trial"}
+		run := func(build func(clk *ratelimit.ManualClock, report ratelimit.ShadowFunc) (ratelimit.KeyedLimiter, []httplimit.Option)) outcome {
+			var o outcome
+			clk := ratelimit.NewManualClock(0)
+			lim, opts := build(clk, func(r ratelimit.ShadowReport) { o.reports = append(o.reports, r) })
+			f := newFixtureFor(t, clk, lim, opts...)
+			for i := 0; i < 12; i++ {
+				clk.Set(time.Duration(i) * 70 * time.Millisecond)
+				w := f.do()
+				require.Equal(t, http.StatusOK, w.Code)
+				o.fields = append(o.fields, w.Header().Get("RateLimit-Policy")+" "+w.Header().Get("RateLimit"))
+			}
+			for _, l := range f.logs.lines(t) {
+				o.logs = append(o.logs, fmt.Sprint(l["msg"], " ", l["key"], " ", l["policy"]))
+			}
+			return o
+		}
+		mode := run(func(clk *ratelimit.ManualClock, report ratelimit.ShadowFunc) (ratelimit.KeyedLimiter, []httplimit.Option) {
+			return newKeyed(t, rule, clk), []httplimit.Option{httplimit.WithShadowMode(report)}
+		})
+		require.NotEmpty(t, mode.logs, "the trace must overrun the limit")
+		assert.Len(t, mode.reports, 12)
+		for name, build := range map[string]func(*ratelimit.ManualClock, ratelimit.ShadowFunc) (ratelimit.KeyedLimiter, []httplimit.Option){
+			"WithShadowMode on a limiter with only Check": func(clk *ratelimit.ManualClock, report ratelimit.ShadowFunc) (ratelimit.KeyedLimiter, []httplimit.Option) {
+				return checkOnly{newKeyed(t, rule, clk)}, []httplimit.Option{httplimit.WithShadowMode(report)}
+			},
+			"ShadowKeyed": func(clk *ratelimit.ManualClock, report ratelimit.ShadowFunc) (ratelimit.KeyedLimiter, []httplimit.Option) {
+				return ratelimit.ShadowKeyed(newKeyed(t, rule, clk), report), nil
+			},
+			"a shadow Composite layer": func(clk *ratelimit.ManualClock, report ratelimit.ShadowFunc) (ratelimit.KeyedLimiter, []httplimit.Option) {
+				c, err := ratelimit.Compose([]ratelimit.Layer{{Rule: rule, Shadow: true, OnShadow: report}}, ratelimit.WithClock(clk))
+				require.NoError(t, err)
+				return c, nil
+			},
+		} {
+			assert.Equal(t, mode, run(build), name)
+		}
 	})
 	t.Run("spends like enforcement, so it predicts it", func(t *testing.T) {
-		rule := ratelimit.TokenBucket{Rate: ratelimit.PerSecond(1), Burst: 2}
-		shadow := newFixture(t, rule, httplimit.WithShadowMode())
-		enforce := newFixture(t, rule)
-		for i := 0; i < 20; i++ {
-			at := time.Duration(i) * 300 * time.Millisecond
-			shadow.clk.Set(at)
-			enforce.clk.Set(at)
-			shadow.do()
-			enforce.do()
+		for _, rule := range []ratelimit.Rule{
+			ratelimit.TokenBucket{Rate: ratelimit.PerSecond(1), Burst: 2},
+			ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(2), Capacity: 4},
+		} {
+			// With WithMaxDelay, enforcement asks CheckWithin, which
+			// refuses a long wait without spending: so must the shadow.
+			var wouldDeny []bool
+			shadow := newFixture(t, rule, httplimit.WithMaxDelay(time.Second), httplimit.WithShadowMode(func(r ratelimit.ShadowReport) {
+				wouldDeny = append(wouldDeny, !r.Decision.Allowed)
+			}))
+			clk := ratelimit.NewManualClock(0)
+			enforce := newKeyed(t, rule, clk)
+			var denied []bool
+			for i := 0; i < 20; i++ {
+				at := time.Duration(i) * 300 * time.Millisecond
+				shadow.clk.Set(at)
+				clk.Set(at)
+				assert.Equal(t, http.StatusOK, shadow.do().Code)
+				d, err := enforce.CheckWithin("ip:192.0.2.1", ratelimit.Unit, time.Second)
+				require.NoError(t, err)
+				denied = append(denied, !d.Allowed)
+			}
+			assert.Contains(t, denied, true, "%T", rule)
+			assert.Equal(t, denied, wouldDeny, "%T", rule)
+			assert.Zero(t, shadow.clk.Sleepers(), "a shadow never holds a request back")
 		}
-		assert.Equal(t, 20-enforce.calls.Load(), int64(len(shadow.logs.lines(t))))
 	})
 	t.Run("no waits and no 400s", func(t *testing.T) {
 		f := newFixture(t, ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(5), Capacity: 10},
-			httplimit.WithShadowMode(),
+			httplimit.WithShadowMode(nil),
 			httplimit.WithCost(func(r *http.Request) (ratelimit.Units, error) {
-				if r.URL.Path == "/bad" {
+				switch r.URL.Path {
+				case "/bad":
 					return 0, errors.New("bad")
+				case "/huge":
+					return 11 * ratelimit.Unit, nil
 				}
 				return ratelimit.Unit, nil
 			}))
@@ -507,17 +574,47 @@ func TestShadowMode(t *testing.T) {
 		assert.Zero(t, f.clk.Sleepers())
 		w := f.do(func(r *http.Request) { r.URL.Path = "/bad" })
 		assert.Equal(t, http.StatusOK, w.Code)
+		assert.Empty(t, w.Header().Values("RateLimit"))
+		w = f.do(func(r *http.Request) { r.URL.Path = "/huge" })
+		assert.Equal(t, http.StatusOK, w.Code, "admitted and reported, as ShadowKeyed does")
 		logs := f.logs.lines(t)
-		require.Len(t, logs, 1)
+		require.Len(t, logs, 2)
 		assert.Equal(t, "httplimit: would reject cost", logs[0]["msg"])
-		assert.EqualValues(t, 6, f.calls.Load())
+		assert.Equal(t, "httplimit: would limit request", logs[1]["msg"])
+		assert.EqualValues(t, 7, f.calls.Load())
 	})
-	t.Run("errors are forwarded even when failing closed", func(t *testing.T) {
-		f := newFixture(t, api, httplimit.WithShadowMode(), httplimit.WithErrorHandler(httplimit.FailClosed),
-			httplimit.WithKey(func(*http.Request) (string, error) { return "", errors.New("no key") }))
-		assert.Equal(t, http.StatusOK, f.do().Code)
-		assert.EqualValues(t, 1, f.calls.Load())
+	t.Run("errors and missing keys are forwarded even when failing closed", func(t *testing.T) {
+		for _, err := range []error{errors.New("no session"), httplimit.ErrNoKey} {
+			f := newFixture(t, api, httplimit.WithShadowMode(nil), httplimit.WithErrorHandler(httplimit.FailClosed),
+				httplimit.WithKey(func(*http.Request) (string, error) { return "", err }))
+			assert.Equal(t, http.StatusOK, f.do().Code)
+			assert.EqualValues(t, 1, f.calls.Load())
+		}
 	})
+}
+
+// TestLogging: refusals are logged only when asked; errors always, capped.
+func TestLogging(t *testing.T) {
+	var buf syncBuffer
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(slog.New(slog.NewJSONHandler(&buf, nil)))
+
+	lim := newKeyed(t, ratelimit.TokenBucket{Rate: ratelimit.PerHour(1), Burst: 1}, ratelimit.NewManualClock(0))
+	h := httplimit.Middleware(lim)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for i := 0; i < 100; i++ {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
+	}
+	assert.Empty(t, buf.String(), "a flood of refusals writes nothing by default")
+
+	h = httplimit.Middleware(failing{})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for i := 0; i < 100; i++ {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
+	}
+	logs := buf.lines(t)
+	assert.Len(t, logs, 10, "limiter errors are logged, at most 10 at once")
+	for _, l := range logs {
+		assert.Equal(t, "ERROR", l["level"])
+	}
 }
 
 func TestDeniedHandler(t *testing.T) {
