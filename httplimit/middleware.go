@@ -19,17 +19,28 @@
 //
 // Every response to a checked request, admitted or not, carries
 //
-//	RateLimit-Policy: "<name>";q=<Limit>;w=<Window in seconds, rounded up>
+//	RateLimit-Policy: "<name>";q=<quota>;w=<window in seconds>
 //	RateLimit: "<name>";r=<Remaining>;t=<ResetAfter in seconds, rounded up>
 //
 // from the request's [ratelimit.Decision]. The name is the rule's Name, or
-// "default" for an unnamed rule. q is the rule's capacity in units: Limit
-// for a window algorithm, whose w is the window; Burst for a token bucket
-// or GCRA and Capacity for a leaky bucket, whose w is the time to earn that
-// whole capacity back at the rule's rate, so that q/w is the sustained rate
-// and q the most a client can spend at once. (TokenBucket{Rate: 10/s, Burst:
-// 20} sends q=20;w=2.) r is what the client could spend right now, and t the
-// seconds until its allowance is whole again if it sends nothing more. A
+// "default" for an unnamed rule. The policy is the Decision's Limit over its
+// Window: for a window algorithm the Limit and the window; for a token
+// bucket or GCRA the Burst, and for a leaky bucket the Capacity, over the
+// time to earn that whole capacity back at the rule's rate. The field
+// carries whole seconds, so:
+//
+//   - when the Window is a whole number of seconds, q is the Limit and w
+//     the Window: q/w is exactly the rule's rate and q the most a client
+//     can spend at once (TokenBucket{Rate: 10/s, Burst: 20} sends q=20;w=2);
+//   - otherwise w is the Window rounded up to whole seconds (at least 1)
+//     and q the quota the rule grants over w, Limit x w / Window rounded to
+//     the nearest integer, so that q/w is still the rule's rate, to within
+//     half a request over w (GCRA{Rate: 100/s, Burst: 5}, whose Window is
+//     50 ms, sends q=100;w=1, not q=5;w=1, which would read as 5 a second).
+//     q is then more than a client can spend at once; r says what it can.
+//
+// r is what the client could spend right now, and t the seconds until its
+// allowance is whole again if it sends nothing more. A
 // denied request also gets Retry-After (the exact wait for the same request
 // to pass, rounded up to whole seconds, at least 1), Cache-Control:
 // no-store, and a JSON body. [WithLegacyHeaders] adds the older
@@ -480,14 +491,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	cost, err := h.cost(r)
 	if err != nil {
-		h.badCost(w, r, key, nil, err)
+		h.badCost(w, r, key, 0, nil, err)
 		return
 	}
 	d, err := h.check(r.Context(), key, cost)
 	if err != nil {
 		switch {
 		case errors.Is(err, ratelimit.ErrInvalidCost) || errors.Is(err, ratelimit.ErrCostExceedsCapacity):
-			h.badCost(w, r, key, &d, err)
+			h.badCost(w, r, key, cost, &d, err)
 		case r.Context().Err() != nil:
 			h.ended(w, r, key, d, 0)
 		default:
@@ -570,7 +581,7 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 // badCost answers a request whose cost can never be admitted: err is the
 // cost function's error (d is nil), shown to the client as it is, or one of
 // the limiter's cost errors, with d carrying the policy.
-func (h *handler) badCost(w http.ResponseWriter, r *http.Request, key string, d *ratelimit.Decision, err error) {
+func (h *handler) badCost(w http.ResponseWriter, r *http.Request, key string, cost ratelimit.Units, d *ratelimit.Decision, err error) {
 	if h.shadow {
 		h.logRequest(r, slog.LevelWarn, "httplimit: would reject cost",
 			slog.String("key", key), slog.String("method", r.Method), slog.String("path", r.URL.Path),
@@ -585,13 +596,15 @@ func (h *handler) badCost(w http.ResponseWriter, r *http.Request, key string, d 
 		p = problem{
 			Error:  "cost_exceeds_limit",
 			Policy: policyName(*d),
-			Message: fmt.Sprintf("this request costs more than the %d that policy %q allows at once; it can never be admitted",
-				d.Limit, policyName(*d)),
+			Message: fmt.Sprintf("this request costs %v, more than the %d that policy %q allows at once; it can never be admitted",
+				cost, d.Limit, policyName(*d)),
+			Detail: err.Error(),
 		}
 		w.Header().Set("RateLimit-Policy", policyField(*d))
 	default:
 		p.Policy = policyName(*d)
-		p.Message = "this request has no positive cost"
+		p.Message = fmt.Sprintf("this request has no positive cost (it costs %v)", cost)
+		p.Detail = err.Error()
 	}
 	writeJSON(w, http.StatusBadRequest, p)
 }
@@ -646,6 +659,8 @@ type problem struct {
 	Error   string `json:"error"`
 	Policy  string `json:"policy,omitempty"`
 	Message string `json:"message"`
+	// Detail is the limiter's own error, for a cost it refused.
+	Detail string `json:"detail,omitempty"`
 }
 
 // denial is the JSON body of the default 429 response.
@@ -726,14 +741,29 @@ func policyField(d ratelimit.Decision) string {
 	return string(appendPolicy(nil, d))
 }
 
-// appendPolicy appends the RateLimit-Policy value for d's rule. w must be a
-// positive integer, so a window under a second is reported as 1.
+// appendPolicy appends the RateLimit-Policy value for d's rule: w is the
+// Window in whole seconds, rounded up (a positive integer, as the field
+// needs), and q the quota the rule grants over w, Limit x w / Window
+// rounded to the nearest integer, so that q/w is the rule's rate (see the
+// package doc).
 func appendPolicy(buf []byte, d ratelimit.Decision) []byte {
+	w := max(1, ceilDiv(d.Window, time.Second))
+	q := max(0, d.Limit)
+	if d.Window > 0 && d.Window != time.Duration(w)*time.Second {
+		n, r, ok := wide.MulDiv(uint64(q), uint64(w)*uint64(time.Second), uint64(d.Window))
+		if r >= uint64(d.Window)-r {
+			n++
+		}
+		q = maxSFInt
+		if ok && n < maxSFInt {
+			q = int64(n)
+		}
+	}
 	buf = appendSFString(buf, policyName(d))
 	buf = append(buf, ";q="...)
-	buf = strconv.AppendInt(buf, min(max(0, d.Limit), maxSFInt), 10)
+	buf = strconv.AppendInt(buf, min(q, maxSFInt), 10)
 	buf = append(buf, ";w="...)
-	return strconv.AppendInt(buf, max(1, ceilDiv(d.Window, time.Second)), 10)
+	return strconv.AppendInt(buf, w, 10)
 }
 
 // appendSFString appends s as a structured-field String: quoted, with '"'

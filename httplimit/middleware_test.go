@@ -101,10 +101,16 @@ func TestPolicyFields(t *testing.T) {
 			`"q";q=10;w=2`, `"q";r=9;t=1`},
 		{"an unnamed rule is \"default\"", ratelimit.TokenBucket{Rate: ratelimit.PerMinute(1), Burst: 3},
 			`"default";q=3;w=180`, `"default";r=2;t=60`},
-		{"a window under a second is w=1", ratelimit.TokenBucket{Rate: ratelimit.Rate{Count: 7, Per: 3 * time.Second}, Burst: 1},
-			`"default";q=1;w=1`, `"default";r=0;t=1`},
-		{"windows round up", ratelimit.TokenBucket{Rate: ratelimit.Rate{Count: 3, Per: 2 * time.Second}, Burst: 2},
-			`"default";q=2;w=2`, `"default";r=1;t=1`},
+		{"a window under a second is w=1, with the quota of a second: q/w is the rate", ratelimit.GCRA{Rate: ratelimit.PerSecond(100), Burst: 5, Name: "g"},
+			`"g";q=100;w=1`, `"g";r=4;t=1`},
+		{"7 per 3 s in a second is 2.33: q rounds to the nearest", ratelimit.TokenBucket{Rate: ratelimit.Rate{Count: 7, Per: 3 * time.Second}, Burst: 1},
+			`"default";q=2;w=1`, `"default";r=0;t=1`},
+		{"windows round up, and q with them: 3 per 2 s", ratelimit.TokenBucket{Rate: ratelimit.Rate{Count: 3, Per: 2 * time.Second}, Burst: 2},
+			`"default";q=3;w=2`, `"default";r=1;t=1`},
+		{"a fixed window under a second", ratelimit.FixedWindow{Limit: 2, Window: 10 * time.Millisecond},
+			`"default";q=200;w=1`, `"default";r=1;t=1`},
+		{"2.5 s rounds to 3 s", ratelimit.SlidingLog{Limit: 5, Window: 2500 * time.Millisecond},
+			`"default";q=6;w=3`, `"default";r=4;t=3`},
 		{"fixed window", ratelimit.FixedWindow{Limit: 10, Window: time.Second, Name: "fw"},
 			`"fw";q=10;w=1`, `"fw";r=9;t=1`},
 		{"sliding log", ratelimit.SlidingLog{Limit: 5, Window: 10 * time.Second, Name: "login"},
@@ -194,16 +200,24 @@ func TestCost(t *testing.T) {
 		f := newFixture(t, api, byPath)
 		w := f.do(path("/zero"))
 		assert.Equal(t, http.StatusBadRequest, w.Code)
-		assert.JSONEq(t, `{"error":"invalid_cost","policy":"api","message":"this request has no positive cost"}`, w.Body.String())
+		body := jsonBody(t, w)
+		assert.Equal(t, "invalid_cost", body["error"])
+		assert.Equal(t, "api", body["policy"])
+		assert.Equal(t, "this request has no positive cost (it costs 0)", body["message"])
+		_, want := newKeyed(t, api, ratelimit.NewManualClock(0)).Check("k", 0)
+		assert.Equal(t, want.Error(), body["detail"], "the limiter's own error")
 		assert.Zero(t, f.calls.Load())
 	})
 	t.Run("a cost above the capacity is 400, not 429", func(t *testing.T) {
 		f := newFixture(t, api, byPath)
 		w := f.do(path("/huge"))
 		assert.Equal(t, http.StatusBadRequest, w.Code)
-		assert.JSONEq(t, `{"error":"cost_exceeds_limit","policy":"api",`+
-			`"message":"this request costs more than the 20 that policy \"api\" allows at once; it can never be admitted"}`,
-			w.Body.String())
+		body := jsonBody(t, w)
+		assert.Equal(t, "cost_exceeds_limit", body["error"])
+		assert.Equal(t, "api", body["policy"])
+		assert.Equal(t, `this request costs 25, more than the 20 that policy "api" allows at once; it can never be admitted`, body["message"])
+		_, want := newKeyed(t, api, ratelimit.NewManualClock(0)).Check("k", 25*ratelimit.Unit)
+		assert.Equal(t, want.Error(), body["detail"], "the limiter's own error, with whatever numbers it gives")
 		assert.Equal(t, `"api";q=20;w=2`, w.Header().Get("RateLimit-Policy"))
 		assert.Empty(t, w.Header().Values("RateLimit"))
 		assert.Empty(t, w.Header().Values("Retry-After"))
@@ -369,7 +383,7 @@ func TestContextChecker(t *testing.T) {
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
 			assert.Equal(t, http.StatusOK, w.Code)
-			assert.Equal(t, `"q";q=2;w=1`, w.Header().Get("RateLimit-Policy"))
+			assert.Equal(t, `"q";q=1000000;w=1`, w.Header().Get("RateLimit-Policy"))
 		}
 		assert.Equal(t, 2, calls)
 	})
