@@ -40,17 +40,31 @@
 //     q is then more than a client can spend at once; r says what it can.
 //
 // r is what the client could spend right now, and t the seconds until its
-// allowance is whole again if it sends nothing more. A
-// denied request also gets Retry-After (the exact wait for the same request
-// to pass, rounded up to whole seconds, at least 1), Cache-Control:
-// no-store, and a JSON body. [WithLegacyHeaders] adds the older
-// X-RateLimit-Limit, -Remaining and -Reset (delta seconds) fields.
+// allowance is whole again if it sends nothing more. A denied request also
+// gets Retry-After (the exact wait for the same request to pass, rounded up
+// to whole seconds, at least 1), Cache-Control: no-store, and a JSON body.
+// [WithLegacyHeaders] adds the older X-RateLimit-Limit, -Remaining and
+// -Reset (delta seconds) fields.
 //
 // t is the time until the allowance is whole, so on a denial it can exceed
 // Retry-After: a sliding log of 5 per 10 s that is full admits again when
 // its oldest entry expires, seconds before the last one does. Clients
 // should honour Retry-After, which the draft says takes precedence, and can
 // read t as the longest they might have to wait for a full allowance.
+//
+// # Logging, shadow mode and tests
+//
+// By default the middleware writes no log line per request, so that a
+// client over its limit cannot flood the logs; [WithLogger] turns the lines
+// on. Errors of the key function and the limiter are logged, capped (see
+// [WithLogger]).
+//
+// [WithShadowMode] measures a limit without enforcing it, exactly as
+// [ratelimit.ShadowKeyed] and a shadow [ratelimit.Layer] do.
+//
+// A leaky bucket's Delay is waited out on the limiter's own clock, so a
+// handler behind the middleware is tested on virtual time by giving its
+// store a [ratelimit.ManualClock] (see the example).
 package httplimit
 
 import (
@@ -104,7 +118,8 @@ type DeniedHandler func(w http.ResponseWriter, r *http.Request, d ratelimit.Deci
 // ErrorHandler decides what happens to a request whose limit could not be
 // checked: its key function or the limiter failed. It returns true to
 // forward the request anyway (fail open), or writes a response and returns
-// false (fail closed). The middleware has already logged err.
+// false (fail closed). The middleware has already logged err (see
+// [WithLogger]). A request without its key ([ErrNoKey]) never comes here.
 type ErrorHandler func(w http.ResponseWriter, r *http.Request, err error) (forward bool)
 
 // FailOpen is the default [ErrorHandler]: it forwards the request, so that a
