@@ -62,27 +62,28 @@ func (s *syncBuffer) lines(t testing.TB) []map[string]any {
 
 // fixture is a limited handler on virtual time.
 type fixture struct {
-	clk    *ratelimit.ManualClock
-	logs   *syncBuffer
-	calls  atomic.Int64
-	sleeps []time.Duration
-	h      http.Handler
+	t     testing.TB
+	clk   *ratelimit.ManualClock
+	logs  *syncBuffer
+	calls atomic.Int64
+	h     http.Handler
 }
 
-// newFixture limits a handler that answers 200 "ok" by rule on a
-// ManualClock at 0. Waits are recorded and take no virtual time unless opts
-// replace the sleep.
+// newFixture limits a handler that answers 200 "ok" by rule, in a store on
+// a ManualClock at 0. Leaky-bucket waits are on that clock: a request that
+// waits blocks until the test moves the clock (see start).
 func newFixture(t testing.TB, rule ratelimit.Rule, opts ...httplimit.Option) *fixture {
 	t.Helper()
-	f := &fixture{clk: ratelimit.NewManualClock(0), logs: &syncBuffer{}}
-	base := []httplimit.Option{
-		httplimit.WithLogger(slog.New(slog.NewJSONHandler(f.logs, nil))),
-		httplimit.WithSleep(func(ctx context.Context, d time.Duration) error {
-			f.sleeps = append(f.sleeps, d)
-			return ctx.Err()
-		}),
-	}
-	mw := httplimit.Middleware(newKeyed(t, rule, f.clk), append(base, opts...)...)
+	clk := ratelimit.NewManualClock(0)
+	return newFixtureFor(t, clk, newKeyed(t, rule, clk), opts...)
+}
+
+// newFixtureFor is newFixture for a limiter built on clk.
+func newFixtureFor(t testing.TB, clk *ratelimit.ManualClock, lim ratelimit.KeyedLimiter, opts ...httplimit.Option) *fixture {
+	t.Helper()
+	f := &fixture{t: t, clk: clk, logs: &syncBuffer{}}
+	base := []httplimit.Option{httplimit.WithLogger(slog.New(slog.NewJSONHandler(f.logs, nil)))}
+	mw := httplimit.Middleware(lim, append(base, opts...)...)
 	f.h = mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.calls.Add(1)
 		_, _ = w.Write([]byte("ok"))
@@ -90,15 +91,80 @@ func newFixture(t testing.TB, rule ratelimit.Rule, opts ...httplimit.Option) *fi
 	return f
 }
 
-// do sends a GET from 192.0.2.1 (httptest's default peer), changed by mods.
-func (f *fixture) do(mods ...func(*http.Request)) *httptest.ResponseRecorder {
+// testWait bounds every wait in these tests, so that a broken one fails
+// rather than hangs.
+const testWait = 10 * time.Second
+
+// start sends a GET from 192.0.2.1 (httptest's default peer), changed by
+// mods, on a goroutine of its own, and returns where its response will
+// arrive: a request that waits for its turn only answers once the clock
+// has moved far enough.
+func (f *fixture) start(mods ...func(*http.Request)) <-chan *httptest.ResponseRecorder {
 	r := httptest.NewRequest(http.MethodGet, "/x", nil)
 	for _, m := range mods {
 		m(r)
 	}
-	w := httptest.NewRecorder()
-	f.h.ServeHTTP(w, r)
-	return w
+	done := make(chan *httptest.ResponseRecorder, 1)
+	go func() {
+		w := httptest.NewRecorder()
+		f.h.ServeHTTP(w, r)
+		done <- w
+	}()
+	return done
+}
+
+// do sends a request as start does and returns its response, failing the
+// test if it does not come (a request waiting for a clock nobody moves).
+func (f *fixture) do(mods ...func(*http.Request)) *httptest.ResponseRecorder {
+	f.t.Helper()
+	return f.await(f.start(mods...))
+}
+
+// await returns the response that arrives on done.
+func (f *fixture) await(done <-chan *httptest.ResponseRecorder) *httptest.ResponseRecorder {
+	f.t.Helper()
+	select {
+	case w := <-done:
+		return w
+	case <-time.After(testWait):
+		f.t.Fatal("no response")
+		return nil
+	}
+}
+
+// sleepers waits until n requests are asleep on the clock.
+func (f *fixture) sleepers(n int) {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	require.NoError(f.t, f.clk.BlockUntilSleepers(ctx, n), "waiting for %d sleepers", n)
+}
+
+// answerOrSleep returns the response on done if it comes without the clock
+// moving, or nil once n requests are asleep on the clock.
+func (f *fixture) answerOrSleep(done <-chan *httptest.ResponseRecorder, n int) *httptest.ResponseRecorder {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	asleep := make(chan error, 1)
+	go func() { asleep <- f.clk.BlockUntilSleepers(ctx, n) }()
+	select {
+	case w := <-done:
+		return w
+	case err := <-asleep:
+		require.NoError(f.t, err, "neither an answer nor a wait")
+		return nil
+	}
+}
+
+// assertPending checks that no response has arrived on done yet.
+func (f *fixture) assertPending(done <-chan *httptest.ResponseRecorder, msg string) {
+	f.t.Helper()
+	select {
+	case w := <-done:
+		f.t.Errorf("%s: answered %d before its turn", msg, w.Code)
+	default:
+	}
 }
 
 func from(remote string) func(*http.Request) {

@@ -19,27 +19,52 @@
 //
 // Every response to a checked request, admitted or not, carries
 //
-//	RateLimit-Policy: "<name>";q=<Limit>;w=<Window in seconds, rounded up>
+//	RateLimit-Policy: "<name>";q=<quota>;w=<window in seconds>
 //	RateLimit: "<name>";r=<Remaining>;t=<ResetAfter in seconds, rounded up>
 //
 // from the request's [ratelimit.Decision]. The name is the rule's Name, or
-// "default" for an unnamed rule. q is the rule's capacity in units: Limit
-// for a window algorithm, whose w is the window; Burst for a token bucket
-// or GCRA and Capacity for a leaky bucket, whose w is the time to earn that
-// whole capacity back at the rule's rate, so that q/w is the sustained rate
-// and q the most a client can spend at once. (TokenBucket{Rate: 10/s, Burst:
-// 20} sends q=20;w=2.) r is what the client could spend right now, and t the
-// seconds until its allowance is whole again if it sends nothing more. A
-// denied request also gets Retry-After (the exact wait for the same request
-// to pass, rounded up to whole seconds, at least 1), Cache-Control:
-// no-store, and a JSON body. [WithLegacyHeaders] adds the older
-// X-RateLimit-Limit, -Remaining and -Reset (delta seconds) fields.
+// "default" for an unnamed rule. The policy is the Decision's Limit over its
+// Window: for a window algorithm the Limit and the window; for a token
+// bucket or GCRA the Burst, and for a leaky bucket the Capacity, over the
+// time to earn that whole capacity back at the rule's rate. The field
+// carries whole seconds, so:
+//
+//   - when the Window is a whole number of seconds, q is the Limit and w
+//     the Window: q/w is exactly the rule's rate and q the most a client
+//     can spend at once (TokenBucket{Rate: 10/s, Burst: 20} sends q=20;w=2);
+//   - otherwise w is the Window rounded up to whole seconds (at least 1)
+//     and q the quota the rule grants over w, Limit x w / Window rounded to
+//     the nearest integer, so that q/w is still the rule's rate, to within
+//     half a request over w (GCRA{Rate: 100/s, Burst: 5}, whose Window is
+//     50 ms, sends q=100;w=1, not q=5;w=1, which would read as 5 a second).
+//     q is then more than a client can spend at once; r says what it can.
+//
+// r is what the client could spend right now, and t the seconds until its
+// allowance is whole again if it sends nothing more. A denied request also
+// gets Retry-After (the exact wait for the same request to pass, rounded up
+// to whole seconds, at least 1), Cache-Control: no-store, and a JSON body.
+// [WithLegacyHeaders] adds the older X-RateLimit-Limit, -Remaining and
+// -Reset (delta seconds) fields.
 //
 // t is the time until the allowance is whole, so on a denial it can exceed
 // Retry-After: a sliding log of 5 per 10 s that is full admits again when
 // its oldest entry expires, seconds before the last one does. Clients
 // should honour Retry-After, which the draft says takes precedence, and can
 // read t as the longest they might have to wait for a full allowance.
+//
+// # Logging, shadow mode and tests
+//
+// By default the middleware writes no log line per request, so that a
+// client over its limit cannot flood the logs; [WithLogger] turns the lines
+// on. Errors of the key function and the limiter are logged, capped (see
+// [WithLogger]).
+//
+// [WithShadowMode] measures a limit without enforcing it, exactly as
+// [ratelimit.ShadowKeyed] and a shadow [ratelimit.Layer] do.
+//
+// A leaky bucket's Delay is waited out on the limiter's own clock, so a
+// handler behind the middleware is tested on virtual time by giving its
+// store a [ratelimit.ManualClock] (see the example).
 package httplimit
 
 import (
@@ -51,7 +76,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratekit/ratelimit"
@@ -59,9 +86,22 @@ import (
 )
 
 // KeyFunc returns the key a request is limited by, such as a client address
-// or an API key. An error means the request's limit cannot be checked; it
+// or an API key. An error matching [ErrNoKey] means the request lacks what
+// it must be keyed by, which is the client's doing: it is answered 400 Bad
+// Request. Any other error means the request's limit cannot be checked; it
 // goes to the [ErrorHandler].
 type KeyFunc func(*http.Request) (string, error)
+
+// ErrNoKey is what a [KeyFunc] returns, wrapped with detail if it likes,
+// for a request that does not carry what it is limited by, such as an API
+// key header that is required and missing. The request is the client's
+// fault, so the middleware answers it 400 Bad Request with a JSON body
+// {"error":"missing_key","message":...} carrying the error's text, and never
+// hands it to the [ErrorHandler]: under [FailOpen] a client could otherwise
+// skip its limit by leaving the key out. Return other errors for failures
+// the client does not control (a session store that is down), which the
+// ErrorHandler should decide about.
+var ErrNoKey = errors.New("httplimit: the request has no key")
 
 // CostFunc returns what a request costs, such as 10*[ratelimit.Unit] for a
 // bulk call. An error, a cost of zero or less, and a cost above the rule's
@@ -78,7 +118,8 @@ type DeniedHandler func(w http.ResponseWriter, r *http.Request, d ratelimit.Deci
 // ErrorHandler decides what happens to a request whose limit could not be
 // checked: its key function or the limiter failed. It returns true to
 // forward the request anyway (fail open), or writes a response and returns
-// false (fail closed). The middleware has already logged err.
+// false (fail closed). The middleware has already logged err (see
+// [WithLogger]). A request without its key ([ErrNoKey]) never comes here.
 type ErrorHandler func(w http.ResponseWriter, r *http.Request, err error) (forward bool)
 
 // FailOpen is the default [ErrorHandler]: it forwards the request, so that a
@@ -109,14 +150,25 @@ func FixedCost(c ratelimit.Units) CostFunc {
 // a client cannot spend another client's address allowance by sending it as
 // a header value.
 //
+// With a nil fallback the header is required: a request without it gets
+// an error matching [ErrNoKey], which the middleware answers 400, so that
+// leaving the header out is no way round the limit.
+//
 // The header is not authenticated: anyone may send any value. Check keys
 // before limiting by them, or limit by client address as well.
+//
+// HeaderKey panics if name is empty: a request cannot be keyed by no
+// header.
 func HeaderKey(name string, fallback KeyFunc) KeyFunc {
+	if name == "" {
+		panic("httplimit: HeaderKey with an empty header name; name the header that carries the key, such as \"X-API-Key\"")
+	}
+	missing := fmt.Errorf("%w: the %s header is missing", ErrNoKey, http.CanonicalHeaderKey(name))
 	return func(r *http.Request) (string, error) {
 		v := r.Header.Get(name)
 		if v == "" {
 			if fallback == nil {
-				return "", fmt.Errorf("httplimit: no %s header", name)
+				return "", missing
 			}
 			return fallback(r)
 		}
@@ -134,12 +186,11 @@ type config struct {
 	denied   DeniedHandler
 	onError  ErrorHandler
 	logger   *slog.Logger
+	logAll   bool // log every request refused, or that a shadow limit would refuse
 	shadow   bool
+	report   ratelimit.ShadowFunc
 	legacy   bool
 	maxDelay time.Duration
-	// sleep waits d or until ctx ends; tests replace it to wait on virtual
-	// time.
-	sleep func(ctx context.Context, d time.Duration) error
 }
 
 // WithKey sets how requests are keyed. The default is [ClientIP]{}.Key: the
@@ -183,25 +234,64 @@ func WithErrorHandler(h ErrorHandler) Option {
 	}
 }
 
-// WithLogger sets the logger for limited requests (one line each, at level
-// Info, with the key, policy and wait), requests shadow mode would have
-// limited (Info), and errors (Error). The default is [slog.Default]; pass a
-// logger over [slog.DiscardHandler] for silence.
+// WithLogger turns on one log line for every request that is refused or
+// cut short, written to l: "httplimit: rate limited" (level Info, with the
+// key, policy and wait), "httplimit: would limit request" (Info, for a
+// request admitted only because a limit runs in shadow mode, that is with
+// Decision.Shadowed set), "httplimit: wait abandoned" (Info), "httplimit:
+// no key" (Info, for [ErrNoKey]) and "httplimit: would reject cost" (Warn,
+// in shadow mode). It also sends the middleware's error lines to l.
+//
+// Without it, the middleware logs no line per request: refusals are what
+// a client over its limit causes, and a client flooding the server would
+// otherwise flood its logs too. It then logs only the errors of its key
+// function and limiter ("httplimit: limit not checked", level Error), to
+// [slog.Default]. Error lines are capped whatever the logger: at most 10 at
+// once and one a second after that, each middleware on its own; the next
+// line written after some were dropped says how many in its "dropped"
+// attribute.
+//
+// To send the error lines to l without the per-request ones, give l a
+// handler whose level is Warn or above. A nil l changes nothing.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) {
 		if l != nil {
 			c.logger = l
+			c.logAll = true
 		}
 	}
 }
 
-// WithShadowMode makes the middleware decide and log but never act: every
-// request is forwarded at once, with no RateLimit fields, no leaky-bucket
-// wait and no 400 for a bad cost, and those it would have refused are
-// logged. Admitted requests spend their allowance exactly as when
-// enforcing, so the log shows what enforcement would do.
-func WithShadowMode() Option {
-	return func(c *config) { c.shadow = true }
+// WithShadowMode runs the limit in shadow mode, to measure it on real
+// traffic before enforcing it: the limiter is asked about every request
+// and spends exactly as it would if it enforced, but no request is refused
+// or delayed for it. report, if not nil, receives the limiter's own answer
+// on every request it decides (see [ratelimit.ShadowReport]: the key, and
+// the Decision as if enforced, with its exact RetryAfter).
+//
+// It is the core's shadow mode, [ratelimit.ShadowKeyed], applied to the
+// middleware's limiter, so these three behave the same way:
+//
+//	httplimit.Middleware(lim, httplimit.WithShadowMode(report))
+//	httplimit.Middleware(ratelimit.ShadowKeyed(lim, report))
+//	httplimit.Middleware(composite) // whose every Layer has Shadow set and OnShadow: report
+//
+// Each request gets the RateLimit fields of its Decision made into an
+// admission, as any admitted request does; Decision.Shadowed is set when
+// the limit would have refused it, and with [WithLogger] such a request is
+// logged as "httplimit: would limit request". A cost above the limit's
+// capacity is admitted and reported with [ratelimit.ErrCostExceedsCapacity],
+// as ShadowKeyed does. When the middleware would ask lim with a context or
+// with CheckWithin (see [Middleware] and [WithMaxDelay]), which the
+// limiter ShadowKeyed returns does not offer, it asks lim that way itself
+// and then decides and reports exactly as ShadowKeyed does.
+//
+// Beyond what ShadowKeyed covers, shadow mode forwards every request the
+// middleware cannot check, whatever the [ErrorHandler]: a missing key
+// ([ErrNoKey]), a cost the [CostFunc] rejects, a cost of zero or less, and
+// an error from the key function. Those get no RateLimit fields.
+func WithShadowMode(report ratelimit.ShadowFunc) Option {
+	return func(c *config) { c.shadow, c.report = true, report }
 }
 
 // WithLegacyHeaders adds X-RateLimit-Limit (the Limit), X-RateLimit-Remaining
@@ -214,57 +304,79 @@ func WithLegacyHeaders() Option {
 
 // WithMaxDelay caps how long an admitted request may wait for its turn
 // (its [ratelimit.Decision] Delay, set by a [ratelimit.LeakyBucket]); d <= 0
-// means no cap, the default. A request whose Delay exceeds d is answered
-// like one over its limit, with a Retry-After after which a request of the
-// same cost would wait at most d.
+// means no cap, the default. A request that would wait longer than d is
+// answered like one over its limit, with a Retry-After after which a request
+// of the same cost would wait at most d.
 //
-// The limiter has already admitted such a request when the middleware sees
-// its Delay, and a keyed limiter cannot take an admission back: the refused
-// request's place in the queue stays taken, and drains at the rule's rate as
-// if it had been served. A client that keeps sending while its queue is
-// longer than d therefore keeps it that long, and is refused until it backs
-// off for its Retry-After. To refuse without spending anything, size the
-// rule instead: a LeakyBucket admits nothing that would wait longer than
-// (Capacity - cost)/Rate, so Capacity = Rate x (longest wait) + 1 caps the
-// wait of unit requests exactly. WithMaxDelay is the safety net for limiters
-// whose rules the middleware does not control.
+// If the limiter has a method
+//
+//	CheckWithin(key string, cost ratelimit.Units, maxDelay time.Duration) (ratelimit.Decision, error)
+//
+// as [ratelimit.Store] and [ratelimit.Composite] do, the middleware asks it
+// instead of Check: a request refused for waiting too long then spends
+// nothing, and its Decision is exact, RetryAfter and Policy being those of
+// the rule whose queue is too long, even when several rules are combined.
+//
+// Other limiters can only be asked with Check, which has already admitted
+// the request when the middleware sees its Delay, and a keyed limiter cannot
+// take an admission back: the refused request's place in the queue stays
+// taken, and drains at the rule's rate as if it had been served. The
+// Retry-After is then worked out from the Decision's Delay, Limit and
+// Window, which is exact when the Decision describes the queue itself, and
+// a client that keeps sending while its queue is longer than d keeps it
+// that long, and is refused until it backs off.
 func WithMaxDelay(d time.Duration) Option {
 	return func(c *config) { c.maxDelay = d }
 }
 
 // Middleware returns net/http middleware that checks every request against
 // lim and forwards it only if it is admitted. lim is typically a
-// [ratelimit.Store]; it must be safe for concurrent use. Middleware panics
-// if lim is nil.
+// [ratelimit.Store] or a [ratelimit.Composite]; it must be safe for
+// concurrent use.
 //
-// For each request the key and the cost are computed, and lim.Check
-// decides:
+// Middleware panics if lim is nil, or a nil pointer (or other nil value) of
+// a limiter type, such as a *ratelimit.Store left nil after NewStore
+// failed: a mistake in the program, reported when the middleware is built
+// rather than on the first request, as [http.Handle] reports its own.
+// Likewise the function it returns panics for a nil handler.
+//
+// For each request the key and the cost are computed, and lim decides. The
+// middleware asks in the most exact form lim offers: CheckWithin when
+// [WithMaxDelay] is set and lim has it (see there); otherwise CheckContext
+// with the request's context if lim is a [ratelimit.ContextChecker], so that
+// a limiter that waits on a network gives up with the request; otherwise
+// Check. Then:
 //
 //   - admitted: the RateLimit fields are set and the request is forwarded,
 //     after waiting out the Decision's Delay if it has one (a leaky bucket).
-//     If the request's context ends during the wait the request is answered
-//     503 Service Unavailable, not 429: it was within its limit, and it is
-//     the request's own deadline or cancellation that cut the wait short.
-//     Its allowance stays spent.
+//     The wait is on lim's own clock if lim has a method Clock()
+//     [ratelimit.Clock], as a Store and a Composite have, and on the system
+//     clock otherwise; so a store given a [ratelimit.ManualClock] makes
+//     the middleware wait on virtual time, and a test moves it on.
+//     If the request's context ends during the wait (or has ended before
+//     its check) the request is answered 503 Service Unavailable, not 429:
+//     it was within its limit, and it is the request's own deadline or
+//     cancellation that cut it short. An admitted request's allowance stays
+//     spent.
 //   - denied: the fields, Retry-After and Cache-Control: no-store are set,
-//     the request is logged, and the [DeniedHandler] answers (429 by
-//     default). A client over its own limit never gets 503.
-//   - bad cost: 400 Bad Request with a JSON body.
-//   - error from the key function or the limiter: logged, then the
-//     [ErrorHandler] decides ([FailOpen] by default).
+//     and the [DeniedHandler] answers (429 by default). A client over its
+//     own limit never gets 503. It is logged only if [WithLogger] asks.
+//   - bad cost, or no key ([ErrNoKey]): 400 Bad Request with a JSON body.
+//   - any other error from the key function or the limiter: logged (see
+//     [WithLogger]), then the [ErrorHandler] decides ([FailOpen] by
+//     default).
 //
 // The middleware starts no goroutines; the returned function and the
 // handlers it builds are safe for concurrent use.
 func Middleware(lim ratelimit.KeyedLimiter, opts ...Option) func(http.Handler) http.Handler {
-	if lim == nil {
-		panic("httplimit: nil limiter")
+	if isNil(lim) {
+		panic(fmt.Sprintf("httplimit: Middleware given a nil limiter (%T); pass the limiter that ratelimit.NewStore or ratelimit.Compose returned, after checking their error", lim))
 	}
 	c := config{
 		key:     ClientIP{}.Key,
 		cost:    FixedCost(ratelimit.Unit),
 		denied:  deny,
 		onError: FailOpen,
-		sleep:   sleep,
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -274,68 +386,162 @@ func Middleware(lim ratelimit.KeyedLimiter, opts ...Option) func(http.Handler) h
 	if c.logger == nil {
 		c.logger = slog.Default()
 	}
+	base := handler{config: c, lim: lim, clock: ratelimit.SystemClock(), errs: newErrorLog()}
+	base.withCtx, _ = lim.(ratelimit.ContextChecker)
+	if c.maxDelay > 0 {
+		base.within, _ = lim.(withinChecker)
+	}
+	if c.shadow {
+		if base.withCtx == nil && base.within == nil {
+			base.lim = ratelimit.ShadowKeyed(lim, c.report)
+		} else {
+			base.ownShadow = true
+		}
+	}
+	if cl, ok := lim.(clocked); ok {
+		if clk := cl.Clock(); clk != nil {
+			base.clock = clk
+		}
+	}
 	return func(next http.Handler) http.Handler {
 		if next == nil {
 			panic("httplimit: nil handler")
 		}
-		return &handler{config: c, lim: lim, next: next}
+		h := base
+		h.next = next
+		return &h
 	}
+}
+
+// isNil reports whether lim is nil or holds a nil pointer, map, slice,
+// channel or function.
+func isNil(lim ratelimit.KeyedLimiter) bool {
+	if lim == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(lim); v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
+}
+
+// withinChecker is a keyed limiter that can refuse a request that would
+// wait too long for its turn without spending anything, as
+// [ratelimit.Store] and [ratelimit.Composite] can.
+type withinChecker interface {
+	CheckWithin(key string, cost ratelimit.Units, maxDelay time.Duration) (ratelimit.Decision, error)
+}
+
+// clocked is a limiter that tells which clock it reads, as
+// [ratelimit.Store] and [ratelimit.Composite] do.
+type clocked interface {
+	Clock() ratelimit.Clock
 }
 
 type handler struct {
 	config
-	lim  ratelimit.KeyedLimiter
-	next http.Handler
+	lim     ratelimit.KeyedLimiter
+	withCtx ratelimit.ContextChecker // lim, if it takes a context
+	within  withinChecker            // lim, if it has CheckWithin and maxDelay > 0
+	clock   ratelimit.Clock          // the clock a Delay is waited out on
+	// ownShadow is set in shadow mode when lim is asked with a context or
+	// CheckWithin, which ratelimit.ShadowKeyed cannot pass on: the handler
+	// then does what ShadowKeyed does itself.
+	ownShadow bool
+	errs      *errorLog
+	next      http.Handler
+}
+
+// check asks the limiter about the request, in the most exact form it
+// offers.
+func (h *handler) check(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	d, err := h.ask(ctx, key, cost)
+	if !h.ownShadow {
+		return d, err
+	}
+	// As ratelimit.ShadowKeyed decides and reports, for a limiter asked in
+	// a form it does not offer. A request that has ended was not decided
+	// on.
+	if errors.Is(err, ratelimit.ErrInvalidCost) || (err != nil && ctx.Err() != nil) {
+		return d, err
+	}
+	if h.report != nil {
+		h.report(ratelimit.ShadowReport{Key: key, Decision: d, Err: err})
+	}
+	d.Allowed, d.Shadowed = true, err != nil || !d.Allowed
+	d.RetryAfter, d.Delay = 0, 0
+	return d, nil
+}
+
+// ask asks the limiter, in the most exact form it offers.
+func (h *handler) ask(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	switch {
+	case h.within != nil:
+		if err := ctx.Err(); err != nil {
+			return ratelimit.Decision{}, err
+		}
+		return h.within.CheckWithin(key, cost, h.maxDelay)
+	case h.withCtx != nil:
+		return h.withCtx.CheckContext(ctx, key, cost)
+	}
+	return h.lim.Check(key, cost)
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	key, err := h.key(r)
 	if err != nil {
+		if errors.Is(err, ErrNoKey) {
+			h.logRequest(r, slog.LevelInfo, "httplimit: no key", slog.Any("error", err),
+				slog.String("method", r.Method), slog.String("path", r.URL.Path))
+			if h.shadow {
+				h.next.ServeHTTP(w, r)
+			} else {
+				writeJSON(w, http.StatusBadRequest, problem{Error: "missing_key", Message: err.Error()})
+			}
+			return
+		}
 		h.fail(w, r, fmt.Errorf("httplimit: key: %w", err))
 		return
 	}
 	cost, err := h.cost(r)
 	if err != nil {
-		h.badCost(w, r, key, nil, err)
+		h.badCost(w, r, key, 0, nil, err)
 		return
 	}
-	d, err := h.lim.Check(key, cost)
+	d, err := h.check(r.Context(), key, cost)
 	if err != nil {
-		if errors.Is(err, ratelimit.ErrInvalidCost) || errors.Is(err, ratelimit.ErrCostExceedsCapacity) {
-			h.badCost(w, r, key, &d, err)
-			return
+		switch {
+		case errors.Is(err, ratelimit.ErrInvalidCost) || errors.Is(err, ratelimit.ErrCostExceedsCapacity):
+			h.badCost(w, r, key, cost, &d, err)
+		case r.Context().Err() != nil:
+			h.ended(w, r, key, d, 0)
+		default:
+			h.fail(w, r, fmt.Errorf("httplimit: limiter: %w", err))
 		}
-		h.fail(w, r, fmt.Errorf("httplimit: limiter: %w", err))
 		return
 	}
-	if d.Allowed && h.maxDelay > 0 && d.Delay > h.maxDelay {
+	if h.within == nil && d.Allowed && h.maxDelay > 0 && d.Delay > h.maxDelay {
 		d = h.overCap(d, cost)
-	}
-	if h.shadow {
-		if !d.Allowed {
-			h.logger.LogAttrs(r.Context(), slog.LevelInfo, "httplimit: would limit request",
-				limitAttrs(r, key, d)...)
-		}
-		h.next.ServeHTTP(w, r)
-		return
 	}
 	if !d.Allowed {
 		setFields(w.Header(), d, h.legacy, 0)
 		w.Header().Set("Retry-After", strconv.FormatInt(max(1, ceilDiv(d.RetryAfter, time.Second)), 10))
 		w.Header().Set("Cache-Control", "no-store")
-		h.logger.LogAttrs(r.Context(), slog.LevelInfo, "httplimit: rate limited", limitAttrs(r, key, d)...)
+		if h.logAll {
+			h.logger.LogAttrs(r.Context(), slog.LevelInfo, "httplimit: rate limited", limitAttrs(r, key, d)...)
+		}
 		h.denied(w, r, d)
 		return
 	}
+	if d.Shadowed && h.logAll {
+		h.logger.LogAttrs(r.Context(), slog.LevelInfo, "httplimit: would limit request",
+			slog.String("key", key), slog.String("policy", policyName(d)),
+			slog.String("method", r.Method), slog.String("path", r.URL.Path))
+	}
 	if d.Delay > 0 {
-		if err := h.sleep(r.Context(), d.Delay); err != nil {
-			h.logger.LogAttrs(r.Context(), slog.LevelInfo, "httplimit: wait abandoned",
-				slog.String("key", key), slog.Duration("delay", d.Delay), slog.Any("error", err))
-			writeJSON(w, http.StatusServiceUnavailable, problem{
-				Error:   "wait_abandoned",
-				Policy:  policyName(d),
-				Message: "the request ended while waiting for its turn",
-			})
+		if err := ratelimit.Sleep(r.Context(), h.clock, d.Delay); err != nil {
+			h.ended(w, r, key, d, d.Delay)
 			return
 		}
 	}
@@ -366,9 +572,21 @@ func (h *handler) overCap(d ratelimit.Decision, cost ratelimit.Units) ratelimit.
 	return d
 }
 
+// ended answers a request whose context ended before it could go on:
+// during its check, or while it waited delay for its turn.
+func (h *handler) ended(w http.ResponseWriter, r *http.Request, key string, d ratelimit.Decision, delay time.Duration) {
+	h.logRequest(r, slog.LevelInfo, "httplimit: wait abandoned",
+		slog.String("key", key), slog.Duration("delay", delay), slog.Any("error", context.Cause(r.Context())))
+	writeJSON(w, http.StatusServiceUnavailable, problem{
+		Error:   "wait_abandoned",
+		Policy:  policyName(d),
+		Message: "the request ended while waiting for its turn",
+	})
+}
+
 // fail handles an error from the key function or the limiter.
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
-	h.logger.LogAttrs(r.Context(), slog.LevelError, "httplimit: limit not checked",
+	h.errs.log(r.Context(), h.logger, "httplimit: limit not checked",
 		slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
 	if h.shadow || h.onError(w, r, err) {
 		h.next.ServeHTTP(w, r)
@@ -378,9 +596,9 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 // badCost answers a request whose cost can never be admitted: err is the
 // cost function's error (d is nil), shown to the client as it is, or one of
 // the limiter's cost errors, with d carrying the policy.
-func (h *handler) badCost(w http.ResponseWriter, r *http.Request, key string, d *ratelimit.Decision, err error) {
+func (h *handler) badCost(w http.ResponseWriter, r *http.Request, key string, cost ratelimit.Units, d *ratelimit.Decision, err error) {
 	if h.shadow {
-		h.logger.LogAttrs(r.Context(), slog.LevelWarn, "httplimit: would reject cost",
+		h.logRequest(r, slog.LevelWarn, "httplimit: would reject cost",
 			slog.String("key", key), slog.String("method", r.Method), slog.String("path", r.URL.Path),
 			slog.Any("error", err))
 		h.next.ServeHTTP(w, r)
@@ -393,15 +611,52 @@ func (h *handler) badCost(w http.ResponseWriter, r *http.Request, key string, d 
 		p = problem{
 			Error:  "cost_exceeds_limit",
 			Policy: policyName(*d),
-			Message: fmt.Sprintf("this request costs more than the %d that policy %q allows at once; it can never be admitted",
-				d.Limit, policyName(*d)),
+			Message: fmt.Sprintf("this request costs %v, more than the %d that policy %q allows at once; it can never be admitted",
+				cost, d.Limit, policyName(*d)),
+			Detail: err.Error(),
 		}
 		w.Header().Set("RateLimit-Policy", policyField(*d))
 	default:
 		p.Policy = policyName(*d)
-		p.Message = "this request has no positive cost"
+		p.Message = fmt.Sprintf("this request has no positive cost (it costs %v)", cost)
+		p.Detail = err.Error()
 	}
 	writeJSON(w, http.StatusBadRequest, p)
+}
+
+// logRequest writes a line about one request, if WithLogger asked for
+// them.
+func (h *handler) logRequest(r *http.Request, level slog.Level, msg string, attrs ...slog.Attr) {
+	if h.logAll {
+		h.logger.LogAttrs(r.Context(), level, msg, attrs...)
+	}
+}
+
+// errorLog caps the middleware's error lines: an outage of the limiter
+// fails every request, and one line for each would bury everything else.
+type errorLog struct {
+	lim     ratelimit.Limiter
+	dropped atomic.Int64
+}
+
+func newErrorLog() *errorLog {
+	lim, err := ratelimit.New(ratelimit.GCRA{Rate: ratelimit.PerSecond(1), Burst: 10})
+	if err != nil {
+		panic(err) // a constant, valid rule
+	}
+	return &errorLog{lim: lim}
+}
+
+// log writes an error line unless too many have been written lately.
+func (e *errorLog) log(ctx context.Context, l *slog.Logger, msg string, attrs ...slog.Attr) {
+	if d, _ := e.lim.Check(ratelimit.Unit); !d.Allowed {
+		e.dropped.Add(1)
+		return
+	}
+	if n := e.dropped.Swap(0); n > 0 {
+		attrs = append(attrs, slog.Int64("dropped", n))
+	}
+	l.LogAttrs(ctx, slog.LevelError, msg, attrs...)
 }
 
 func limitAttrs(r *http.Request, key string, d ratelimit.Decision) []slog.Attr {
@@ -419,6 +674,8 @@ type problem struct {
 	Error   string `json:"error"`
 	Policy  string `json:"policy,omitempty"`
 	Message string `json:"message"`
+	// Detail is the limiter's own error, for a cost it refused.
+	Detail string `json:"detail,omitempty"`
 }
 
 // denial is the JSON body of the default 429 response.
@@ -499,14 +756,29 @@ func policyField(d ratelimit.Decision) string {
 	return string(appendPolicy(nil, d))
 }
 
-// appendPolicy appends the RateLimit-Policy value for d's rule. w must be a
-// positive integer, so a window under a second is reported as 1.
+// appendPolicy appends the RateLimit-Policy value for d's rule: w is the
+// Window in whole seconds, rounded up (a positive integer, as the field
+// needs), and q the quota the rule grants over w, Limit x w / Window
+// rounded to the nearest integer, so that q/w is the rule's rate (see the
+// package doc).
 func appendPolicy(buf []byte, d ratelimit.Decision) []byte {
+	w := max(1, ceilDiv(d.Window, time.Second))
+	q := max(0, d.Limit)
+	if d.Window > 0 && d.Window != time.Duration(w)*time.Second {
+		n, r, ok := wide.MulDiv(uint64(q), uint64(w)*uint64(time.Second), uint64(d.Window))
+		if r >= uint64(d.Window)-r {
+			n++
+		}
+		q = maxSFInt
+		if ok && n < maxSFInt {
+			q = int64(n)
+		}
+	}
 	buf = appendSFString(buf, policyName(d))
 	buf = append(buf, ";q="...)
-	buf = strconv.AppendInt(buf, min(max(0, d.Limit), maxSFInt), 10)
+	buf = strconv.AppendInt(buf, min(q, maxSFInt), 10)
 	buf = append(buf, ";w="...)
-	return strconv.AppendInt(buf, max(1, ceilDiv(d.Window, time.Second)), 10)
+	return strconv.AppendInt(buf, w, 10)
 }
 
 // appendSFString appends s as a structured-field String: quoted, with '"'
@@ -533,19 +805,4 @@ func ceilDiv(d, unit time.Duration) int64 {
 		return 0
 	}
 	return int64((d-1)/unit + 1)
-}
-
-// sleep waits d, or until ctx ends, whichever is first.
-func sleep(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return context.Cause(ctx)
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
 }

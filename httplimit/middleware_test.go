@@ -3,9 +3,11 @@ package httplimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 	"time"
 
@@ -99,10 +101,16 @@ func TestPolicyFields(t *testing.T) {
 			`"q";q=10;w=2`, `"q";r=9;t=1`},
 		{"an unnamed rule is \"default\"", ratelimit.TokenBucket{Rate: ratelimit.PerMinute(1), Burst: 3},
 			`"default";q=3;w=180`, `"default";r=2;t=60`},
-		{"a window under a second is w=1", ratelimit.TokenBucket{Rate: ratelimit.Rate{Count: 7, Per: 3 * time.Second}, Burst: 1},
-			`"default";q=1;w=1`, `"default";r=0;t=1`},
-		{"windows round up", ratelimit.TokenBucket{Rate: ratelimit.Rate{Count: 3, Per: 2 * time.Second}, Burst: 2},
-			`"default";q=2;w=2`, `"default";r=1;t=1`},
+		{"a window under a second is w=1, with the quota of a second: q/w is the rate", ratelimit.GCRA{Rate: ratelimit.PerSecond(100), Burst: 5, Name: "g"},
+			`"g";q=100;w=1`, `"g";r=4;t=1`},
+		{"7 per 3 s in a second is 2.33: q rounds to the nearest", ratelimit.TokenBucket{Rate: ratelimit.Rate{Count: 7, Per: 3 * time.Second}, Burst: 1},
+			`"default";q=2;w=1`, `"default";r=0;t=1`},
+		{"windows round up, and q with them: 3 per 2 s", ratelimit.TokenBucket{Rate: ratelimit.Rate{Count: 3, Per: 2 * time.Second}, Burst: 2},
+			`"default";q=3;w=2`, `"default";r=1;t=1`},
+		{"a fixed window under a second", ratelimit.FixedWindow{Limit: 2, Window: 10 * time.Millisecond},
+			`"default";q=200;w=1`, `"default";r=1;t=1`},
+		{"2.5 s rounds to 3 s", ratelimit.SlidingLog{Limit: 5, Window: 2500 * time.Millisecond},
+			`"default";q=6;w=3`, `"default";r=4;t=3`},
 		{"fixed window", ratelimit.FixedWindow{Limit: 10, Window: time.Second, Name: "fw"},
 			`"fw";q=10;w=1`, `"fw";r=9;t=1`},
 		{"sliding log", ratelimit.SlidingLog{Limit: 5, Window: 10 * time.Second, Name: "login"},
@@ -192,16 +200,24 @@ func TestCost(t *testing.T) {
 		f := newFixture(t, api, byPath)
 		w := f.do(path("/zero"))
 		assert.Equal(t, http.StatusBadRequest, w.Code)
-		assert.JSONEq(t, `{"error":"invalid_cost","policy":"api","message":"this request has no positive cost"}`, w.Body.String())
+		body := jsonBody(t, w)
+		assert.Equal(t, "invalid_cost", body["error"])
+		assert.Equal(t, "api", body["policy"])
+		assert.Equal(t, "this request has no positive cost (it costs 0)", body["message"])
+		_, want := newKeyed(t, api, ratelimit.NewManualClock(0)).Check("k", 0)
+		assert.Equal(t, want.Error(), body["detail"], "the limiter's own error")
 		assert.Zero(t, f.calls.Load())
 	})
 	t.Run("a cost above the capacity is 400, not 429", func(t *testing.T) {
 		f := newFixture(t, api, byPath)
 		w := f.do(path("/huge"))
 		assert.Equal(t, http.StatusBadRequest, w.Code)
-		assert.JSONEq(t, `{"error":"cost_exceeds_limit","policy":"api",`+
-			`"message":"this request costs more than the 20 that policy \"api\" allows at once; it can never be admitted"}`,
-			w.Body.String())
+		body := jsonBody(t, w)
+		assert.Equal(t, "cost_exceeds_limit", body["error"])
+		assert.Equal(t, "api", body["policy"])
+		assert.Equal(t, `this request costs 25, more than the 20 that policy "api" allows at once; it can never be admitted`, body["message"])
+		_, want := newKeyed(t, api, ratelimit.NewManualClock(0)).Check("k", 25*ratelimit.Unit)
+		assert.Equal(t, want.Error(), body["detail"], "the limiter's own error, with whatever numbers it gives")
 		assert.Equal(t, `"api";q=20;w=2`, w.Header().Get("RateLimit-Policy"))
 		assert.Empty(t, w.Header().Values("RateLimit"))
 		assert.Empty(t, w.Header().Values("Retry-After"))
@@ -251,151 +267,368 @@ func TestSlidingLogVector(t *testing.T) {
 
 func TestLeakyBucketWaits(t *testing.T) {
 	f := newFixture(t, ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(5), Capacity: 10, Name: "shaped"})
-	for i := 0; i < 10; i++ {
-		w := f.do()
-		require.Equal(t, http.StatusOK, w.Code, "request %d", i)
-		// The fields describe the moment the request goes on: by then, the
-		// queue ahead of it has drained.
-		assert.Equal(t, `"shaped";r=`+itoa(9-i)+`;t=1`, w.Header().Get("RateLimit"), "request %d", i)
-	}
-	assert.Equal(t, []time.Duration{200, 400, 600, 800, 1000, 1200, 1400, 1600, 1800}, msList(f.sleeps),
-		"the first goes at once, each later one waits its Delay")
 	w := f.do()
-	assert.Equal(t, http.StatusTooManyRequests, w.Code)
+	require.Equal(t, http.StatusOK, w.Code, "the first goes at once")
+	assert.Equal(t, `"shaped";r=9;t=1`, w.Header().Get("RateLimit"))
+	var queued []<-chan *httptest.ResponseRecorder
+	for i := 1; i < 10; i++ {
+		queued = append(queued, f.start())
+		f.sleepers(i) // each later one waits its Delay on the store's clock
+	}
+	w = f.do()
+	assert.Equal(t, http.StatusTooManyRequests, w.Code, "the queue is full")
 	assert.Equal(t, "1", w.Header().Get("Retry-After"))
 	assert.EqualValues(t, 200, jsonBody(t, w)["retry_after_ms"])
+
+	for i, done := range queued {
+		at := time.Duration(i+1) * 200 * time.Millisecond
+		f.clk.Set(at - 1)
+		f.assertPending(done, "a nanosecond before its turn")
+		f.clk.Set(at)
+		w := f.await(done)
+		require.Equal(t, http.StatusOK, w.Code, "request %d", i+1)
+		// The fields describe the moment the request goes on: by then, the
+		// queue ahead of it has drained.
+		assert.Equal(t, `"shaped";r=`+itoa(8-i)+`;t=1`, w.Header().Get("RateLimit"), "request %d", i+1)
+	}
 	assert.EqualValues(t, 10, f.calls.Load())
 }
 
 func TestLeakyBucketWaitAbandoned(t *testing.T) {
-	var f *fixture
-	f = newFixture(t, ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(5), Capacity: 10},
-		httplimit.WithSleep(func(ctx context.Context, d time.Duration) error {
-			f.sleeps = append(f.sleeps, d)
-			<-ctx.Done() // the wait outlasts the request
-			return context.Cause(ctx)
-		}))
+	f := newFixture(t, ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(5), Capacity: 10})
 	require.Equal(t, http.StatusOK, f.do().Code, "the first request does not wait")
 
 	ctx, cancel := context.WithCancelCause(context.Background())
+	done := f.start(withContext(ctx))
+	f.sleepers(1)
 	cancel(errors.New("client went away"))
-	w := f.do(withContext(ctx))
+	w := f.await(done)
 	assert.Equal(t, http.StatusServiceUnavailable, w.Code)
 	assert.JSONEq(t, `{"error":"wait_abandoned","policy":"default","message":"the request ended while waiting for its turn"}`,
 		w.Body.String())
 	assert.Equal(t, "no-store", w.Header().Get("Cache-Control"))
 	assert.Empty(t, w.Header().Values("Retry-After"))
-	assert.Equal(t, []time.Duration{200 * time.Millisecond}, f.sleeps)
 	assert.EqualValues(t, 1, f.calls.Load(), "the abandoned request never reaches the handler")
 	logs := f.logs.lines(t)
 	require.Len(t, logs, 1)
 	assert.Equal(t, "httplimit: wait abandoned", logs[0]["msg"])
 	assert.Equal(t, "client went away", logs[0]["error"])
+	assert.EqualValues(t, 200*time.Millisecond, logs[0]["delay"])
+	f.start()
+	f.sleepers(1)
+	at, ok := f.clk.NextWake()
+	require.True(t, ok)
+	assert.Equal(t, 400*time.Millisecond, at, "the abandoned request stays spent: the next one is third in the queue")
 }
 
-func TestSleep(t *testing.T) {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	cause := errors.New("shutting down")
-	cancel(cause)
-	start := time.Now()
-	assert.ErrorIs(t, httplimit.Sleep(ctx, time.Hour), cause, "an ended context ends the wait at once")
-	assert.Less(t, time.Since(start), time.Minute)
-	assert.NoError(t, httplimit.Sleep(context.Background(), time.Nanosecond))
+// ctxLimiter is a keyed limiter that takes a context, recording the ones
+// it is given.
+type ctxLimiter struct {
+	*ratelimit.Store
+	ctxs chan context.Context
+}
+
+func (c ctxLimiter) CheckContext(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	c.ctxs <- ctx
+	return c.Store.CheckContext(ctx, key, cost)
+}
+
+// noWithin is a store without CheckWithin.
+type noWithin struct{ s *ratelimit.Store }
+
+func (n noWithin) Check(key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	return n.s.Check(key, cost)
+}
+
+func (n noWithin) Clock() ratelimit.Clock { return n.s.Clock() }
+
+// checkOnly hides every method of a limiter but Check.
+type checkOnly struct{ lim ratelimit.KeyedLimiter }
+
+func (c checkOnly) Check(key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	return c.lim.Check(key, cost)
+}
+
+func TestContextChecker(t *testing.T) {
+	type ctxKey struct{}
+	t.Run("the request's context goes to CheckContext", func(t *testing.T) {
+		clk := ratelimit.NewManualClock(0)
+		lim := ctxLimiter{Store: newKeyed(t, api, clk), ctxs: make(chan context.Context, 1)}
+		f := newFixtureFor(t, clk, lim)
+		ctx := context.WithValue(context.Background(), ctxKey{}, "mine")
+		require.Equal(t, http.StatusOK, f.do(withContext(ctx)).Code)
+		select {
+		case got := <-lim.ctxs:
+			assert.Equal(t, "mine", got.Value(ctxKey{}))
+		default:
+			t.Error("CheckContext was not called")
+		}
+	})
+	t.Run("a request that has ended is not checked, and spends nothing", func(t *testing.T) {
+		f := newFixture(t, api)
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(errors.New("client went away"))
+		w := f.do(withContext(ctx))
+		assert.Equal(t, http.StatusServiceUnavailable, w.Code)
+		assert.Equal(t, "wait_abandoned", jsonBody(t, w)["error"])
+		assert.Zero(t, f.calls.Load())
+		assert.Equal(t, `"api";r=19;t=1`, f.do().Header().Get("RateLimit"), "nothing spent")
+	})
+	t.Run("a limiter with only Check works, and waits on the system clock", func(t *testing.T) {
+		store := newKeyed(t, ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(1_000_000), Capacity: 2, Name: "q"}, ratelimit.SystemClock())
+		calls := 0
+		h := httplimit.Middleware(checkOnly{store}, httplimit.WithLogger(slog.New(slog.DiscardHandler)))(
+			http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls++ }))
+		for i := 0; i < 2; i++ { // the second waits a microsecond
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
+			assert.Equal(t, http.StatusOK, w.Code)
+			assert.Equal(t, `"q";q=1000000;w=1`, w.Header().Get("RateLimit-Policy"))
+		}
+		assert.Equal(t, 2, calls)
+	})
 }
 
 func TestMaxDelay(t *testing.T) {
 	shaped := ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(5), Capacity: 10, Name: "shaped"}
-	t.Run("a wait over the cap is refused with the wait until one fits", func(t *testing.T) {
+	t.Run("a wait over the cap is refused, spending nothing, with the wait until one fits", func(t *testing.T) {
 		f := newFixture(t, shaped, httplimit.WithMaxDelay(500*time.Millisecond))
-		for i := 0; i < 3; i++ {
-			require.Equal(t, http.StatusOK, f.do().Code) // Delays 0, 200, 400 ms
-		}
-		w := f.do() // Delay 600 ms
+		require.Equal(t, http.StatusOK, f.do().Code)
+		queued := []<-chan *httptest.ResponseRecorder{f.start()}
+		f.sleepers(1)
+		queued = append(queued, f.start()) // Delays 200, 400 ms
+		f.sleepers(2)
+		w := f.do() // it would wait 600 ms
 		assert.Equal(t, http.StatusTooManyRequests, w.Code)
 		assert.Equal(t, "1", w.Header().Get("Retry-After"))
-		// Its place stays taken: the next one would wait 800 ms, 300 ms too long.
-		assert.EqualValues(t, 300, jsonBody(t, w)["retry_after_ms"])
+		assert.EqualValues(t, 100, jsonBody(t, w)["retry_after_ms"], "nothing spent: at 100 ms it would wait 500")
+		assert.Equal(t, `"shaped";q=10;w=2`, w.Header().Get("RateLimit-Policy"))
 		assert.Equal(t, "no-store", w.Header().Get("Cache-Control"))
-		assert.EqualValues(t, 3, f.calls.Load())
+		assert.EqualValues(t, 1, f.calls.Load())
 
-		f.clk.Set(299 * time.Millisecond)
-		assert.Equal(t, http.StatusTooManyRequests, f.do().Code, "a millisecond early")
-	})
-	t.Run("exactly at its Retry-After a request fits", func(t *testing.T) {
-		f := newFixture(t, shaped, httplimit.WithMaxDelay(500*time.Millisecond))
-		for i := 0; i < 4; i++ {
-			f.do()
+		f.clk.Set(100*time.Millisecond - 1)
+		assert.Equal(t, http.StatusTooManyRequests, f.do().Code, "a nanosecond early")
+		f.clk.Set(100 * time.Millisecond)
+		exact := f.start()
+		f.sleepers(3)
+		f.clk.Set(600 * time.Millisecond)
+		for _, done := range append(queued, exact) {
+			assert.Equal(t, http.StatusOK, f.await(done).Code)
 		}
-		f.clk.Set(300 * time.Millisecond)
-		assert.Equal(t, http.StatusOK, f.do().Code)
-		assert.Equal(t, []time.Duration{200, 400, 500}, msList(f.sleeps))
 	})
 	t.Run("no cap by default", func(t *testing.T) {
 		f := newFixture(t, shaped)
-		for i := 0; i < 10; i++ {
-			require.Equal(t, http.StatusOK, f.do().Code)
+		require.Equal(t, http.StatusOK, f.do().Code)
+		for i := 1; i < 10; i++ {
+			f.start()
+			f.sleepers(i)
 		}
+		assert.Equal(t, 9, f.clk.Sleepers())
+	})
+	t.Run("a limiter without CheckWithin spends the refused request's place", func(t *testing.T) {
+		clk := ratelimit.NewManualClock(0)
+		f := newFixtureFor(t, clk, noWithin{newKeyed(t, shaped, clk)}, httplimit.WithMaxDelay(500*time.Millisecond))
+		require.Equal(t, http.StatusOK, f.do().Code)
+		f.start()
+		f.sleepers(1)
+		f.start()
+		f.sleepers(2)
+		w := f.do() // Delay 600 ms: admitted by the limiter, refused here
+		assert.Equal(t, http.StatusTooManyRequests, w.Code)
+		assert.EqualValues(t, 300, jsonBody(t, w)["retry_after_ms"], "its place stays taken: the next would wait 800 ms")
+		f.clk.Set(300*time.Millisecond - 1)
+		assert.Equal(t, http.StatusTooManyRequests, f.do().Code, "a nanosecond early")
 	})
 }
 
+// TestMaxDelayComposite combines a slow queue with a fast window. A client
+// sending every 10 ms is refused for the queue's wait, by the queue's
+// policy, spending nothing; if it then waits out its Retry-After it is
+// admitted at its first retry.
+func TestMaxDelayComposite(t *testing.T) {
+	clk := ratelimit.NewManualClock(0)
+	lim, err := ratelimit.Compose([]ratelimit.Layer{
+		{Rule: ratelimit.LeakyBucket{Rate: ratelimit.Every(10 * time.Second), Capacity: 100, Name: "queue"}},
+		{Rule: ratelimit.FixedWindow{Limit: 2, Window: 10 * time.Millisecond, Name: "burst"}},
+	}, ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	f := newFixtureFor(t, clk, lim, httplimit.WithMaxDelay(time.Second))
+
+	require.Equal(t, http.StatusOK, f.do().Code)
+	for round := 0; round < 5; round++ {
+		clk.Advance(10 * time.Millisecond)
+		w := f.do()
+		require.Equal(t, http.StatusTooManyRequests, w.Code, "round %d", round)
+		assert.Equal(t, "queue", jsonBody(t, w)["policy"], "the queue refuses, not the window")
+		assert.Equal(t, `"queue";q=100;w=1000`, w.Header().Get("RateLimit-Policy"))
+		retry, err := strconv.Atoi(w.Header().Get("Retry-After"))
+		require.NoError(t, err)
+		assert.Equal(t, 9, retry, "the queue ends 9.99 s from now: in 8.99 s it waits 1 s")
+
+		clk.Advance(time.Duration(retry) * time.Second)
+		done := f.start()
+		f.sleepers(1)
+		clk.Advance(time.Second)
+		assert.Equal(t, http.StatusOK, f.await(done).Code, "round %d: admitted at the first retry", round)
+	}
+	assert.EqualValues(t, 6, f.calls.Load())
+}
+
 func TestShadowMode(t *testing.T) {
-	t.Run("decides and logs but forwards everything", func(t *testing.T) {
-		f := newFixture(t, ratelimit.TokenBucket{Rate: ratelimit.PerSecond(1), Burst: 2, Name: "trial"},
-			httplimit.WithShadowMode())
+	trial := ratelimit.TokenBucket{Rate: ratelimit.PerSecond(1), Burst: 2, Name: "trial"}
+	t.Run("decides, reports and logs, but forwards everything with the fields", func(t *testing.T) {
+		var reports []ratelimit.ShadowReport
+		f := newFixture(t, trial, httplimit.WithShadowMode(func(r ratelimit.ShadowReport) { reports = append(reports, r) }))
+		want := []string{`"trial";r=1;t=1`, `"trial";r=0;t=2`, `"trial";r=0;t=2`}
 		for i := 0; i < 3; i++ {
 			w := f.do()
 			assert.Equal(t, http.StatusOK, w.Code)
-			assert.Empty(t, w.Header().Values("RateLimit"))
-			assert.Empty(t, w.Header().Values("RateLimit-Policy"))
+			assert.Equal(t, want[i], w.Header().Get("RateLimit"), "request %d", i)
+			assert.Equal(t, `"trial";q=2;w=2`, w.Header().Get("RateLimit-Policy"))
 			assert.Empty(t, w.Header().Values("Retry-After"))
 		}
 		assert.EqualValues(t, 3, f.calls.Load())
+		require.Len(t, reports, 3)
+		assert.Equal(t, "ip:192.0.2.1", reports[2].Key)
+		assert.False(t, reports[2].Decision.Allowed)
+		assert.Equal(t, time.Second, reports[2].Decision.RetryAfter, "the report has the exact wait")
 		logs := f.logs.lines(t)
 		require.Len(t, logs, 1, "only the third would have been limited")
 		assert.Equal(t, "httplimit: would limit request", logs[0]["msg"])
 		assert.Equal(t, "ip:192.0.2.1", logs[0]["key"])
 		assert.Equal(t, "trial", logs[0]["policy"])
-		assert.EqualValues(t, time.Second, logs[0]["retry_after"])
+	})
+	t.Run("the same as ShadowKeyed and a shadow Composite layer", func(t *testing.T) {
+		type outcome struct {
+			fields  []string
+			reports []ratelimit.ShadowReport
+			logs    []string
+		}
+		rule := ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(5), Capacity: 3, Name: "trial"}
+		run := func(build func(clk *ratelimit.ManualClock, report ratelimit.ShadowFunc) (ratelimit.KeyedLimiter, []httplimit.Option)) outcome {
+			var o outcome
+			clk := ratelimit.NewManualClock(0)
+			lim, opts := build(clk, func(r ratelimit.ShadowReport) { o.reports = append(o.reports, r) })
+			f := newFixtureFor(t, clk, lim, opts...)
+			for i := 0; i < 12; i++ {
+				clk.Set(time.Duration(i) * 70 * time.Millisecond)
+				w := f.do()
+				require.Equal(t, http.StatusOK, w.Code)
+				o.fields = append(o.fields, w.Header().Get("RateLimit-Policy")+" "+w.Header().Get("RateLimit"))
+			}
+			for _, l := range f.logs.lines(t) {
+				o.logs = append(o.logs, fmt.Sprint(l["msg"], " ", l["key"], " ", l["policy"]))
+			}
+			return o
+		}
+		mode := run(func(clk *ratelimit.ManualClock, report ratelimit.ShadowFunc) (ratelimit.KeyedLimiter, []httplimit.Option) {
+			return newKeyed(t, rule, clk), []httplimit.Option{httplimit.WithShadowMode(report)}
+		})
+		require.NotEmpty(t, mode.logs, "the trace must overrun the limit")
+		assert.Len(t, mode.reports, 12)
+		for name, build := range map[string]func(*ratelimit.ManualClock, ratelimit.ShadowFunc) (ratelimit.KeyedLimiter, []httplimit.Option){
+			"WithShadowMode on a limiter with only Check": func(clk *ratelimit.ManualClock, report ratelimit.ShadowFunc) (ratelimit.KeyedLimiter, []httplimit.Option) {
+				return checkOnly{newKeyed(t, rule, clk)}, []httplimit.Option{httplimit.WithShadowMode(report)}
+			},
+			"ShadowKeyed": func(clk *ratelimit.ManualClock, report ratelimit.ShadowFunc) (ratelimit.KeyedLimiter, []httplimit.Option) {
+				return ratelimit.ShadowKeyed(newKeyed(t, rule, clk), report), nil
+			},
+			"a shadow Composite layer": func(clk *ratelimit.ManualClock, report ratelimit.ShadowFunc) (ratelimit.KeyedLimiter, []httplimit.Option) {
+				c, err := ratelimit.Compose([]ratelimit.Layer{{Rule: rule, Shadow: true, OnShadow: report}}, ratelimit.WithClock(clk))
+				require.NoError(t, err)
+				return c, nil
+			},
+		} {
+			assert.Equal(t, mode, run(build), name)
+		}
 	})
 	t.Run("spends like enforcement, so it predicts it", func(t *testing.T) {
-		rule := ratelimit.TokenBucket{Rate: ratelimit.PerSecond(1), Burst: 2}
-		shadow := newFixture(t, rule, httplimit.WithShadowMode())
-		enforce := newFixture(t, rule)
-		for i := 0; i < 20; i++ {
-			at := time.Duration(i) * 300 * time.Millisecond
-			shadow.clk.Set(at)
-			enforce.clk.Set(at)
-			shadow.do()
-			enforce.do()
+		for _, rule := range []ratelimit.Rule{
+			ratelimit.TokenBucket{Rate: ratelimit.PerSecond(1), Burst: 2},
+			ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(2), Capacity: 4},
+		} {
+			// With WithMaxDelay, enforcement asks CheckWithin, which
+			// refuses a long wait without spending: so must the shadow.
+			var wouldDeny []bool
+			shadow := newFixture(t, rule, httplimit.WithMaxDelay(time.Second), httplimit.WithShadowMode(func(r ratelimit.ShadowReport) {
+				wouldDeny = append(wouldDeny, !r.Decision.Allowed)
+			}))
+			clk := ratelimit.NewManualClock(0)
+			enforce := newKeyed(t, rule, clk)
+			var denied []bool
+			for i := 0; i < 20; i++ {
+				at := time.Duration(i) * 300 * time.Millisecond
+				shadow.clk.Set(at)
+				clk.Set(at)
+				assert.Equal(t, http.StatusOK, shadow.do().Code)
+				d, err := enforce.CheckWithin("ip:192.0.2.1", ratelimit.Unit, time.Second)
+				require.NoError(t, err)
+				denied = append(denied, !d.Allowed)
+			}
+			assert.Contains(t, denied, true, "%T", rule)
+			assert.Equal(t, denied, wouldDeny, "%T", rule)
+			assert.Zero(t, shadow.clk.Sleepers(), "a shadow never holds a request back")
 		}
-		assert.Equal(t, 20-enforce.calls.Load(), int64(len(shadow.logs.lines(t))))
 	})
 	t.Run("no waits and no 400s", func(t *testing.T) {
 		f := newFixture(t, ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(5), Capacity: 10},
-			httplimit.WithShadowMode(),
+			httplimit.WithShadowMode(nil),
 			httplimit.WithCost(func(r *http.Request) (ratelimit.Units, error) {
-				if r.URL.Path == "/bad" {
+				switch r.URL.Path {
+				case "/bad":
 					return 0, errors.New("bad")
+				case "/huge":
+					return 11 * ratelimit.Unit, nil
 				}
 				return ratelimit.Unit, nil
 			}))
 		for i := 0; i < 5; i++ {
 			assert.Equal(t, http.StatusOK, f.do().Code)
 		}
-		assert.Empty(t, f.sleeps)
+		assert.Zero(t, f.clk.Sleepers())
 		w := f.do(func(r *http.Request) { r.URL.Path = "/bad" })
 		assert.Equal(t, http.StatusOK, w.Code)
+		assert.Empty(t, w.Header().Values("RateLimit"))
+		w = f.do(func(r *http.Request) { r.URL.Path = "/huge" })
+		assert.Equal(t, http.StatusOK, w.Code, "admitted and reported, as ShadowKeyed does")
 		logs := f.logs.lines(t)
-		require.Len(t, logs, 1)
+		require.Len(t, logs, 2)
 		assert.Equal(t, "httplimit: would reject cost", logs[0]["msg"])
-		assert.EqualValues(t, 6, f.calls.Load())
+		assert.Equal(t, "httplimit: would limit request", logs[1]["msg"])
+		assert.EqualValues(t, 7, f.calls.Load())
 	})
-	t.Run("errors are forwarded even when failing closed", func(t *testing.T) {
-		f := newFixture(t, api, httplimit.WithShadowMode(), httplimit.WithErrorHandler(httplimit.FailClosed),
-			httplimit.WithKey(func(*http.Request) (string, error) { return "", errors.New("no key") }))
-		assert.Equal(t, http.StatusOK, f.do().Code)
-		assert.EqualValues(t, 1, f.calls.Load())
+	t.Run("errors and missing keys are forwarded even when failing closed", func(t *testing.T) {
+		for _, err := range []error{errors.New("no session"), httplimit.ErrNoKey} {
+			f := newFixture(t, api, httplimit.WithShadowMode(nil), httplimit.WithErrorHandler(httplimit.FailClosed),
+				httplimit.WithKey(func(*http.Request) (string, error) { return "", err }))
+			assert.Equal(t, http.StatusOK, f.do().Code)
+			assert.EqualValues(t, 1, f.calls.Load())
+		}
 	})
+}
+
+// TestLogging: refusals are logged only when asked; errors always, capped.
+func TestLogging(t *testing.T) {
+	var buf syncBuffer
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(slog.New(slog.NewJSONHandler(&buf, nil)))
+
+	lim := newKeyed(t, ratelimit.TokenBucket{Rate: ratelimit.PerHour(1), Burst: 1}, ratelimit.NewManualClock(0))
+	h := httplimit.Middleware(lim)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for i := 0; i < 100; i++ {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
+	}
+	assert.Empty(t, buf.String(), "a flood of refusals writes nothing by default")
+
+	h = httplimit.Middleware(failing{})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for i := 0; i < 100; i++ {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
+	}
+	logs := buf.lines(t)
+	assert.Len(t, logs, 10, "limiter errors are logged, at most 10 at once")
+	for _, l := range logs {
+		assert.Equal(t, "ERROR", l["level"])
+	}
 }
 
 func TestDeniedHandler(t *testing.T) {
@@ -504,12 +737,62 @@ func TestHeaderKey(t *testing.T) {
 	assert.Equal(t, "hdr:8ed3f6ad685b959ead7022518e1af76c", k)
 	r.Header.Del("X-API-Key")
 	_, err = key(r)
-	assert.EqualError(t, err, "httplimit: no X-API-Key header")
+	assert.ErrorIs(t, err, httplimit.ErrNoKey)
+	assert.ErrorContains(t, err, "X-Api-Key header is missing")
 }
 
-func TestMiddlewarePanicsOnNil(t *testing.T) {
-	assert.PanicsWithValue(t, "httplimit: nil limiter", func() { httplimit.Middleware(nil) })
+// TestRequiredHeaderKey: with no fallback, leaving the header out is the
+// client's mistake, answered 400 even when failing open, so it is no way
+// round the limit.
+func TestRequiredHeaderKey(t *testing.T) {
+	f := newFixture(t, ratelimit.TokenBucket{Rate: ratelimit.PerHour(1), Burst: 1},
+		httplimit.WithKey(httplimit.HeaderKey("X-API-Key", nil)), httplimit.WithErrorHandler(httplimit.FailOpen))
+	for i := 0; i < 100; i++ {
+		w := f.do()
+		require.Equal(t, http.StatusBadRequest, w.Code, "request %d", i)
+		if i == 0 {
+			assert.JSONEq(t, `{"error":"missing_key","message":"httplimit: the request has no key: the X-Api-Key header is missing"}`,
+				w.Body.String())
+			assert.Equal(t, "no-store", w.Header().Get("Cache-Control"))
+		}
+	}
+	assert.Zero(t, f.calls.Load(), "none served")
+	assert.Equal(t, http.StatusOK, f.do(header("X-API-Key", "k")).Code)
+	assert.Equal(t, http.StatusTooManyRequests, f.do(header("X-API-Key", "k")).Code)
+
+	t.Run("a KeyFunc of one's own can return ErrNoKey", func(t *testing.T) {
+		f := newFixture(t, api, httplimit.WithKey(func(*http.Request) (string, error) {
+			return "", fmt.Errorf("%w: no session cookie", httplimit.ErrNoKey)
+		}))
+		w := f.do()
+		assert.Equal(t, http.StatusBadRequest, w.Code)
+		assert.Equal(t, "missing_key", jsonBody(t, w)["error"])
+		assert.Zero(t, f.calls.Load())
+	})
+}
+
+func TestMisuseIsReportedWhenBuilt(t *testing.T) {
+	var store *ratelimit.Store
+	var composite *ratelimit.Composite
+	for _, tt := range []struct {
+		name string
+		lim  ratelimit.KeyedLimiter
+		typ  string
+	}{
+		{"nil", nil, "<nil>"},
+		{"nil *Store", store, "*ratelimit.Store"},
+		{"nil *Composite", composite, "*ratelimit.Composite"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.PanicsWithValue(t, "httplimit: Middleware given a nil limiter ("+tt.typ+"); pass the limiter that "+
+				"ratelimit.NewStore or ratelimit.Compose returned, after checking their error",
+				func() { httplimit.Middleware(tt.lim) })
+		})
+	}
 	assert.PanicsWithValue(t, "httplimit: nil handler", func() { httplimit.Middleware(failing{})(nil) })
+	assert.PanicsWithValue(t, `httplimit: HeaderKey with an empty header name; name the header that carries the key, such as "X-API-Key"`,
+		func() { httplimit.HeaderKey("", nil) })
+	assert.Panics(t, func() { httplimit.HeaderKey("", httplimit.ClientIP{}.Key) })
 }
 
 func itoa(i int) string { return string(rune('0' + i)) }

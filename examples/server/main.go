@@ -6,7 +6,9 @@
 //     second with bursts of 20;
 //   - POST /labels:batch spends the same per-key bucket, at 10 units a call;
 //   - POST /login is limited per client address by a sliding log of 5
-//     attempts per minute, successful or not.
+//     attempts per minute, successful or not;
+//   - GET / lists these routes and their limits, as the server prints them
+//     when it starts.
 //
 // Every response carries the RateLimit-Policy and RateLimit fields; a client
 // over its limit gets 429 with Retry-After and a JSON body, and the server
@@ -86,9 +88,13 @@ func run(ctx context.Context, args []string, logw io.Writer, ready func(net.Addr
 	}
 
 	logger := slog.New(slog.NewTextHandler(logw, nil))
-	h, err := routes(logger, proxies)
+	h, table, err := routes(logger, proxies)
 	if err != nil {
 		return err
+	}
+	fmt.Fprintln(logw, "routes:")
+	for _, r := range table {
+		fmt.Fprintf(logw, "  %-20s %s\n", r.Route, r.Limit)
 	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
@@ -124,29 +130,52 @@ func run(ctx context.Context, args []string, logw io.Writer, ready func(net.Addr
 	return nil
 }
 
-// routes builds the API with its limits.
-func routes(logger *slog.Logger, proxies []netip.Prefix) (http.Handler, error) {
-	api, err := ratelimit.NewStore(ratelimit.TokenBucket{Rate: ratelimit.PerSecond(10), Burst: 20, Name: "api"})
+// route is one route of the API and the limit it is under, as GET / lists
+// them.
+type route struct {
+	Route string `json:"route"`
+	Limit string `json:"limit"`
+}
+
+// routes builds the API with its limits, and the list of its routes.
+func routes(logger *slog.Logger, proxies []netip.Prefix) (http.Handler, []route, error) {
+	apiRule := ratelimit.TokenBucket{Rate: ratelimit.PerSecond(10), Burst: 20, Name: "api"}
+	loginRule := ratelimit.SlidingLog{Limit: 5, Window: time.Minute, Name: "login"}
+	const batchCost = 10
+	api, err := ratelimit.NewStore(apiRule)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	logins, err := ratelimit.NewStore(ratelimit.SlidingLog{Limit: 5, Window: time.Minute, Name: "login"})
+	logins, err := ratelimit.NewStore(loginRule)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 
 	client := httplimit.ClientIP{TrustedProxies: proxies}
 	byAPIKey := httplimit.WithKey(httplimit.HeaderKey("X-API-Key", client.Key))
+	// WithLogger: one line for each refused request (none without it).
 	logTo := httplimit.WithLogger(logger)
 	perKey := httplimit.Middleware(api, byAPIKey, logTo)
-	perKeyBatch := httplimit.Middleware(api, byAPIKey, logTo, httplimit.WithCost(httplimit.FixedCost(10*ratelimit.Unit)))
+	perKeyBatch := httplimit.Middleware(api, byAPIKey, logTo, httplimit.WithCost(httplimit.FixedCost(batchCost*ratelimit.Unit)))
 	perAddr := httplimit.Middleware(logins, httplimit.WithKey(client.Key), logTo)
 
+	apiLimit := fmt.Sprintf("%q: token bucket, %d per %v, bursts of %d, per X-API-Key or else client address",
+		apiRule.Name, apiRule.Rate.Count, apiRule.Rate.Per, apiRule.Burst)
+	table := []route{
+		{"GET /quote", apiLimit + ", 1 a call"},
+		{"POST /labels:batch", apiLimit + fmt.Sprintf(", %d a call", batchCost)},
+		{"POST /login", fmt.Sprintf("%q: sliding log, %d per %v, per client address",
+			loginRule.Name, loginRule.Limit, loginRule.Window)},
+		{"GET /", "none: this list"},
+	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /quote", perKey(http.HandlerFunc(quote)))
-	mux.Handle("POST /labels:batch", perKeyBatch(http.HandlerFunc(labels)))
-	mux.Handle("POST /login", perAddr(http.HandlerFunc(login)))
-	return mux, nil
+	mux.Handle(table[0].Route, perKey(http.HandlerFunc(quote)))
+	mux.Handle(table[1].Route, perKeyBatch(http.HandlerFunc(labels)))
+	mux.Handle(table[2].Route, perAddr(http.HandlerFunc(login)))
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		reply(w, map[string]any{"routes": table})
+	})
+	return mux, table, nil
 }
 
 func quote(w http.ResponseWriter, _ *http.Request) {

@@ -68,6 +68,25 @@ func TestRun(t *testing.T) {
 		return resp
 	}
 
+	// / lists the routes and their limits, unlimited.
+	for i := 0; i < 30; i++ {
+		resp, err := client.Get(base + "/")
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		var list struct {
+			Routes []struct{ Route, Limit string }
+		}
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&list))
+		require.NoError(t, resp.Body.Close())
+		require.Len(t, list.Routes, 4)
+		assert.Equal(t, "GET /quote", list.Routes[0].Route)
+		assert.Contains(t, list.Routes[0].Limit, `"api": token bucket, 10 per 1s, bursts of 20`)
+		assert.Equal(t, "POST /login", list.Routes[2].Route)
+		assert.Contains(t, list.Routes[2].Limit, `"login": sliding log, 5 per 1m0s`)
+		assert.Equal(t, "GET /", list.Routes[3].Route)
+	}
+	assert.Equal(t, http.StatusNotFound, send(http.MethodGet, "/nope", "").StatusCode)
+
 	resp := send(http.MethodGet, "/quote", "")
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Equal(t, `"api";q=20;w=2`, resp.Header.Get("RateLimit-Policy"))
@@ -114,6 +133,10 @@ func TestRun(t *testing.T) {
 		t.Fatal("server did not shut down")
 	}
 	out := logs.String()
+	assert.True(t, strings.HasPrefix(out, "routes:\n  GET /quote "), "the routes come first:\n%s", out)
+	assert.Contains(t, out, "\n  POST /labels:batch ")
+	assert.Contains(t, out, ", 10 a call\n")
+	assert.Contains(t, out, "\n  POST /login ")
 	assert.Contains(t, out, "msg=listening")
 	assert.Contains(t, out, "msg=stopped")
 	limited := strings.Count(out, `msg="httplimit: rate limited"`)
