@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // ShadowReport is what a limit in shadow mode would have decided about one
@@ -54,7 +55,8 @@ func Shadow(lim Limiter, report ShadowFunc) Limiter {
 // ShadowKeyed is [Shadow] for a keyed limiter such as a [Store]: it admits
 // every request, asks lim about it under its key, and reports lim's answer
 // with the key. The limiter returned is also a [ContextChecker], which
-// asks lim with the caller's context when lim is one. A [Composite] can also run single layers in shadow mode
+// asks lim with the caller's context when lim is one, and has lim's
+// CheckWithin and Clock where lim has them (see [Store]). A [Composite] can also run single layers in shadow mode
 // (see [Layer]).
 func ShadowKeyed(lim KeyedLimiter, report ShadowFunc) KeyedLimiter {
 	return &shadowKeyed{lim: lim, report: report}
@@ -85,6 +87,29 @@ type shadowKeyed struct {
 func (s *shadowKeyed) Check(key string, cost Units) (Decision, error) {
 	d, err := s.lim.Check(key, cost)
 	return shadowed(key, d, err, s.report)
+}
+
+// CheckWithin asks lim with maxDelay if lim has CheckWithin (as [Store]
+// does), and as Check does otherwise: a shadow limit never holds a request
+// back, so only what it reports depends on maxDelay.
+func (s *shadowKeyed) CheckWithin(key string, cost Units, maxDelay time.Duration) (Decision, error) {
+	w, ok := s.lim.(interface {
+		CheckWithin(key string, cost Units, maxDelay time.Duration) (Decision, error)
+	})
+	if !ok {
+		return s.Check(key, cost)
+	}
+	d, err := w.CheckWithin(key, cost, maxDelay)
+	return shadowed(key, d, err, s.report)
+}
+
+// Clock returns lim's clock if it tells it (as [Store] does), else
+// [SystemClock].
+func (s *shadowKeyed) Clock() Clock {
+	if c, ok := s.lim.(interface{ Clock() Clock }); ok {
+		return c.Clock()
+	}
+	return SystemClock()
 }
 
 // CheckContext asks lim with ctx if lim is a [ContextChecker], and as Check

@@ -281,10 +281,9 @@ func WithLogger(l *slog.Logger) Option {
 // the limit would have refused it, and with [WithLogger] such a request is
 // logged as "httplimit: would limit request". A cost above the limit's
 // capacity is admitted and reported with [ratelimit.ErrCostExceedsCapacity],
-// as ShadowKeyed does. When the middleware would ask lim with a context or
-// with CheckWithin (see [Middleware] and [WithMaxDelay]), which the
-// limiter ShadowKeyed returns does not offer, it asks lim that way itself
-// and then decides and reports exactly as ShadowKeyed does.
+// as ShadowKeyed does. The limiter ShadowKeyed returns keeps lim's
+// CheckContext, CheckWithin and Clock, so the middleware asks it in the
+// same form it would ask lim (see [Middleware] and [WithMaxDelay]).
 //
 // Beyond what ShadowKeyed covers, shadow mode forwards every request the
 // middleware cannot check, whatever the [ErrorHandler]: a missing key
@@ -386,17 +385,15 @@ func Middleware(lim ratelimit.KeyedLimiter, opts ...Option) func(http.Handler) h
 	if c.logger == nil {
 		c.logger = slog.Default()
 	}
+	if c.shadow {
+		// ShadowKeyed keeps the forms lim offers: CheckContext, and
+		// CheckWithin and Clock where lim has them.
+		lim = ratelimit.ShadowKeyed(lim, c.report)
+	}
 	base := handler{config: c, lim: lim, clock: ratelimit.SystemClock(), errs: newErrorLog()}
 	base.withCtx, _ = lim.(ratelimit.ContextChecker)
 	if c.maxDelay > 0 {
 		base.within, _ = lim.(withinChecker)
-	}
-	if c.shadow {
-		if base.withCtx == nil && base.within == nil {
-			base.lim = ratelimit.ShadowKeyed(lim, c.report)
-		} else {
-			base.ownShadow = true
-		}
 	}
 	if cl, ok := lim.(clocked); ok {
 		if clk := cl.Clock(); clk != nil {
@@ -445,33 +442,8 @@ type handler struct {
 	withCtx ratelimit.ContextChecker // lim, if it takes a context
 	within  withinChecker            // lim, if it has CheckWithin and maxDelay > 0
 	clock   ratelimit.Clock          // the clock a Delay is waited out on
-	// ownShadow is set in shadow mode when lim is asked with a context or
-	// CheckWithin, which ratelimit.ShadowKeyed cannot pass on: the handler
-	// then does what ShadowKeyed does itself.
-	ownShadow bool
 	errs      *errorLog
 	next      http.Handler
-}
-
-// check asks the limiter about the request, in the most exact form it
-// offers.
-func (h *handler) check(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
-	d, err := h.ask(ctx, key, cost)
-	if !h.ownShadow {
-		return d, err
-	}
-	// As ratelimit.ShadowKeyed decides and reports, for a limiter asked in
-	// a form it does not offer. A request that has ended was not decided
-	// on.
-	if errors.Is(err, ratelimit.ErrInvalidCost) || (err != nil && ctx.Err() != nil) {
-		return d, err
-	}
-	if h.report != nil {
-		h.report(ratelimit.ShadowReport{Key: key, Decision: d, Err: err})
-	}
-	d.Allowed, d.Shadowed = true, err != nil || !d.Allowed
-	d.RetryAfter, d.Delay = 0, 0
-	return d, nil
 }
 
 // ask asks the limiter, in the most exact form it offers.
@@ -509,7 +481,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.badCost(w, r, key, 0, nil, err)
 		return
 	}
-	d, err := h.check(r.Context(), key, cost)
+	d, err := h.ask(r.Context(), key, cost)
 	if err != nil {
 		switch {
 		case errors.Is(err, ratelimit.ErrInvalidCost) || errors.Is(err, ratelimit.ErrCostExceedsCapacity):
