@@ -442,8 +442,8 @@ type handler struct {
 	withCtx ratelimit.ContextChecker // lim, if it takes a context
 	within  withinChecker            // lim, if it has CheckWithin and maxDelay > 0
 	clock   ratelimit.Clock          // the clock a Delay is waited out on
-	errs      *errorLog
-	next      http.Handler
+	errs    *errorLog
+	next    http.Handler
 }
 
 // ask asks the limiter, in the most exact form it offers.
