@@ -2,9 +2,11 @@
 // httplimit middleware:
 //
 //   - GET /quote is limited per API key (the X-API-Key header), or per
-//     client address for requests without one, by a token bucket of 10 per
-//     second with bursts of 20;
-//   - POST /labels:batch spends the same per-key bucket, at 10 units a call;
+//     client address for requests without one, by the plan of the key: by
+//     default every key is on plan "free", a token bucket of 10 per second
+//     with bursts of 20;
+//   - POST /labels:batch spends the same per-key allowance, at 10 units a
+//     call;
 //   - POST /login is limited per client address by a sliding log of 5
 //     attempts per minute, successful or not;
 //   - GET / lists these routes and their limits, as the server prints them
@@ -17,7 +19,16 @@
 //
 // Usage:
 //
-//	go run ./examples/server [-addr 127.0.0.1:8080] [-trust 10.0.0.0/8,...]
+//	go run ./examples/server [-addr 127.0.0.1:8080] [-trust 10.0.0.0/8,...] [-rules rules.json]
+//
+// -rules reads the plans, and which API keys are on which plan, from a file
+// (examples/server/rules.json is one):
+//
+//	{"rules": <a rule set, see ratelimit.PlanSet>, "keys": {"<API key>": "<plan>", ...}}
+//
+// A SIGHUP reads it again: the new plans apply at once, each key keeping
+// the fraction of its allowance it had used, and a file that does not read
+// or validate is refused, logged, and changes nothing.
 //
 // -trust lists the networks of reverse proxies in front of the server; their
 // X-Forwarded-For is believed. By default nothing is trusted and clients are
@@ -28,7 +39,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -40,7 +54,9 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"sort"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -69,6 +85,7 @@ func run(ctx context.Context, args []string, logw io.Writer, ready func(net.Addr
 	fs.SetOutput(logw)
 	addr := fs.String("addr", "127.0.0.1:8080", "`address` to listen on")
 	trust := fs.String("trust", "", "comma-separated `networks` of trusted reverse proxies, such as 10.0.0.0/8")
+	rulesFile := fs.String("rules", "", "`file` of plans and the API keys on them (JSON); SIGHUP reads it again")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -87,21 +104,43 @@ func run(ctx context.Context, args []string, logw io.Writer, ready func(net.Addr
 		proxies = append(proxies, p.Masked())
 	}
 
+	rules := defaultRules()
+	if *rulesFile != "" {
+		var err error
+		if rules, err = readRules(*rulesFile); err != nil {
+			return fmt.Errorf("-rules: %w", err)
+		}
+	}
 	logger := slog.New(slog.NewTextHandler(logw, nil))
-	h, table, err := routes(logger, proxies)
+	a, err := newAPI(logger, proxies, rules)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintln(logw, "routes:")
-	for _, r := range table {
+	for _, r := range *a.table.Load() {
 		fmt.Fprintf(logw, "  %-20s %s\n", r.Route, r.Limit)
+	}
+	if *rulesFile != "" {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-hup:
+					a.reload(*rulesFile)
+				}
+			}
+		}()
 	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err
 	}
 	srv := &http.Server{
-		Handler:           h,
+		Handler:           a.mux,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
@@ -137,45 +176,149 @@ type route struct {
 	Limit string `json:"limit"`
 }
 
-// routes builds the API with its limits, and the list of its routes.
-func routes(logger *slog.Logger, proxies []netip.Prefix) (http.Handler, []route, error) {
-	apiRule := ratelimit.TokenBucket{Rate: ratelimit.PerSecond(10), Burst: 20, Name: "api"}
-	loginRule := ratelimit.SlidingLog{Limit: 5, Window: time.Minute, Name: "login"}
-	const batchCost = 10
-	api, err := ratelimit.NewStore(apiRule)
+// rulesFile is the -rules file: plans, and the API keys on each.
+type rulesFile struct {
+	Rules ratelimit.PlanSet `json:"rules"`
+	Keys  map[string]string `json:"keys"` // API key -> plan
+}
+
+// defaultRules are the limits without -rules: one plan, "free", for every
+// key.
+func defaultRules() rulesFile {
+	return rulesFile{Rules: ratelimit.PlanSet{
+		Plans: map[string]ratelimit.Plan{
+			"free": {Rule: ratelimit.TokenBucket{Rate: ratelimit.PerSecond(10), Burst: 20, Name: "api"}},
+		},
+		Default: "free",
+	}}
+}
+
+// readRules reads and checks a -rules file, strictly: an unknown field, a
+// malformed rule or a key on a plan that does not exist is an error.
+func readRules(path string) (rulesFile, error) {
+	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, nil, err
+		return rulesFile{}, err
 	}
+	var rf rulesFile
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rf); err != nil {
+		return rulesFile{}, err
+	}
+	if rf.Rules.Plans == nil {
+		return rulesFile{}, errors.New(`"rules" is missing`)
+	}
+	for key, plan := range rf.Keys {
+		if _, ok := rf.Rules.Plans[plan]; !ok {
+			return rulesFile{}, fmt.Errorf("key %q is on plan %q, which is not one of the plans", key, plan)
+		}
+	}
+	return rf, nil
+}
+
+// api is the server's handler, its plans, and the routes as GET / lists
+// them.
+type api struct {
+	mux    *http.ServeMux
+	plans  *ratelimit.Plans
+	keys   atomic.Pointer[map[string]string] // limiter key -> plan
+	table  atomic.Pointer[[]route]
+	logger *slog.Logger
+	loginL string
+}
+
+const batchCost = 10
+
+// newAPI builds the API with its limits.
+func newAPI(logger *slog.Logger, proxies []netip.Prefix, rules rulesFile) (*api, error) {
+	a := &api{logger: logger}
+	a.keys.Store(limiterKeys(rules.Keys))
+	plans, err := ratelimit.NewPlans(rules.Rules, func(key string) string { return (*a.keys.Load())[key] })
+	if err != nil {
+		return nil, err
+	}
+	a.plans = plans
+	loginRule := ratelimit.SlidingLog{Limit: 5, Window: time.Minute, Name: "login"}
 	logins, err := ratelimit.NewStore(loginRule)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
+	a.loginL = fmt.Sprintf("%q: sliding log, %d per %v, per client address", loginRule.Name, loginRule.Limit, loginRule.Window)
+	a.table.Store(a.routes(rules.Rules))
 
 	client := httplimit.ClientIP{TrustedProxies: proxies}
 	byAPIKey := httplimit.WithKey(httplimit.HeaderKey("X-API-Key", client.Key))
 	// WithLogger: one line for each refused request (none without it).
 	logTo := httplimit.WithLogger(logger)
-	perKey := httplimit.Middleware(api, byAPIKey, logTo)
-	perKeyBatch := httplimit.Middleware(api, byAPIKey, logTo, httplimit.WithCost(httplimit.FixedCost(batchCost*ratelimit.Unit)))
+	perKey := httplimit.Middleware(plans, byAPIKey, logTo)
+	perKeyBatch := httplimit.Middleware(plans, byAPIKey, logTo, httplimit.WithCost(httplimit.FixedCost(batchCost*ratelimit.Unit)))
 	perAddr := httplimit.Middleware(logins, httplimit.WithKey(client.Key), logTo)
 
-	apiLimit := fmt.Sprintf("%q: token bucket, %d per %v, bursts of %d, per X-API-Key or else client address",
-		apiRule.Name, apiRule.Rate.Count, apiRule.Rate.Per, apiRule.Burst)
-	table := []route{
-		{"GET /quote", apiLimit + ", 1 a call"},
-		{"POST /labels:batch", apiLimit + fmt.Sprintf(", %d a call", batchCost)},
-		{"POST /login", fmt.Sprintf("%q: sliding log, %d per %v, per client address",
-			loginRule.Name, loginRule.Limit, loginRule.Window)},
+	a.mux = http.NewServeMux()
+	a.mux.Handle("GET /quote", perKey(http.HandlerFunc(quote)))
+	a.mux.Handle("POST /labels:batch", perKeyBatch(http.HandlerFunc(labels)))
+	a.mux.Handle("POST /login", perAddr(http.HandlerFunc(login)))
+	a.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		reply(w, map[string]any{"routes": *a.table.Load()})
+	})
+	return a, nil
+}
+
+// limiterKeys maps the API keys of a rules file to the keys the middleware
+// limits them by: HeaderKey's "hdr:" and the first 16 bytes of the value's
+// SHA-256 in hex.
+func limiterKeys(keys map[string]string) *map[string]string {
+	m := make(map[string]string, len(keys))
+	for k, plan := range keys {
+		sum := sha256.Sum256([]byte(k))
+		m["hdr:"+hex.EncodeToString(sum[:16])] = plan
+	}
+	return &m
+}
+
+// routes lists the routes and their limits under a rule set.
+func (a *api) routes(set ratelimit.PlanSet) *[]route {
+	names := make([]string, 0, len(set.Plans))
+	for name := range set.Plans {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var plans []string
+	for _, name := range names {
+		spec, _ := json.Marshal(ratelimit.PlanSet{Plans: map[string]ratelimit.Plan{name: set.Plans[name]}, Default: name})
+		var doc struct{ Plans map[string]json.RawMessage }
+		_ = json.Unmarshal(spec, &doc)
+		label := name
+		if name == set.Default {
+			label += " (default)"
+		}
+		plans = append(plans, label+" "+string(doc.Plans[name]))
+	}
+	limit := "per X-API-Key, or else client address, by its plan: " + strings.Join(plans, "; ")
+	return &[]route{
+		{"GET /quote", limit + "; 1 a call"},
+		{"POST /labels:batch", limit + fmt.Sprintf("; %d a call", batchCost)},
+		{"POST /login", a.loginL},
 		{"GET /", "none: this list"},
 	}
-	mux := http.NewServeMux()
-	mux.Handle(table[0].Route, perKey(http.HandlerFunc(quote)))
-	mux.Handle(table[1].Route, perKeyBatch(http.HandlerFunc(labels)))
-	mux.Handle(table[2].Route, perAddr(http.HandlerFunc(login)))
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
-		reply(w, map[string]any{"routes": table})
-	})
-	return mux, table, nil
+}
+
+// reload reads the rules file again and puts it in force, logging what
+// changed, or why the file was refused (the rules in force then stay).
+func (a *api) reload(path string) {
+	rules, err := readRules(path)
+	if err == nil {
+		err = a.plans.Update(rules.Rules, ratelimit.MigrateProportional)
+	}
+	if err != nil {
+		a.logger.Error("rules refused; the rules in force stay", "file", path, "error", err)
+		return
+	}
+	a.keys.Store(limiterKeys(rules.Keys))
+	a.table.Store(a.routes(rules.Rules))
+	a.logger.Info("rules reloaded", "file", path, "plans", len(rules.Rules.Plans), "keys", len(rules.Keys),
+		"limits", (*a.table.Load())[0].Limit)
 }
 
 func quote(w http.ResponseWriter, _ *http.Request) {

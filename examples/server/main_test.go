@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -80,7 +84,7 @@ func TestRun(t *testing.T) {
 		require.NoError(t, resp.Body.Close())
 		require.Len(t, list.Routes, 4)
 		assert.Equal(t, "GET /quote", list.Routes[0].Route)
-		assert.Contains(t, list.Routes[0].Limit, `"api": token bucket, 10 per 1s, bursts of 20`)
+		assert.Contains(t, list.Routes[0].Limit, `free (default) {"name":"api","algorithm":"token_bucket","rate":"10/s","burst":20}`)
 		assert.Equal(t, "POST /login", list.Routes[2].Route)
 		assert.Contains(t, list.Routes[2].Limit, `"login": sliding log, 5 per 1m0s`)
 		assert.Equal(t, "GET /", list.Routes[3].Route)
@@ -135,7 +139,7 @@ func TestRun(t *testing.T) {
 	out := logs.String()
 	assert.True(t, strings.HasPrefix(out, "routes:\n  GET /quote "), "the routes come first:\n%s", out)
 	assert.Contains(t, out, "\n  POST /labels:batch ")
-	assert.Contains(t, out, ", 10 a call\n")
+	assert.Contains(t, out, "; 10 a call\n")
 	assert.Contains(t, out, "\n  POST /login ")
 	assert.Contains(t, out, "msg=listening")
 	assert.Contains(t, out, "msg=stopped")
@@ -153,5 +157,111 @@ func TestRunArguments(t *testing.T) {
 	} {
 		err := run(context.Background(), args, io.Discard, nil)
 		assert.Error(t, err, "%q", args)
+	}
+}
+
+// TestRulesFile serves with -rules, moves a key to another plan and changes
+// a plan by rewriting the file and sending SIGHUP, and checks that a bad
+// file is refused while the rules in force stay.
+func TestRulesFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "rules.json")
+	example, err := os.ReadFile("rules.json")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(file, example, 0o600))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := &syncBuffer{}
+	addrs := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-addr", "127.0.0.1:0", "-rules", file}, logs, func(a net.Addr) { addrs <- a })
+	}()
+	var base string
+	select {
+	case a := <-addrs:
+		base = "http://" + a.String()
+	case err := <-done:
+		t.Fatalf("run returned early: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("server did not start")
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	quote := func(apiKey string) *http.Response {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, base+"/quote", nil)
+		require.NoError(t, err)
+		req.Header.Set("X-API-Key", apiKey)
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		require.NoError(t, resp.Body.Close())
+		return resp
+	}
+	assert.Equal(t, `"api-pro";q=200;w=2`, quote("demo-pro-key").Header.Get("RateLimit-Policy"))
+	assert.Equal(t, `"api";q=20;w=2`, quote("someone").Header.Get("RateLimit-Policy"))
+	// "someone" spends 10 more on the batch route: 11 of 20.
+	req, err := http.NewRequest(http.MethodPost, base+"/labels:batch", nil)
+	require.NoError(t, err)
+	req.Header.Set("X-API-Key", "someone")
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	// reloaded waits for the n-th log line saying msg.
+	reloaded := func(msg string, n int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for strings.Count(logs.String(), msg) < n {
+			require.True(t, time.Now().Before(deadline), "waiting for %q in the log:\n%s", msg, logs.String())
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+
+	// "someone" moves to pro, and pro's burst doubles.
+	next := strings.Replace(string(example), `"demo-pro-key": "pro"`, `"demo-pro-key": "pro", "someone": "pro"`, 1)
+	next = strings.Replace(next, `"burst": 200`, `"burst": 400`, 1)
+	require.NoError(t, os.WriteFile(file, []byte(next), 0o600))
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	reloaded("rules reloaded", 1)
+	resp = quote("someone")
+	assert.Equal(t, `"api-pro";q=400;w=4`, resp.Header.Get("RateLimit-Policy"))
+	// It had spent 11 of 20, less what came back since at 10 a second: the
+	// same fraction of 400 is about 220, not a fresh burst.
+	var r, sec int
+	_, err = fmt.Sscanf(resp.Header.Get("RateLimit"), `"api-pro";r=%d;t=%d`, &r, &sec)
+	require.NoError(t, err, resp.Header.Get("RateLimit"))
+	assert.Less(t, r, 300, "remaining after the move to pro")
+
+	// A bad file is refused; the rules in force stay.
+	require.NoError(t, os.WriteFile(file, []byte(`{"rules": {"default": "gold", "plans": {}}}`), 0o600))
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	reloaded("rules refused", 1)
+	assert.Equal(t, `"api-pro";q=400;w=4`, quote("someone").Header.Get("RateLimit-Policy"))
+
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("server did not shut down")
+	}
+}
+
+func TestRulesFileErrors(t *testing.T) {
+	dir := t.TempDir()
+	for name, doc := range map[string]string{
+		"unknown field":   `{"rules": {"default": "a", "plans": {"a": {"algorithm": "gcra", "rate": "1/s", "burst": 1}}}, "key": {}}`,
+		"key on no plan":  `{"rules": {"default": "a", "plans": {"a": {"algorithm": "gcra", "rate": "1/s", "burst": 1}}}, "keys": {"k": "b"}}`,
+		"no rules":        `{"keys": {}}`,
+		"bad rule":        `{"rules": {"default": "a", "plans": {"a": {"algorithm": "gcra", "rate": "1/s", "burst": 0}}}}`,
+		"not json at all": `plans`,
+	} {
+		file := filepath.Join(dir, strings.ReplaceAll(name, " ", "_")+".json")
+		require.NoError(t, os.WriteFile(file, []byte(doc), 0o600))
+		err := run(context.Background(), []string{"-addr", "127.0.0.1:0", "-rules", file}, io.Discard, nil)
+		assert.ErrorContains(t, err, "-rules", name)
 	}
 }
