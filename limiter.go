@@ -76,7 +76,7 @@ func (b bound[S, A]) newLimiter(o *options) Limiter { return newSingle[S](b.alg,
 
 func (b bound[S, A]) newStore(o *options) keyedStore { return newStoreCore[S](b.alg, o) }
 
-func (b bound[S, A]) newMachine() machineCore { return machineOf[S, A]{alg: b.alg} }
+func (b bound[S, A]) newMachine() machineCore { return machineOf[S, A](b) }
 
 // Option configures a limiter or store built by [New] or [NewStore].
 type Option func(*options)

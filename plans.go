@@ -277,21 +277,40 @@ func (p *Plans) buildPlan(name string, pl Plan, old *planGen) (*builtPlan, error
 }
 
 // plan returns key's plan in g.
-func (p *Plans) plan(g *planGen, key string) *builtPlan {
-	if p.planOf == nil {
+// plan returns key's plan in g: the plan ctx names (see ContextWithPlan),
+// else the plan function's; the default if that is not a plan of g.
+func (p *Plans) plan(ctx context.Context, g *planGen, key string) *builtPlan {
+	name, named := ctx.Value(planKey{}).(string)
+	switch {
+	case named:
+	case p.planOf == nil:
 		return g.def
+	default:
+		name = p.planOf(key)
 	}
-	if bp, ok := g.plans[p.planOf(key)]; ok {
+	if bp, ok := g.plans[name]; ok {
 		return bp
 	}
 	return g.def
+}
+
+// planKey is the context key of ContextWithPlan.
+type planKey struct{}
+
+// ContextWithPlan returns a copy of ctx that puts the key of a
+// [Plans.CheckContext] or [Plans.Wait] made with it on the plan named plan,
+// instead of the one the plan function names: a plan chosen from the
+// request rather than from its key (a claim of its credentials, say). A name
+// that is not one of the plans means the default plan.
+func ContextWithPlan(ctx context.Context, plan string) context.Context {
+	return context.WithValue(ctx, planKey{}, plan)
 }
 
 // Check asks key's plan to spend cost at the current time, with the
 // results and errors of [Composite.Check] (of [Store.Check], for a plan of
 // one rule).
 func (p *Plans) Check(key string, cost Units) (Decision, error) {
-	a, err := p.try(key, cost, maxBudget)
+	a, err := p.try(context.Background(), key, cost, maxBudget)
 	if err != nil {
 		return a.d, err
 	}
@@ -299,22 +318,27 @@ func (p *Plans) Check(key string, cost Units) (Decision, error) {
 }
 
 // CheckContext is [Plans.Check] for callers that hold a context: it returns
-// ctx's error, spending nothing, if ctx has already ended. It makes Plans a
-// [ContextChecker].
+// ctx's error, spending nothing, if ctx has already ended, and it puts the
+// key on the plan ctx names, if it names one (see [ContextWithPlan]). It
+// makes Plans a [ContextChecker].
 func (p *Plans) CheckContext(ctx context.Context, key string, cost Units) (Decision, error) {
 	if err := ctx.Err(); err != nil {
-		bp := p.plan(p.gen.Load(), key)
+		bp := p.plan(ctx, p.gen.Load(), key)
 		d := bp.comp.layers[0].store.policy().decision()
 		bp.name.fill(&d)
 		return d, err
 	}
-	return p.Check(key, cost)
+	a, err := p.try(ctx, key, cost, maxBudget)
+	if err != nil {
+		return a.d, err
+	}
+	return a.d, a.err
 }
 
 // CheckWithin is [Plans.Check] for a request that may wait at most
 // maxDelay for its turn, as [Store.CheckWithin] describes.
 func (p *Plans) CheckWithin(key string, cost Units, maxDelay time.Duration) (Decision, error) {
-	a, err := p.try(key, cost, max(maxDelay, 0))
+	a, err := p.try(context.Background(), key, cost, max(maxDelay, 0))
 	switch {
 	case err != nil:
 		return a.d, err
@@ -329,12 +353,12 @@ func (p *Plans) CheckWithin(key string, cost Units, maxDelay time.Duration) (Dec
 // again under the new rules, so that no one sleeps out a stale RetryAfter.
 func (p *Plans) Wait(ctx context.Context, key string, cost Units) (Decision, error) {
 	g := p.gen.Load()
-	d, err := p.plan(g, key).comp.checkCost(cost)
+	d, err := p.plan(ctx, g, key).comp.checkCost(cost)
 	if err != nil {
 		return d, err
 	}
 	try := func(cost int64, budget time.Duration) attempt {
-		a, err := p.try(key, Units(cost), budget)
+		a, err := p.try(ctx, key, Units(cost), budget)
 		if err != nil {
 			a.err = err
 		}
@@ -344,12 +368,12 @@ func (p *Plans) Wait(ctx context.Context, key string, cost Units) (Decision, err
 }
 
 // try makes one attempt for key under the rule set in force, starting over
-// if an Update replaces it before the attempt holds its locks. The error is
-// a cost error, checked against key's plan.
-func (p *Plans) try(key string, cost Units, budget time.Duration) (attempt, error) {
+// if an Update replaces it before the attempt holds its locks; ctx may name
+// the key's plan. The error is a cost error, checked against key's plan.
+func (p *Plans) try(ctx context.Context, key string, cost Units, budget time.Duration) (attempt, error) {
 	for {
 		g := p.gen.Load()
-		bp := p.plan(g, key)
+		bp := p.plan(ctx, g, key)
 		if d, err := bp.comp.checkCost(cost); err != nil {
 			bp.name.fill(&d)
 			return attempt{d: d}, err

@@ -368,3 +368,27 @@ func waitUntil(ctx context.Context, cond func() bool) error {
 	}
 	return nil
 }
+
+// TestContextWithPlan: a context can name the plan, over the plan function.
+func TestContextWithPlan(t *testing.T) {
+	clk := ratelimit.NewManualClock(0)
+	p, err := ratelimit.NewPlans(ratelimit.PlanSet{
+		Plans: map[string]ratelimit.Plan{
+			"free": {Rule: ratelimit.FixedWindow{Limit: 1, Window: time.Hour}},
+			"pro":  {Rule: ratelimit.FixedWindow{Limit: 10, Window: time.Hour}},
+		},
+		Default: "free",
+	}, func(string) string { return "free" }, ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	d, err := p.CheckContext(ratelimit.ContextWithPlan(context.Background(), "pro"), "k", ratelimit.Unit)
+	require.NoError(t, err)
+	assert.Equal(t, "pro", d.Policy)
+	assert.Equal(t, int64(9), d.Remaining)
+	d, err = p.CheckContext(ratelimit.ContextWithPlan(context.Background(), "gold"), "j", ratelimit.Unit)
+	require.NoError(t, err)
+	assert.Equal(t, "free", d.Policy, "an unknown plan is the default")
+	d, err = p.CheckContext(context.Background(), "k", ratelimit.Unit)
+	require.NoError(t, err)
+	assert.Equal(t, "free", d.Policy, "the plan function's plan")
+	assert.False(t, d.Allowed, "9 of 10 spent on pro is 1 of 1 on free")
+}

@@ -125,26 +125,6 @@ func (pc *pace) milliCeil(ns, frac uint64) uint64 {
 	return q
 }
 
-// earned returns floor(elapsed*n/p) milli-units and the remainder over p;
-// ok is false when the quotient does not fit in 64 bits.
-func (pc *pace) earned(elapsed uint64) (q, r uint64, ok bool) {
-	if pc.n == 1 {
-		q, r = pc.pdiv.DivMod(elapsed)
-		return q, r, true
-	}
-	return wide.MulDiv(elapsed, pc.n, pc.p)
-}
-
-// timeCeil returns ceil((x*p + frac) / n) ns: the time to earn x + frac/p
-// milli-units.
-func (pc *pace) timeCeil(x, frac uint64) time.Duration {
-	if pc.n == 1 {
-		return time.Duration(x*pc.p + frac)
-	}
-	q, r, _ := wide.MulAddDiv(x, pc.p, frac, pc.n)
-	return ceilNs(q, r)
-}
-
 // span returns the time x milli-units take at this pace, as whole
 // nanoseconds plus frac/n. ok is false when it exceeds maxSpan.
 func (pc pace) span(x uint64) (ns, frac uint64, ok bool) {

@@ -140,23 +140,6 @@ func (f *fixture) sleepers(n int) {
 	require.NoError(f.t, f.clk.BlockUntilSleepers(ctx, n), "waiting for %d sleepers", n)
 }
 
-// answerOrSleep returns the response on done if it comes without the clock
-// moving, or nil once n requests are asleep on the clock.
-func (f *fixture) answerOrSleep(done <-chan *httptest.ResponseRecorder, n int) *httptest.ResponseRecorder {
-	f.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testWait)
-	defer cancel()
-	asleep := make(chan error, 1)
-	go func() { asleep <- f.clk.BlockUntilSleepers(ctx, n) }()
-	select {
-	case w := <-done:
-		return w
-	case err := <-asleep:
-		require.NoError(f.t, err, "neither an answer nor a wait")
-		return nil
-	}
-}
-
 // assertPending checks that no response has arrived on done yet.
 func (f *fixture) assertPending(done <-chan *httptest.ResponseRecorder, msg string) {
 	f.t.Helper()

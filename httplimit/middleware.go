@@ -191,6 +191,7 @@ type config struct {
 	report   ratelimit.ShadowFunc
 	legacy   bool
 	maxDelay time.Duration
+	plan     func(*http.Request) string
 }
 
 // WithKey sets how requests are keyed. The default is [ClientIP]{}.Key: the
@@ -291,6 +292,19 @@ func WithLogger(l *slog.Logger) Option {
 // an error from the key function. Those get no RateLimit fields.
 func WithShadowMode(report ratelimit.ShadowFunc) Option {
 	return func(c *config) { c.shadow, c.report = true, report }
+}
+
+// WithPlan chooses the plan of each request, for a [ratelimit.Plans]
+// limiter, from the request itself (a claim of its verified credentials,
+// say) rather than from its key: the limiter is asked with
+// [ratelimit.ContextWithPlan]. It needs a limiter that takes a context
+// ([ratelimit.ContextChecker]); Plans does. It does not reach a limiter
+// asked with CheckWithin ([WithMaxDelay]), which takes no context. Without
+// it a Plans limiter puts
+// each key on the plan its plan function names. The RateLimit-Policy field
+// names the plan's rule, or the plan when the rule has no name.
+func WithPlan(f func(*http.Request) string) Option {
+	return func(c *config) { c.plan = f }
 }
 
 // WithLegacyHeaders adds X-RateLimit-Limit (the Limit), X-RateLimit-Remaining
@@ -481,7 +495,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.badCost(w, r, key, 0, nil, err)
 		return
 	}
-	d, err := h.ask(r.Context(), key, cost)
+	ctx := r.Context()
+	if h.plan != nil {
+		ctx = ratelimit.ContextWithPlan(ctx, h.plan(r))
+	}
+	d, err := h.ask(ctx, key, cost)
 	if err != nil {
 		switch {
 		case errors.Is(err, ratelimit.ErrInvalidCost) || errors.Is(err, ratelimit.ErrCostExceedsCapacity):

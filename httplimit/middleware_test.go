@@ -797,11 +797,33 @@ func TestMisuseIsReportedWhenBuilt(t *testing.T) {
 
 func itoa(i int) string { return string(rune('0' + i)) }
 
-// msList returns ds in milliseconds, for readable comparisons.
-func msList(ds []time.Duration) []time.Duration {
-	out := make([]time.Duration, len(ds))
-	for i, d := range ds {
-		out[i] = d / time.Millisecond
+// TestWithPlan: a plan chosen from the request, named in RateLimit-Policy.
+func TestWithPlan(t *testing.T) {
+	clk := ratelimit.NewManualClock(0)
+	plans, err := ratelimit.NewPlans(ratelimit.PlanSet{
+		Plans: map[string]ratelimit.Plan{
+			"free": {Rule: ratelimit.FixedWindow{Limit: 2, Window: time.Minute}},
+			"pro":  {Rule: ratelimit.FixedWindow{Limit: 100, Window: time.Minute}},
+		},
+		Default: "free",
+	}, nil, ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	h := httplimit.Middleware(plans,
+		httplimit.WithKey(func(*http.Request) (string, error) { return "k", nil }),
+		httplimit.WithPlan(func(r *http.Request) string { return r.Header.Get("X-Plan") }),
+	)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	serve := func(plan string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.Header.Set("X-Plan", plan)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
 	}
-	return out
+	w := serve("pro")
+	assert.Equal(t, http.StatusOK, w.Code)
+	assert.Equal(t, `"pro";q=100;w=60`, w.Header().Get("RateLimit-Policy"))
+	w = serve("")
+	assert.Equal(t, `"free";q=2;w=60`, w.Header().Get("RateLimit-Policy"))
+	assert.Equal(t, http.StatusOK, w.Code, "1 of 100 on pro is 1 of 2 on free")
+	assert.Equal(t, http.StatusTooManyRequests, serve("").Code)
 }
