@@ -348,7 +348,7 @@ func concurrentTraffic(t *rapid.T, kind string) {
 			}()
 		}
 		start.Done()
-		done.Wait()
+		waitGroup(t, &done, "the concurrent checks to finish")
 	}
 
 	b := newBook(layers)
@@ -561,7 +561,7 @@ func TestKeyedWaitCancelledSpendsNothing(t *testing.T) {
 				require.Nil(t, done)
 				clk.Set(time.Duration(rapid.Int64Range(int64(clk.Now()), int64(at)-1).Draw(t, "cancelAt")))
 				cancel()
-				r := <-res
+				r := receive(t, res, "the waiter to return")
 				require.ErrorIs(t, r.err, context.Canceled)
 				require.False(t, r.d.Allowed)
 				probeAll(t, sys, b, key, int64(clk.Now()))
@@ -694,7 +694,9 @@ func TestCompositeAllShadow(t *testing.T) {
 	// Wait never waits on a shadow layer, even with a deadline.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
 	defer cancel()
-	d, err := c.Wait(ctx, "k", ratelimit.Unit)
+	d, err := bounded(t, "a Wait on a composite whose only limit is a shadow", func() (ratelimit.Decision, error) {
+		return c.Wait(ctx, "k", ratelimit.Unit)
+	})
 	require.NoError(t, err)
 	assert.True(t, d.Allowed && d.Shadowed)
 }
@@ -737,7 +739,7 @@ func TestCompositeSharedKeysUnderContention(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	waitGroup(t, &wg, "the concurrent checks to finish")
 	total, perKey := 0, map[string]int{}
 	for k, n := range admitted {
 		assert.LessOrEqual(t, n, 20, "route %q", k)
@@ -773,7 +775,9 @@ func TestCompositeWaitDeadline(t *testing.T) {
 	// request for another minute. 90 s are not enough; 3 min are.
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	d, err := c.Wait(ctx, "k", ratelimit.Unit)
+	d, err := bounded(t, "a Wait that cannot meet its deadline", func() (ratelimit.Decision, error) {
+		return c.Wait(ctx, "k", ratelimit.Unit)
+	})
 	require.ErrorIs(t, err, ratelimit.ErrWouldExceedDeadline)
 	assert.Equal(t, "queue", d.Policy)
 	assert.Equal(t, time.Minute, d.RetryAfter)
@@ -792,7 +796,7 @@ func TestCompositeWaitDeadline(t *testing.T) {
 		require.Equal(t, want, at)
 		clk.Set(at)
 	}
-	r := <-res
+	r := receive(t, res, "the waiter to return")
 	require.NoError(t, r.err)
 	assert.Equal(t, time.Minute, r.d.Delay)
 }

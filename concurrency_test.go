@@ -52,7 +52,7 @@ func TestConcurrentChecksAdmitExactlyTheLimit(t *testing.T) {
 					}()
 				}
 				start.Done()
-				done.Wait()
+				waitGroup(t, &done, "1000 concurrent checks to finish")
 				assert.Equal(t, int64(100), admitted.Load())
 			})
 		}

@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +15,11 @@ import (
 
 // The model harness: every algorithm is checked field by field against its
 // reference model over random rules and random traces on virtual time.
+//
+// A failing rapid check saves its input under testdata/rapid, which is
+// ignored by git and never read back unless asked for with
+// -rapid.failfile, so every run starts from its own fresh draws: files left
+// by an earlier failure change nothing.
 
 const (
 	day  = 24 * time.Hour
@@ -168,4 +174,59 @@ func TestCostErrors(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, d.Allowed, "%T: a fresh key starts full", rule)
 	}
+}
+
+// Tests never block without a deadline of their own: a Wait that never
+// returns, or a goroutine that never finishes, fails the test at once with
+// what it was waiting for instead of hanging until go test's timeout.
+const (
+	// blockTimeout bounds, in real time, a wait for something that takes
+	// no real time at all: a Wait on virtual time, a goroutine going to
+	// sleep on a ManualClock.
+	blockTimeout = 5 * time.Second
+	// workTimeout bounds a wait for goroutines doing real work, such as a
+	// thousand concurrent checks under the race detector.
+	workTimeout = 2 * time.Minute
+)
+
+// receive returns the next value from ch, failing the test if none comes
+// within blockTimeout.
+func receive[T any](t require.TestingT, ch <-chan T, what string) T {
+	return receiveWithin(t, ch, blockTimeout, what)
+}
+
+func receiveWithin[T any](t require.TestingT, ch <-chan T, timeout time.Duration, what string) T {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case v := <-ch:
+		return v
+	case <-timer.C:
+		require.FailNow(t, "timed out after "+timeout.String()+" waiting for "+what)
+		var zero T
+		return zero
+	}
+}
+
+// bounded runs wait (a Wait) in a goroutine and returns its results,
+// failing the test if it has not returned within blockTimeout.
+func bounded(t require.TestingT, what string, wait func() (ratelimit.Decision, error)) (ratelimit.Decision, error) {
+	res := make(chan waitResult, 1)
+	go func() {
+		d, err := wait()
+		res <- waitResult{d: d, err: err}
+	}()
+	r := receive(t, res, what)
+	return r.d, r.err
+}
+
+// waitGroup waits for wg, failing the test if it is not done within
+// workTimeout.
+func waitGroup(t require.TestingT, wg *sync.WaitGroup, what string) {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	receiveWithin(t, done, workTimeout, what)
 }

@@ -411,10 +411,7 @@ const (
 
 // durationUnits are the units a duration is written in; where one name is
 // a prefix of another, the longer comes first.
-var durationUnits = [...]struct {
-	name string
-	d    time.Duration
-}{
+var durationUnits = [...]durationUnitName{
 	{"ns", time.Nanosecond},
 	{"us", time.Microsecond},
 	{"µs", time.Microsecond}, // U+00B5 micro sign
@@ -427,16 +424,19 @@ var durationUnits = [...]struct {
 }
 
 // durationUnit returns the unit s starts with.
-func durationUnit(s string) (unit struct {
-	name string
-	d    time.Duration
-}, ok bool) {
+func durationUnit(s string) (durationUnitName, bool) {
 	for _, u := range durationUnits {
 		if strings.HasPrefix(s, u.name) {
 			return u, true
 		}
 	}
-	return unit, false
+	return durationUnitName{}, false
+}
+
+// durationUnitName is a unit a duration is written in, and its length.
+type durationUnitName struct {
+	name string
+	d    time.Duration
 }
 
 // parseDuration is the one reader of durations, for a rate's period and a

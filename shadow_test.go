@@ -61,7 +61,9 @@ func TestShadowReportsTheModel(t *testing.T) {
 					cost := ratelimit.Units(rapid.Int64Range(1, lc.capMilli+2000).Draw(t, "cost"))
 					var got ratelimit.Decision
 					if rapid.Bool().Draw(t, "wait") {
-						got, err = lim.Wait(context.Background(), cost)
+						got, err = bounded(t, "a Wait on a shadow limit", func() (ratelimit.Decision, error) {
+							return lim.Wait(context.Background(), cost)
+						})
 					} else {
 						got, err = lim.Check(cost)
 					}
@@ -135,9 +137,13 @@ func TestShadowEdges(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err = lim.Wait(ctx, ratelimit.Unit)
+	_, err = bounded(t, "a Wait on a cancelled context", func() (ratelimit.Decision, error) {
+		return lim.Wait(ctx, ratelimit.Unit)
+	})
 	require.ErrorIs(t, err, context.Canceled)
-	d, err = lim.Wait(context.Background(), ratelimit.Unit)
+	d, err = bounded(t, "a Wait on a shadow limit", func() (ratelimit.Decision, error) {
+		return lim.Wait(context.Background(), ratelimit.Unit)
+	})
 	require.NoError(t, err)
 	assert.True(t, d.Allowed && d.Shadowed, "Wait returns at once, as Check does")
 }

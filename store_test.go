@@ -323,7 +323,7 @@ func TestStoreOneKeyConcurrent(t *testing.T) {
 			}()
 		}
 		close(start)
-		wg.Wait()
+		waitGroup(t, &wg, "the concurrent checks to finish")
 		assert.Equal(t, int64(100), admitted.Load(), "%T", rule)
 	}
 }
@@ -351,7 +351,7 @@ func TestStoreManyKeysConcurrent(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	waitGroup(t, &wg, "the concurrent checks to finish")
 	for k := range keys {
 		assert.Equal(t, int64(limit), admitted[k].Load(), "key %d", k)
 	}
@@ -388,9 +388,9 @@ func TestStoreManyKeysConcurrent(t *testing.T) {
 			}
 		}()
 	}
-	wg.Wait()
+	waitGroup(t, &wg, "the concurrent checks to finish")
 	close(stop)
-	ticker.Wait()
+	waitGroup(t, &ticker, "the clock-moving goroutine to stop")
 	st := small.Stats()
 	assert.LessOrEqual(t, st.Keys, 300)
 	assert.Equal(t, st.Inserts-st.Evictions, uint64(st.Keys))

@@ -141,7 +141,7 @@ func startWait(ctx context.Context, lim ratelimit.Limiter, clk ratelimit.Clock, 
 // nextWake waits until the waiter is either asleep on clk (returning the
 // instant it waits for) or finished (returning its result).
 func nextWake(t require.TestingT, clk *ratelimit.ManualClock, res <-chan waitResult) (time.Duration, *waitResult) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), blockTimeout)
 	defer cancel()
 	asleep := make(chan error, 1)
 	go func() { asleep <- clk.BlockUntilSleepers(ctx, 1) }()
@@ -258,7 +258,7 @@ func TestWaitCancelledSpendsNothing(t *testing.T) {
 				// Move the clock partway (never to the wake) before cancelling.
 				clk.Set(time.Duration(rapid.Int64Range(int64(clk.Now()), int64(at)-1).Draw(t, "cancelAt")))
 				cancel()
-				r := <-res
+				r := receive(t, res, "the waiter to return")
 				require.ErrorIs(t, r.err, context.Canceled)
 				assert.Zero(t, clk.Sleepers(), "a cancelled waiter must leave the clock")
 				// A waiter admitted into a leaky bucket's queue (at once, or
@@ -294,7 +294,9 @@ func TestWaitVectors(t *testing.T) {
 		lim, err := ratelimit.New(ratelimit.TokenBucket{Rate: ratelimit.PerSecond(5), Burst: 10}, ratelimit.WithClock(clk))
 		require.NoError(t, err)
 		for range 10 {
-			d, err := lim.Wait(context.Background(), ratelimit.Unit)
+			d, err := bounded(t, "a Wait with the burst in hand", func() (ratelimit.Decision, error) {
+				return lim.Wait(context.Background(), ratelimit.Unit)
+			})
 			require.NoError(t, err)
 			require.True(t, d.Allowed)
 		}
@@ -303,7 +305,7 @@ func TestWaitVectors(t *testing.T) {
 		require.Nil(t, done)
 		assert.Equal(t, 200*time.Millisecond, at)
 		clk.Set(at)
-		r := <-res
+		r := receive(t, res, "the waiter to return")
 		require.NoError(t, r.err)
 		assert.Equal(t, ratelimit.Decision{Allowed: true, Limit: 10, ResetAfter: 2 * time.Second, Window: 2 * time.Second}, r.d)
 	})
@@ -317,7 +319,7 @@ func TestWaitVectors(t *testing.T) {
 				assert.Equal(t, time.Duration(i)*200*time.Millisecond, at)
 				clk.Set(at)
 			}
-			r := <-res
+			r := receive(t, res, "the waiter to return")
 			require.NoError(t, r.err)
 			assert.Equal(t, time.Duration(i)*200*time.Millisecond, r.at)
 			// Each was admitted when it asked, with the queue ahead of it
@@ -345,9 +347,11 @@ func TestWaitDeadline(t *testing.T) {
 		require.Nil(t, done)
 		require.Equal(t, time.Hour, at)
 		clk.Set(at)
-		require.NoError(t, (<-res).err)
+		require.NoError(t, receive(t, res, "the waiter to return").err)
 
-		d, err := lim.Wait(ctx, ratelimit.Unit) // an hour and more to go: does not fit
+		d, err := bounded(t, "a Wait that cannot meet its deadline", func() (ratelimit.Decision, error) {
+			return lim.Wait(ctx, ratelimit.Unit) // an hour and more to go: does not fit
+		})
 		require.ErrorIs(t, err, ratelimit.ErrWouldExceedDeadline)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		assert.False(t, d.Allowed)
@@ -368,7 +372,7 @@ func TestWaitDeadline(t *testing.T) {
 		require.Nil(t, done)
 		require.Equal(t, time.Hour, at)
 		clk.Set(at)
-		r := <-res
+		r := receive(t, res, "the waiter to return")
 		require.NoError(t, r.err)
 		assert.Equal(t, time.Hour-time.Second, r.d.Delay)
 	})
@@ -405,7 +409,9 @@ func TestWaitDeadline(t *testing.T) {
 		// the second request. Two minutes do not fit in 90 s.
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		defer cancel()
-		d, err := lim.Wait(ctx, ratelimit.Unit)
+		d, err := bounded(t, "a Wait that cannot meet its deadline", func() (ratelimit.Decision, error) {
+			return lim.Wait(ctx, ratelimit.Unit)
+		})
 		require.ErrorIs(t, err, ratelimit.ErrWouldExceedDeadline)
 		assert.Equal(t, time.Minute, d.RetryAfter)
 		assert.Zero(t, clk.Sleepers())
@@ -414,7 +420,9 @@ func TestWaitDeadline(t *testing.T) {
 		_, lim := queueOf(t)
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		d, err := lim.Wait(ctx, ratelimit.Unit)
+		d, err := bounded(t, "a Wait on a cancelled context", func() (ratelimit.Decision, error) {
+			return lim.Wait(ctx, ratelimit.Unit)
+		})
 		require.ErrorIs(t, err, context.Canceled)
 		assert.False(t, d.Allowed)
 		d, err = lim.Check(10 * ratelimit.Unit)
@@ -429,7 +437,9 @@ func TestWaitCostErrors(t *testing.T) {
 		cost ratelimit.Units
 		want error
 	}{{0, ratelimit.ErrInvalidCost}, {-5, ratelimit.ErrInvalidCost}, {10*ratelimit.Unit + 1, ratelimit.ErrCostExceedsCapacity}} {
-		d, err := lim.Wait(context.Background(), tc.cost)
+		d, err := bounded(t, "a Wait with a bad cost", func() (ratelimit.Decision, error) {
+			return lim.Wait(context.Background(), tc.cost)
+		})
 		require.ErrorIs(t, err, tc.want)
 		assert.Equal(t, int64(10), d.Limit)
 		assert.False(t, d.Allowed)
@@ -451,7 +461,7 @@ func TestWaitLeakyCancelBehindOthersKeepsTheSlot(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 400*time.Millisecond, d.Delay)
 	cancel()
-	r := <-res
+	r := receive(t, res, "the waiter to return")
 	require.ErrorIs(t, r.err, context.Canceled)
 	assert.True(t, r.d.Allowed, "the slot stays spent, and the Decision says so")
 	d, err = lim.Check(ratelimit.Unit)
@@ -527,10 +537,8 @@ func TestWaitManyWaiters(t *testing.T) {
 // asleep, it moves the clock to the next wake-up. Time never moves while one
 // of them is between two sleeps, so each sees the instant it was woken at.
 func driveWaiters(t require.TestingT, clk *ratelimit.ManualClock, n int, done <-chan struct{}) {
-	deadline, cancelAll := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancelAll()
 	for live := n; live > 0; {
-		ctx, cancel := context.WithCancel(deadline)
+		ctx, cancel := context.WithTimeout(context.Background(), blockTimeout)
 		asleep := make(chan error, 1)
 		go func(n int) { asleep <- clk.BlockUntilSleepers(ctx, n) }(live)
 		select {
@@ -540,7 +548,7 @@ func driveWaiters(t require.TestingT, clk *ratelimit.ManualClock, n int, done <-
 			<-asleep
 		case err := <-asleep:
 			cancel()
-			require.NoError(t, err, "%d goroutines never all slept", live)
+			require.NoError(t, err, "waiting for %d waiters to sleep or return: some neither slept nor returned", live)
 			at, ok := clk.NextWake()
 			require.True(t, ok)
 			clk.Set(at)
@@ -577,7 +585,9 @@ func TestWaitOnRealClocks(t *testing.T) {
 			require.NoError(t, err)
 			start := time.Now()
 			for range 3 {
-				d, err := lim.Wait(context.Background(), ratelimit.Unit)
+				d, err := bounded(t, "a Wait on a real clock", func() (ratelimit.Decision, error) {
+					return lim.Wait(context.Background(), ratelimit.Unit)
+				})
 				require.NoError(t, err, "%s %T", name, rule)
 				require.True(t, d.Allowed)
 			}
@@ -592,6 +602,6 @@ func TestWaitOnRealClocks(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	res := startWait(ctx, lim, ratelimit.SystemClock(), ratelimit.Unit)
 	cancel()
-	r := <-res
+	r := receive(t, res, "the waiter to return")
 	assert.True(t, errors.Is(r.err, context.Canceled))
 }
