@@ -38,24 +38,53 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// TestRun starts the server on 127.0.0.1:0, sends it real requests and
-// shuts it down.
-func TestRun(t *testing.T) {
+// server is a run of the server on 127.0.0.1:0.
+type server struct {
+	t      *testing.T
+	base   string // http://host:port
+	logs   *syncBuffer
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// start runs the server with args, on a free loopback port, and waits until
+// it accepts connections. The test stops it with stop, or at its end.
+func start(t *testing.T, args ...string) *server {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	logs := &syncBuffer{}
+	s := &server{t: t, logs: &syncBuffer{}, cancel: cancel, done: make(chan error, 1)}
+	t.Cleanup(cancel)
 	addrs := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"-addr", "127.0.0.1:0"}, logs, func(a net.Addr) { addrs <- a }) }()
-	var base string
+	args = append([]string{"-addr", "127.0.0.1:0"}, args...)
+	go func() { s.done <- run(ctx, args, s.logs, func(a net.Addr) { addrs <- a }) }()
 	select {
 	case a := <-addrs:
-		base = "http://" + a.String()
-	case err := <-done:
+		s.base = "http://" + a.String()
+	case err := <-s.done:
 		t.Fatalf("run returned early: %v", err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("server did not start")
 	}
+	return s
+}
+
+// stop shuts the server down and checks that it stopped cleanly.
+func (s *server) stop() {
+	s.t.Helper()
+	s.cancel()
+	select {
+	case err := <-s.done:
+		require.NoError(s.t, err)
+	case <-time.After(15 * time.Second):
+		s.t.Fatal("server did not shut down")
+	}
+}
+
+// TestRun starts the server on 127.0.0.1:0, sends it real requests and
+// shuts it down.
+func TestRun(t *testing.T) {
+	srv := start(t)
+	base, logs := srv.base, srv.logs
 
 	client := &http.Client{Timeout: 5 * time.Second}
 	send := func(method, path, apiKey string) *http.Response {
@@ -129,13 +158,7 @@ func TestRun(t *testing.T) {
 	assert.Equal(t, "rate_limited", body["error"])
 	assert.Equal(t, "login", body["policy"])
 
-	cancel()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(15 * time.Second):
-		t.Fatal("server did not shut down")
-	}
+	srv.stop()
 	out := logs.String()
 	assert.True(t, strings.HasPrefix(out, "routes:\n  GET /quote "), "the routes come first:\n%s", out)
 	assert.Contains(t, out, "\n  POST /labels:batch ")
@@ -170,23 +193,8 @@ func TestRulesFile(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(file, example, 0o600))
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	logs := &syncBuffer{}
-	addrs := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"-addr", "127.0.0.1:0", "-rules", file}, logs, func(a net.Addr) { addrs <- a })
-	}()
-	var base string
-	select {
-	case a := <-addrs:
-		base = "http://" + a.String()
-	case err := <-done:
-		t.Fatalf("run returned early: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("server did not start")
-	}
+	srv := start(t, "-rules", file)
+	base, logs := srv.base, srv.logs
 	client := &http.Client{Timeout: 5 * time.Second}
 	quote := func(apiKey string) *http.Response {
 		t.Helper()
@@ -241,13 +249,7 @@ func TestRulesFile(t *testing.T) {
 	reloaded("rules refused", 1)
 	assert.Equal(t, `"api-pro";q=400;w=4`, quote("someone").Header.Get("RateLimit-Policy"))
 
-	cancel()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(15 * time.Second):
-		t.Fatal("server did not shut down")
-	}
+	srv.stop()
 }
 
 func TestRulesFileErrors(t *testing.T) {
