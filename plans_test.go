@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -391,4 +392,45 @@ func TestContextWithPlan(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "free", d.Policy, "the plan function's plan")
 	assert.False(t, d.Allowed, "9 of 10 spent on pro is 1 of 1 on free")
+}
+
+// BenchmarkPlansCheck compares a check through Plans (two plans, the key
+// already on its plan) with the same check on a Store, and the first check
+// of a new key, which looks for it in the other plan's store.
+func BenchmarkPlansCheck(b *testing.B) {
+	rule := ratelimit.GCRA{Rate: ratelimit.PerSecond(1_000_000_000), Burst: 1_000_000}
+	set := ratelimit.PlanSet{Plans: map[string]ratelimit.Plan{
+		"free": {Rule: rule},
+		"pro":  {Rule: ratelimit.GCRA{Rate: ratelimit.PerSecond(1_000_000_000), Burst: 2_000_000}},
+	}, Default: "free"}
+	b.Run("Store", func(b *testing.B) {
+		s, err := ratelimit.NewStore(rule)
+		require.NoError(b, err)
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = s.Check("k", ratelimit.Unit)
+		}
+	})
+	b.Run("Plans", func(b *testing.B) {
+		p, err := ratelimit.NewPlans(set, func(string) string { return "free" })
+		require.NoError(b, err)
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = p.Check("k", ratelimit.Unit)
+		}
+	})
+	b.Run("Plans/new-keys", func(b *testing.B) {
+		p, err := ratelimit.NewPlans(set, func(string) string { return "free" }, ratelimit.WithMaxKeys(1<<16))
+		require.NoError(b, err)
+		keys := make([]string, 1<<16)
+		for i := range keys {
+			keys[i] = "key-" + string(rune('a'+i%26)) + strconv.Itoa(i)
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			_, _ = p.Check(keys[i&(len(keys)-1)], ratelimit.Unit)
+			i++
+		}
+	})
 }
