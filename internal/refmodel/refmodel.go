@@ -1,4 +1,4 @@
-// Package refmodel holds plain reference models of the six algorithms,
+// Package refmodel holds plain reference models of the seven algorithms,
 // written from their definitions with math/big rationals (or, for the
 // sliding log, a list of every admitted event). They are slow and obviously
 // right; the tests check that the real limiters agree with them field by
