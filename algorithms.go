@@ -26,11 +26,13 @@ var algorithms = [...]algorithmRow{
 	newRow("sliding_log", windowFields,
 		func(v ruleValues) SlidingLog { return SlidingLog{Limit: v.count, Window: v.window, Name: v.name} },
 		func(r SlidingLog) ruleValues { return ruleValues{name: r.Name, count: r.Limit, window: r.Window} }),
-	newRow("sliding_counter", windowFields,
+	newRow("sliding_counter", append(windowFields[:2:2], ruleField{"count_refused", refusedField, true}),
 		func(v ruleValues) SlidingCounter {
-			return SlidingCounter{Limit: v.count, Window: v.window, Name: v.name}
+			return SlidingCounter{Limit: v.count, Window: v.window, CountRefused: v.refused, Name: v.name}
 		},
-		func(r SlidingCounter) ruleValues { return ruleValues{name: r.Name, count: r.Limit, window: r.Window} }),
+		func(r SlidingCounter) ruleValues {
+			return ruleValues{name: r.Name, count: r.Limit, window: r.Window, refused: r.CountRefused}
+		}),
 	newRow("sub_window", append(windowFields[:2:2], ruleField{"buckets", bucketsField, false}, ruleField{"count_refused", refusedField, true}),
 		func(v ruleValues) SubWindow {
 			return SubWindow{Limit: v.count, Window: v.window, Buckets: v.buckets, CountRefused: v.refused, Name: v.name}

@@ -100,6 +100,7 @@ func (a *scAlgo) encode(dst []byte, s *scState) []byte {
 func (a *scAlgo) params() Params {
 	p := a.pol.params(a.capMilli)
 	p.WindowNanos = a.w
+	p.CountRefused = a.refused
 	return p
 }
 

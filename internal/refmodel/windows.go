@@ -131,6 +131,13 @@ func (m *SlidingCounter) estimate(t uint64) *big.Rat {
 	return est
 }
 
+// WithCountRefused makes the model count denied requests' cost too, in
+// their window, up to the limit (CountRefused), and returns it.
+func (m *SlidingCounter) WithCountRefused() *SlidingCounter {
+	m.refused = true
+	return m
+}
+
 // Step implements Model.
 func (m *SlidingCounter) Step(now, cost int64) ratelimit.Decision {
 	// Inside a window the counts are fixed and the weight falls, so each
