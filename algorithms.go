@@ -17,9 +17,13 @@ var algorithms = [...]algorithmRow{
 	newRow("gcra", rateFields("burst"),
 		func(v ruleValues) GCRA { return GCRA{Rate: v.rate, Burst: v.count, Name: v.name} },
 		func(r GCRA) ruleValues { return ruleValues{name: r.Name, rate: r.Rate, count: r.Burst} }),
-	newRow("leaky_bucket", rateFields("capacity"),
-		func(v ruleValues) LeakyBucket { return LeakyBucket{Rate: v.rate, Capacity: v.count, Name: v.name} },
-		func(r LeakyBucket) ruleValues { return ruleValues{name: r.Name, rate: r.Rate, count: r.Capacity} }),
+	newRow("leaky_bucket", append(rateFields("capacity"), ruleField{"delay", delayField, true}),
+		func(v ruleValues) LeakyBucket {
+			return LeakyBucket{Rate: v.rate, Capacity: v.count, Delay: v.delay, Name: v.name}
+		},
+		func(r LeakyBucket) ruleValues {
+			return ruleValues{name: r.Name, rate: r.Rate, count: r.Capacity, delay: r.Delay}
+		}),
 	newRow("fixed_window", windowFields,
 		func(v ruleValues) FixedWindow { return FixedWindow{Limit: v.count, Window: v.window, Name: v.name} },
 		func(r FixedWindow) ruleValues { return ruleValues{name: r.Name, count: r.Limit, window: r.Window} }),
@@ -52,6 +56,7 @@ const (
 	windowField                   // a duration string: ruleValues.window
 	bucketsField                  // a JSON integer: ruleValues.buckets
 	refusedField                  // a JSON boolean: ruleValues.refused
+	delayField                    // a whole number of units, a JSON integer: ruleValues.delay
 )
 
 // ruleField is one JSON field of a rule, besides name, algorithm and mode.
@@ -78,8 +83,9 @@ type ruleValues struct {
 	rate    Rate
 	count   int64 // Burst, Capacity or Limit
 	window  time.Duration
-	buckets int  // SubWindow's Buckets
-	refused bool // CountRefused
+	buckets int   // SubWindow's Buckets
+	refused bool  // CountRefused
+	delay   int64 // LeakyBucket's Delay
 }
 
 // algorithmRow describes one algorithm as data.

@@ -31,6 +31,8 @@ import (
 //   - "window" (the window rules): a duration, read as the period of a
 //     [ParseRate] rate is, such as "60s", "1m", "1h30m" or "1min30s": a
 //     whole number of nanoseconds, less than [MaxTime].
+//   - "delay" (leaky_bucket): its Delay, a whole number of units as a JSON
+//     integer; optional, 0 when left out.
 //   - "buckets" (sub_window): its Buckets, a JSON integer from 1 to 60.
 //   - "count_refused" (sliding_counter, sub_window): true for CountRefused;
 //     optional, false when left out.
@@ -95,6 +97,10 @@ func (s RuleSpec) MarshalJSON() ([]byte, error) {
 		case refusedField:
 			if v.refused {
 				writeMember(&b, f.name, true)
+			}
+		case delayField:
+			if v.delay != 0 {
+				writeMember(&b, f.name, v.delay)
 			}
 		}
 	}
@@ -215,6 +221,8 @@ func (s *RuleSpec) UnmarshalJSON(data []byte) error {
 			}
 		case refusedField:
 			err = p.boolean(f.name, &v.refused)
+		case delayField:
+			err = p.integer(f.name, &v.delay)
 		}
 		if err != nil {
 			return err
