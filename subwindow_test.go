@@ -199,3 +199,46 @@ func TestSubWindowMachine(t *testing.T) {
 		assert.ErrorIs(t, err, ratelimit.ErrInvalidState, bad)
 	}
 }
+
+// TestSubWindowExactSpan is the overshoot bound's proof checked on random
+// traces: whatever arrives, the cost admitted in any span of W - W/k + 1 ns
+// is at most Limit, and in any span of W at most twice Limit.
+func TestSubWindowExactSpan(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		k := rapid.IntRange(1, ratelimit.MaxSubWindowBuckets).Draw(t, "buckets")
+		g := rapid.Int64Range(1, 1000).Draw(t, "bucketNs")
+		window := time.Duration(g * int64(k))
+		limit := rapid.Int64Range(1, 20).Draw(t, "limit")
+		clk := ratelimit.NewManualClock(0)
+		lim, err := ratelimit.New(ratelimit.SubWindow{Limit: limit, Window: window, Buckets: k}, ratelimit.WithClock(clk))
+		require.NoError(t, err)
+		type admission struct {
+			at   time.Duration
+			cost int64
+		}
+		var admitted []admission
+		for range rapid.IntRange(1, 200).Draw(t, "requests") {
+			clk.Advance(time.Duration(rapid.Int64Range(0, 2*g).Draw(t, "gap")))
+			cost := drawCost(t, limit*1000)
+			if d, err := lim.Check(cost); err == nil && d.Allowed {
+				admitted = append(admitted, admission{clk.Now(), int64(cost)})
+			}
+		}
+		// most is the most admitted in any span (x - span, x].
+		most := func(span time.Duration) int64 {
+			var best, sum int64
+			lo := 0
+			for _, a := range admitted {
+				sum += a.cost
+				for admitted[lo].at <= a.at-span {
+					sum -= admitted[lo].cost
+					lo++
+				}
+				best = max(best, sum)
+			}
+			return best
+		}
+		require.LessOrEqual(t, most(window-window/time.Duration(k)+1), limit*1000)
+		require.LessOrEqual(t, most(window), 2*limit*1000)
+	})
+}
