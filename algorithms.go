@@ -17,20 +17,33 @@ var algorithms = [...]algorithmRow{
 	newRow("gcra", rateFields("burst"),
 		func(v ruleValues) GCRA { return GCRA{Rate: v.rate, Burst: v.count, Name: v.name} },
 		func(r GCRA) ruleValues { return ruleValues{name: r.Name, rate: r.Rate, count: r.Burst} }),
-	newRow("leaky_bucket", rateFields("capacity"),
-		func(v ruleValues) LeakyBucket { return LeakyBucket{Rate: v.rate, Capacity: v.count, Name: v.name} },
-		func(r LeakyBucket) ruleValues { return ruleValues{name: r.Name, rate: r.Rate, count: r.Capacity} }),
+	newRow("leaky_bucket", append(rateFields("capacity"), ruleField{"delay", delayField, true}),
+		func(v ruleValues) LeakyBucket {
+			return LeakyBucket{Rate: v.rate, Capacity: v.count, Delay: v.delay, Name: v.name}
+		},
+		func(r LeakyBucket) ruleValues {
+			return ruleValues{name: r.Name, rate: r.Rate, count: r.Capacity, delay: r.Delay}
+		}),
 	newRow("fixed_window", windowFields,
 		func(v ruleValues) FixedWindow { return FixedWindow{Limit: v.count, Window: v.window, Name: v.name} },
 		func(r FixedWindow) ruleValues { return ruleValues{name: r.Name, count: r.Limit, window: r.Window} }),
 	newRow("sliding_log", windowFields,
 		func(v ruleValues) SlidingLog { return SlidingLog{Limit: v.count, Window: v.window, Name: v.name} },
 		func(r SlidingLog) ruleValues { return ruleValues{name: r.Name, count: r.Limit, window: r.Window} }),
-	newRow("sliding_counter", windowFields,
+	newRow("sliding_counter", append(windowFields[:2:2], ruleField{"count_refused", refusedField, true}),
 		func(v ruleValues) SlidingCounter {
-			return SlidingCounter{Limit: v.count, Window: v.window, Name: v.name}
+			return SlidingCounter{Limit: v.count, Window: v.window, CountRefused: v.refused, Name: v.name}
 		},
-		func(r SlidingCounter) ruleValues { return ruleValues{name: r.Name, count: r.Limit, window: r.Window} }),
+		func(r SlidingCounter) ruleValues {
+			return ruleValues{name: r.Name, count: r.Limit, window: r.Window, refused: r.CountRefused}
+		}),
+	newRow("sub_window", append(windowFields[:2:2], ruleField{"buckets", bucketsField, false}, ruleField{"count_refused", refusedField, true}),
+		func(v ruleValues) SubWindow {
+			return SubWindow{Limit: v.count, Window: v.window, Buckets: v.buckets, CountRefused: v.refused, Name: v.name}
+		},
+		func(r SubWindow) ruleValues {
+			return ruleValues{name: r.Name, count: r.Limit, window: r.Window, buckets: r.Buckets, refused: r.CountRefused}
+		}),
 }
 
 // fieldKind is how a rule field is written in JSON and which of a rule's
@@ -38,32 +51,41 @@ var algorithms = [...]algorithmRow{
 type fieldKind int
 
 const (
-	rateField   fieldKind = iota // a rate string read by ParseRate: ruleValues.rate
-	countField                   // a whole number of units, a JSON integer: ruleValues.count
-	windowField                  // a duration string: ruleValues.window
+	rateField    fieldKind = iota // a rate string read by ParseRate: ruleValues.rate
+	countField                    // a whole number of units, a JSON integer: ruleValues.count
+	windowField                   // a duration string: ruleValues.window
+	bucketsField                  // a JSON integer: ruleValues.buckets
+	refusedField                  // a JSON boolean: ruleValues.refused
+	delayField                    // a whole number of units, a JSON integer: ruleValues.delay
 )
 
 // ruleField is one JSON field of a rule, besides name, algorithm and mode.
 type ruleField struct {
 	name string
 	kind fieldKind
+	// optional fields may be left out, meaning their zero value, and are
+	// written only when not zero.
+	optional bool
 }
 
 // rateFields are the fields of a bucket: its rate, then its capacity under
 // the given name.
 func rateFields(capacity string) []ruleField {
-	return []ruleField{{"rate", rateField}, {capacity, countField}}
+	return []ruleField{{"rate", rateField, false}, {capacity, countField, false}}
 }
 
 // windowFields are the fields of a window rule.
-var windowFields = []ruleField{{"limit", countField}, {"window", windowField}}
+var windowFields = []ruleField{{"limit", countField, false}, {"window", windowField, false}}
 
 // ruleValues are a rule's settings as its JSON fields carry them.
 type ruleValues struct {
-	name   string
-	rate   Rate
-	count  int64 // Burst, Capacity or Limit
-	window time.Duration
+	name    string
+	rate    Rate
+	count   int64 // Burst, Capacity or Limit
+	window  time.Duration
+	buckets int   // SubWindow's Buckets
+	refused bool  // CountRefused
+	delay   int64 // LeakyBucket's Delay
 }
 
 // algorithmRow describes one algorithm as data.

@@ -56,6 +56,32 @@ var testedAlgorithms = []testedAlgorithm{
 		},
 		model: func(s settings) refmodel.Model { return refmodel.NewSlidingCounter(s.capacity, s.window) },
 	},
+	{
+		// Buckets is one of the window's divisors up to 60, picked by the
+		// window itself, so that the suites see many bucket counts.
+		name: "SubWindow",
+		rule: func(s settings) ratelimit.Rule {
+			return ratelimit.SubWindow{Limit: s.capacity, Window: s.window, Buckets: subBuckets(s.window), Name: s.name}
+		},
+		model: func(s settings) refmodel.Model {
+			return refmodel.NewSubWindow(s.capacity, s.window, subBuckets(s.window), false)
+		},
+	},
+}
+
+// subBuckets picks a SubWindow's Buckets for a window: a divisor of it from
+// 1 to 60 (1 for a window that is not positive).
+func subBuckets(w time.Duration) int {
+	var ds []int
+	for k := 1; k <= ratelimit.MaxSubWindowBuckets && w > 0; k++ {
+		if w%time.Duration(k) == 0 {
+			ds = append(ds, k)
+		}
+	}
+	if len(ds) == 0 {
+		return 1
+	}
+	return ds[int(w/7%time.Duration(len(ds)))]
 }
 
 // testedAlgorithm is one algorithm as the test suites see it.

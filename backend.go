@@ -31,8 +31,8 @@ var ErrInvalidState = errors.New("ratelimit: invalid limiter state")
 // decisions can be the same as the in-process limiter's.
 type Params struct {
 	// Algorithm is the rule's algorithm by its JSON name (see [RuleSpec]):
-	// "token_bucket", "gcra", "leaky_bucket", "fixed_window", "sliding_log"
-	// or "sliding_counter".
+	// "token_bucket", "gcra", "leaky_bucket", "fixed_window", "sliding_log",
+	// "sliding_counter" or "sub_window".
 	Algorithm string
 
 	// Policy, Limit and Window are what every Decision of the rule carries.
@@ -51,8 +51,22 @@ type Params struct {
 	TauNanos, TauFrac    uint64
 
 	// WindowNanos is the window of the window rules (fixed_window,
-	// sliding_log, sliding_counter) in nanoseconds; zero for the buckets.
+	// sliding_log, sliding_counter, sub_window) in nanoseconds; zero for the
+	// buckets.
 	WindowNanos int64
+
+	// Buckets is a sub_window's number of buckets, each WindowNanos/Buckets
+	// long; zero for every other rule.
+	Buckets int64
+
+	// CountRefused is the option of sliding_counter and sub_window that
+	// counts a denied request's cost too (see [SlidingCounter]).
+	CountRefused bool
+
+	// DelayNanos plus DelayFrac/RateUnits ns is the span of a leaky_bucket's
+	// Delay option: the queued work an admitted request may find ahead of
+	// it and still go on at once (see [LeakyBucket]). Zero otherwise.
+	DelayNanos, DelayFrac uint64
 }
 
 // Machine is a rule's state transition as a pure function of an encoded
@@ -77,6 +91,9 @@ type Params struct {
 //     milli-units admitted in it.
 //   - sliding_counter: "w p c", the window's index and the milli-units
 //     admitted in the window before it and in it.
+//   - sub_window: "c n...", the index of the latest bucket [cG, (c+1)G)
+//     counted into (G the window over Buckets) and the milli-units counted
+//     in the Buckets buckets ending with it, oldest first.
 //   - sliding_log: pairs "t c", one per instant at which cost c
 //     (milli-units) was admitted, oldest first, with strictly increasing t.
 //     Entries that have left the window may remain until the next

@@ -100,6 +100,7 @@ func (a *scAlgo) encode(dst []byte, s *scState) []byte {
 func (a *scAlgo) params() Params {
 	p := a.pol.params(a.capMilli)
 	p.WindowNanos = a.w
+	p.CountRefused = a.refused
 	return p
 }
 
@@ -155,5 +156,59 @@ func (a *slAlgo) encode(dst []byte, s *slState) []byte {
 func (a *slAlgo) params() Params {
 	p := a.pol.params(a.capMilli)
 	p.WindowNanos = a.window
+	return p
+}
+
+// The sub-window counter's state: "c n...", the index of the latest bucket
+// counted into and the counts of the k buckets ending with it, oldest first.
+
+func (a *swAlgo[A]) decodeAt(fields []int64, s *swState[A], now int64) error {
+	switch int64(len(fields)) {
+	case 0:
+		return nil
+	case a.k + 1:
+	default:
+		return badState("sub_window", "wants the bucket's index and one count per bucket after the instant")
+	}
+	c := fields[0]
+	if c > now/a.g {
+		return badState("sub_window", "bucket is later than the key's latest instant")
+	}
+	var t swState[A]
+	t.last = c
+	var sum int64
+	for i, n := range fields[1:] {
+		if n > a.capMilli {
+			return badState("sub_window", "a count is above the limit")
+		}
+		j := c - a.k + 1 + int64(i)
+		if j < 0 && n != 0 {
+			return badState("sub_window", "a bucket before the clock's origin holds a count")
+		}
+		sum += n // k counts of at most capMilli: checked one by one
+		if !a.refused && sum > a.capMilli {
+			return badState("sub_window", "the window's count is above the limit")
+		}
+		if j >= 0 {
+			t.n[j%a.k] = n
+		}
+	}
+	*s = t
+	return nil
+}
+
+func (a *swAlgo[A]) encode(dst []byte, s *swState[A]) []byte {
+	dst = appendInts(dst, s.last)
+	for j := s.last - a.k + 1; j <= s.last; j++ {
+		dst = appendInts(dst, a.count(s, s.last, j))
+	}
+	return dst
+}
+
+func (a *swAlgo[A]) params() Params {
+	p := a.pol.params(a.capMilli)
+	p.WindowNanos = a.g * a.k
+	p.Buckets = a.k
+	p.CountRefused = a.refused
 	return p
 }

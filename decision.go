@@ -49,7 +49,10 @@ func (u Units) String() string {
 // knowing which rule produced it.
 type Decision struct {
 	// Allowed reports whether the request was admitted. An admitted request
-	// has spent its cost; a denied one has spent nothing.
+	// has spent its cost; a denied one has spent nothing, except under a
+	// rule that counts refusals as a penalty ([SlidingCounter] and
+	// [SubWindow] with CountRefused), where a denied Check spends its cost
+	// too and the other fields describe the key after that.
 	Allowed bool
 
 	// Shadowed reports that a limit in shadow mode would have denied this

@@ -1,7 +1,8 @@
 // Package ratelimit is an embeddable, exact rate limiter.
 //
-// Six algorithms are used through one [Limiter] interface: [TokenBucket],
-// [GCRA], [LeakyBucket], [FixedWindow], [SlidingLog] and [SlidingCounter].
+// Seven algorithms are used through one [Limiter] interface: [TokenBucket],
+// [GCRA], [LeakyBucket], [FixedWindow], [SlidingLog], [SlidingCounter] and
+// [SubWindow].
 // A rule is a plain value; [New] validates it and returns a limiter for one
 // key, [NewStore] a bounded [Store] with one allowance per key. Time comes
 // from an injected monotonic [Clock] ([ManualClock] for virtual time in
@@ -69,6 +70,10 @@
 //	SlidingCounter  Limit               24 bytes          an estimate: nearly       exact for the estimate
 //	                                                      2 x Limit (t = W) when
 //	                                                      traffic is uneven
+//	SubWindow       Limit, counted in   56 bytes (k <= 6) Limit in any t <= W-W/k;  start of the bucket at
+//	                k buckets of W/k    136 (k <= 16) or  2 x Limit (t = W) for     which enough has left
+//	                                    488 (k <= 60),    any k, from a burst at
+//	                                    inline            the end of one bucket
 //
 // In short:
 //   - [GCRA] is the default for an API: a sustained rate with a burst
@@ -91,9 +96,20 @@
 //   - [SlidingCounter] for a sliding window in constant memory, if an
 //     estimate will do: it assumes the previous window's traffic was spread
 //     evenly. A burst at the end of one window followed by steady traffic
-//     gets close to twice the limit through in a sliding window.
+//     gets close to twice the limit through in a sliding window. With
+//     CountRefused, refusals count too, as a penalty on clients that keep
+//     sending into a full window.
+//   - [SubWindow] for a sliding window that never estimates: k counters of
+//     W/k each, the window sliding in steps of W/k (k = 1 is a fixed
+//     window). It is exact over any span up to W - W/k; a burst packed into
+//     the last instants of one bucket can still see up to twice the limit
+//     pass in a span of W, whatever k. Its state is k counters, inline, so
+//     it costs more memory per key the finer it slides.
+//   - [LeakyBucket] with Delay for NGINX's two-stage limiting ("burst=b
+//     delay=d"): the first requests of a burst go on at once, the next are
+//     paced, the rest refused.
 //
-// go run ./examples/playground runs all six on the same traffic and prints
+// go run ./examples/playground runs all seven on the same traffic and prints
 // what each admits.
 //
 // # Units, rates and limits
@@ -111,7 +127,9 @@
 //
 // Every field of a [Decision] has one definition for every algorithm:
 //   - Allowed: whether the request was admitted. An admitted request spends
-//     its cost; a refused one spends nothing.
+//     its cost; a refused one spends nothing, except under a rule that
+//     counts refusals on purpose (CountRefused of [SlidingCounter] and
+//     [SubWindow]), where the other fields then describe the key after it.
 //   - Remaining: the largest cost, in whole units rounded down, that could
 //     be admitted at the same instant after this decision.
 //   - RetryAfter (refused only): the smallest wait after which this same
@@ -132,7 +150,7 @@
 // product could overflow and the remainder of every division carried, so
 // nothing drifts over years of virtual time. There is no floating point in
 // any decision. Each algorithm is tested against a reference model: in
-// math/big rationals for five of them, and for the sliding log an exact
+// math/big rationals for six of them, and for the sliding log an exact
 // int64 list of every admitted event. A fresh key starts full.
 //
 // # Clocks and time

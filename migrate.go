@@ -143,3 +143,15 @@ func (a *slAlgo) withSpent(s *slState, now, x int64) {
 		s.admit(0, now, x)
 	}
 }
+
+func (a *swAlgo[A]) spentAt(s *swState[A], now int64) int64 {
+	c, _ := a.at(s, now)
+	return min(a.sum(s, c), a.capMilli)
+}
+
+func (a *swAlgo[A]) withSpent(s *swState[A], now, x int64) {
+	*s = swState[A]{}
+	if x > 0 {
+		a.put(s, now/a.g, x)
+	}
+}

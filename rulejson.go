@@ -13,7 +13,7 @@ import (
 	"unicode/utf8"
 )
 
-// RuleSpec is a rule as data: one of the six rules and its mode, read from
+// RuleSpec is a rule as data: one of the seven rules and its mode, read from
 // and written to JSON with [encoding/json]. Each spec is one JSON object:
 //
 //	{"name":"free-global","algorithm":"token_bucket","rate":"10/s","burst":20}
@@ -22,7 +22,7 @@ import (
 // The fields are:
 //
 //   - "algorithm" (required): "token_bucket", "gcra", "leaky_bucket",
-//     "fixed_window", "sliding_log" or "sliding_counter".
+//     "fixed_window", "sliding_log", "sliding_counter" or "sub_window".
 //   - "name": the rule's Name, reported as [Decision].Policy.
 //   - "rate" (the three buckets): a rate string read by [ParseRate], such as
 //     "10/s", "100/min", "5000/h" or "7/3s".
@@ -31,6 +31,11 @@ import (
 //   - "window" (the window rules): a duration, read as the period of a
 //     [ParseRate] rate is, such as "60s", "1m", "1h30m" or "1min30s": a
 //     whole number of nanoseconds, less than [MaxTime].
+//   - "delay" (leaky_bucket): its Delay, a whole number of units as a JSON
+//     integer; optional, 0 when left out.
+//   - "buckets" (sub_window): its Buckets, a JSON integer from 1 to 60.
+//   - "count_refused" (sliding_counter, sub_window): true for CountRefused;
+//     optional, false when left out.
 //   - "mode": "enforce" (the default) or "shadow" (Shadow true), for a rule
 //     to be watched before it enforces (see [Shadow] and [Layer]).
 //
@@ -87,6 +92,16 @@ func (s RuleSpec) MarshalJSON() ([]byte, error) {
 			writeMember(&b, f.name, v.count)
 		case windowField:
 			writeMember(&b, f.name, shortDuration(v.window))
+		case bucketsField:
+			writeMember(&b, f.name, v.buckets)
+		case refusedField:
+			if v.refused {
+				writeMember(&b, f.name, true)
+			}
+		case delayField:
+			if v.delay != 0 {
+				writeMember(&b, f.name, v.delay)
+			}
 		}
 	}
 	if s.Shadow {
@@ -178,13 +193,16 @@ func (s *RuleSpec) UnmarshalJSON(data []byte) error {
 		}
 	}
 	for _, f := range alg.fields {
-		if !p.has(f.name) {
+		if !p.has(f.name) && !f.optional {
 			return p.fail(f.name, "is missing")
 		}
 	}
 
 	v := ruleValues{name: name}
 	for _, f := range alg.fields {
+		if !p.has(f.name) {
+			continue // optional: its zero value
+		}
 		var err error
 		switch f.kind {
 		case rateField:
@@ -193,6 +211,18 @@ func (s *RuleSpec) UnmarshalJSON(data []byte) error {
 			err = p.integer(f.name, &v.count)
 		case windowField:
 			err = p.window(f.name, &v.window)
+		case bucketsField:
+			var n int64
+			if err = p.integer(f.name, &n); err == nil {
+				if n < 1 || n > MaxSubWindowBuckets {
+					err = p.fail(f.name, "must be from 1 to 60")
+				}
+				v.buckets = int(n)
+			}
+		case refusedField:
+			err = p.boolean(f.name, &v.refused)
+		case delayField:
+			err = p.integer(f.name, &v.delay)
 		}
 		if err != nil {
 			return err
@@ -267,6 +297,19 @@ func (p *specParser) str(k string, out *string) error {
 	raw := bytes.TrimSpace(p.fields[k])
 	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, out) != nil {
 		return p.fail(k, "must be a JSON string")
+	}
+	return nil
+}
+
+// boolean reads field k as a JSON true or false.
+func (p *specParser) boolean(k string, out *bool) error {
+	switch string(bytes.TrimSpace(p.fields[k])) {
+	case "true":
+		*out = true
+	case "false":
+		*out = false
+	default:
+		return p.fail(k, "must be true or false")
 	}
 	return nil
 }

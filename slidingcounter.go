@@ -28,10 +28,23 @@ import (
 // Something admitted in the current window counts, less and less, until the
 // end of the next window: that is when ResetAfter ends. Per-key state is 24
 // bytes.
+//
+// CountRefused counts the cost of a denied request as well, in the current
+// window, as some CDNs do: a penalty for sending into a full window. A
+// denied request then spends, and its Decision (Remaining, RetryAfter,
+// ResetAfter) describes the key after that: a client that keeps sending
+// while refused keeps the estimate up and stays refused, instead of getting
+// a slice of every new window as the estimate falls, until it slows below
+// the limit. A window's count stops at Limit, refusals included, which
+// bounds the penalty carried into the next window to that of a window
+// filled by admitted requests. Checks that only look ([Store.Peek], the look
+// a [Composite] or a Wait takes before it commits) count nothing: Wait and
+// composites never spend a refusal.
 type SlidingCounter struct {
-	Limit  int64
-	Window time.Duration
-	Name   string // optional: reported as Decision.Policy
+	Limit        int64
+	Window       time.Duration
+	CountRefused bool   // count denied requests' cost too (see above)
+	Name         string // optional: reported as Decision.Policy
 }
 
 // scState holds the counts of window win and of the window before it. The
@@ -44,7 +57,8 @@ type scState struct {
 
 // scAlgo is a compiled SlidingCounter rule.
 type scAlgo struct {
-	w int64 // window length in ns
+	w       int64 // window length in ns
+	refused bool  // CountRefused
 	ruleBase
 }
 
@@ -53,7 +67,7 @@ func (r SlidingCounter) compile() (*scAlgo, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &scAlgo{w: w, ruleBase: b}, nil
+	return &scAlgo{w: w, refused: r.CountRefused, ruleBase: b}, nil
 }
 
 func (r SlidingCounter) bind() (binding, error) { return bindRule[scState](r.compile()) }
@@ -86,6 +100,12 @@ func (a *scAlgo) step(s *scState, now, cost int64, commit bool) Decision {
 			*s = scState{win: win, prev: prev, cur: cur}
 		}
 	} else {
+		if a.refused {
+			cur = min(cur+cost, c)
+			if commit {
+				*s = scState{win: win, prev: prev, cur: cur}
+			}
+		}
 		d.RetryAfter = time.Duration(a.retry(e, prev, cur, cost))
 	}
 	switch {

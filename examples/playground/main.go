@@ -1,4 +1,4 @@
-// Command playground runs the six rate-limiting algorithms side by side on
+// Command playground runs the seven rate-limiting algorithms side by side on
 // the same traffic, on virtual time, and prints what each admits.
 //
 // First, 20 seconds of bursty traffic against "10 per second": background
@@ -58,7 +58,7 @@ func run(args []string, stdout io.Writer) error {
 	}
 
 	p := &printer{w: stdout}
-	p.printf("ratelimit playground: six algorithms, the same traffic, virtual time (seed %d)\n", *seed)
+	p.printf("ratelimit playground: seven algorithms, the same traffic, virtual time (seed %d)\n", *seed)
 
 	ch, err := burstyScenario(p, *seed)
 	if err != nil {
@@ -193,8 +193,9 @@ func hourScenario(p *printer, seed uint64) error {
 	}
 
 	p.printf("\n  The most admitted in any 60 s (over the limit of 100 in brackets).\n")
-	p.printf("  Only the sliding log never exceeds it; the buckets allow a full burst\n")
-	p.printf("  on top of the rate, by design.\n\n")
+	p.printf("  Only the sliding log never exceeds it; the sub-window counter strays\n")
+	p.printf("  less the more buckets it has; the buckets allow a full burst on top of\n")
+	p.printf("  the rate, by design.\n\n")
 	head := []string{""}
 	for _, s := range shapes {
 		head = append(head, s.name)

@@ -54,6 +54,8 @@ func TestRunPrintsDesignVector(t *testing.T) {
 		"fixed window":    "200",
 		"sliding log":     "100",
 		"sliding counter": "116",
+		"sub-window k=6":  "100",
+		"sub-window k=60": "100",
 	} {
 		assert.Regexp(t, regexp.MustCompile(`(?m)^  `+name+` +`+want+` `), section, name)
 	}
@@ -69,6 +71,7 @@ func TestDesignVector(t *testing.T) {
 	assert.Equal(t, map[string]int{
 		"token bucket": 133, "GCRA": 133, "leaky bucket": 133,
 		"fixed window": 200, "sliding log": 100, "sliding counter": 116,
+		"sub-window k=6": 100, "sub-window k=60": 100,
 	}, got)
 }
 
@@ -90,12 +93,23 @@ func TestScenarioFigures(t *testing.T) {
 		assert.LessOrEqual(t, out[2].maxDelay, time.Second, "seed %d: a queue of 10 at 10/s waits at most 1 s", seed)
 		assert.Positive(t, out[2].maxDelay, "seed %d: the burst must queue", seed)
 		assert.Len(t, out[0].after, len(arrivals))
+		// The sub-window counter with k buckets is exact over any span of
+		// W - W/k + 1 ns, and lets at most twice its limit through in W.
+		for i, k := range map[int]time.Duration{6: 5, 7: 50} {
+			exact := time.Second - time.Second/k + 1
+			assert.LessOrEqual(t, busiest(out[i].admitted, exact), 10, "seed %d: sub-window k=%d", seed, k)
+			assert.LessOrEqual(t, busiest(out[i].admitted, time.Second), 20, "seed %d: sub-window k=%d", seed, k)
+		}
 
 		for _, s := range hourShapes(seed) {
 			out, err := simulate(perMinute100(), s.arrivals)
 			require.NoError(t, err)
 			assert.Equal(t, out[0].admitted, out[1].admitted, "seed %d, %s: GCRA", seed, s.name)
 			assert.LessOrEqual(t, busiest(out[4].admitted, time.Minute), 100, "seed %d, %s: sliding log", seed, s.name)
+			for i, k := range map[int]time.Duration{6: 6, 7: 60} {
+				exact := time.Minute - time.Minute/k + 1
+				assert.LessOrEqual(t, busiest(out[i].admitted, exact), 100, "seed %d, %s: sub-window k=%d", seed, s.name, k)
+			}
 			switch s.name {
 			case "edge pairs":
 				assert.Equal(t, 200, busiest(out[3].admitted, time.Minute), "seed %d: fixed window", seed)

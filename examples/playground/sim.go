@@ -16,8 +16,10 @@ type contender struct {
 	rule ratelimit.Rule
 }
 
-// perSecond10 is "10 per second" in each of the six algorithms, with the
+// perSecond10 is "10 per second" in each of the seven algorithms, with the
 // same capacity everywhere: a bucket of 10, a queue of 10, a window of 10.
+// The sub-window counter runs twice, with 5 and 50 buckets (a second is not
+// a whole number of sixths of a nanosecond).
 func perSecond10() []contender {
 	r := ratelimit.PerSecond(10)
 	return []contender{
@@ -27,10 +29,13 @@ func perSecond10() []contender {
 		{"fixed", "fixed window", "FixedWindow{Limit: 10, Window: time.Second}", ratelimit.FixedWindow{Limit: 10, Window: time.Second}},
 		{"log", "sliding log", "SlidingLog{Limit: 10, Window: time.Second}", ratelimit.SlidingLog{Limit: 10, Window: time.Second}},
 		{"counter", "sliding counter", "SlidingCounter{Limit: 10, Window: time.Second}", ratelimit.SlidingCounter{Limit: 10, Window: time.Second}},
+		{"sub/5", "sub-window k=5", "SubWindow{Limit: 10, Window: time.Second, Buckets: 5}", ratelimit.SubWindow{Limit: 10, Window: time.Second, Buckets: 5}},
+		{"sub/50", "sub-window k=50", "SubWindow{Limit: 10, Window: time.Second, Buckets: 50}", ratelimit.SubWindow{Limit: 10, Window: time.Second, Buckets: 50}},
 	}
 }
 
-// perMinute100 is "100 per minute" in each of the six algorithms.
+// perMinute100 is "100 per minute" in each of the seven algorithms, the
+// sub-window counter with 6 and 60 buckets.
 func perMinute100() []contender {
 	r := ratelimit.PerMinute(100)
 	return []contender{
@@ -40,6 +45,8 @@ func perMinute100() []contender {
 		{"fixed", "fixed window", "FixedWindow{Limit: 100, Window: time.Minute}", ratelimit.FixedWindow{Limit: 100, Window: time.Minute}},
 		{"log", "sliding log", "SlidingLog{Limit: 100, Window: time.Minute}", ratelimit.SlidingLog{Limit: 100, Window: time.Minute}},
 		{"counter", "sliding counter", "SlidingCounter{Limit: 100, Window: time.Minute}", ratelimit.SlidingCounter{Limit: 100, Window: time.Minute}},
+		{"sub/6", "sub-window k=6", "SubWindow{Limit: 100, Window: time.Minute, Buckets: 6}", ratelimit.SubWindow{Limit: 100, Window: time.Minute, Buckets: 6}},
+		{"sub/60", "sub-window k=60", "SubWindow{Limit: 100, Window: time.Minute, Buckets: 60}", ratelimit.SubWindow{Limit: 100, Window: time.Minute, Buckets: 60}},
 	}
 }
 

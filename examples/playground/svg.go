@@ -30,7 +30,7 @@ type series struct {
 
 // Colours from the Okabe-Ito palette, which stays distinct for readers
 // with colour-blindness; one per algorithm, in the order of perSecond10.
-var colours = []string{"#0072B2", "#56B4E9", "#009E73", "#D55E00", "#CC79A7", "#E69F00"}
+var colours = []string{"#0072B2", "#56B4E9", "#009E73", "#D55E00", "#CC79A7", "#E69F00", "#000000", "#666666"}
 
 // Layout, in pixels.
 const (
@@ -65,7 +65,7 @@ func (c *chart) writeSVG(b *strings.Builder) {
 	w(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="Helvetica, Arial, sans-serif" font-size="12">`+"\n",
 		svgWidth, height, svgWidth, height)
 	w(`<rect width="100%%" height="100%%" fill="#ffffff"/>` + "\n")
-	w(`<text x="20" y="30" font-size="18" font-weight="bold" fill="#222">Six rate limiters, the same 20 s of bursty traffic, &#8220;10 per second&#8221;</text>` + "\n")
+	w(`<text x="20" y="30" font-size="18" font-weight="bold" fill="#222">Seven algorithms, the same 20 s of bursty traffic, &#8220;10 per second&#8221;</text>` + "\n")
 	w(`<text x="20" y="50" fill="#555">Requests admitted in each second by each algorithm. Virtual time, seeded traffic (seed %d): go run ./examples/playground -svg FILE</text>`+"\n", c.seed)
 
 	// Legend.

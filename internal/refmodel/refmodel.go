@@ -1,4 +1,4 @@
-// Package refmodel holds plain reference models of the six algorithms,
+// Package refmodel holds plain reference models of the seven algorithms,
 // written from their definitions with math/big rationals (or, for the
 // sliding log, a list of every admitted event). They are slow and obviously
 // right; the tests check that the real limiters agree with them field by
@@ -106,11 +106,20 @@ type Queue struct {
 	capacity *big.Rat
 	limit    int64
 	free     *big.Rat
+	delay    *big.Rat // milli-units queued ahead a request need not wait for
 }
 
 // NewQueue returns an empty queue.
 func NewQueue(r ratelimit.Rate, capacity int64) *Queue {
-	return &Queue{rate: rate(r), capacity: rat(capacity * 1000), limit: capacity, free: rat(0)}
+	return &Queue{rate: rate(r), capacity: rat(capacity * 1000), limit: capacity, free: rat(0), delay: rat(0)}
+}
+
+// WithDelay gives the queue LeakyBucket's Delay option, in whole units: an
+// admitted request waits only for the queued work beyond delay, and returns
+// the queue.
+func (q *Queue) WithDelay(delay int64) *Queue {
+	q.delay = rat(delay * 1000)
+	return q
 }
 
 // Capacity implements Model.
@@ -126,7 +135,10 @@ func (q *Queue) Step(now, cost int64) ratelimit.Decision {
 	c := rat(cost)
 	if new(big.Rat).Add(queued, c).Cmp(q.capacity) <= 0 {
 		d.Allowed = true
-		d.Delay = dur(ahead)
+		// Wait for the queued work beyond delay: (queued - delay)/rate.
+		if beyond := new(big.Rat).Sub(queued, q.delay); beyond.Sign() > 0 {
+			d.Delay = dur(beyond.Quo(beyond, q.rate))
+		}
 		q.free = new(big.Rat).Add(start, new(big.Rat).Quo(c, q.rate))
 		queued.Add(queued, c)
 	} else {

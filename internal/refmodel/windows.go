@@ -21,6 +21,9 @@ type windows struct {
 	limit  int64
 	w      uint64
 	counts map[uint64]int64
+	// refused counts a denied request's cost too, in now's window, up to
+	// the limit (CountRefused).
+	refused bool
 }
 
 func newWindows(limit int64, window time.Duration) windows {
@@ -76,6 +79,10 @@ func (m *windows) decide(now, cost int64, n uint64, est func(t uint64) *big.Rat)
 		d.Allowed = true
 		m.counts[t/m.w] += cost
 	} else {
+		if m.refused {
+			m.counts[t/m.w] = min(m.counts[t/m.w]+cost, m.Capacity())
+		}
+		// With the refused cost counted, if it is: the key as it is after.
 		d.RetryAfter = m.wait(t, n, admits)
 	}
 	// Remaining: the largest whole x with est + 1000x <= capacity.
@@ -122,6 +129,13 @@ func (m *SlidingCounter) estimate(t uint64) *big.Rat {
 		est.Add(est, weight.Mul(weight, m.count(k-1)))
 	}
 	return est
+}
+
+// WithCountRefused makes the model count denied requests' cost too, in
+// their window, up to the limit (CountRefused), and returns it.
+func (m *SlidingCounter) WithCountRefused() *SlidingCounter {
+	m.refused = true
+	return m
 }
 
 // Step implements Model.
