@@ -42,7 +42,8 @@ type Limiter interface {
 }
 
 // Rule is a rate-limiting rule: one of [TokenBucket], [GCRA],
-// [LeakyBucket], [FixedWindow], [SlidingLog] and [SlidingCounter]. Rules are
+// [LeakyBucket], [FixedWindow], [SlidingLog], [SlidingCounter] and
+// [SubWindow]. Rules are
 // plain values, validated when a limiter is built from them; a limiter
 // keeps what it derived from its rule, so changing or reusing the rule value
 // afterwards affects nothing already built. The zero value of every rule
@@ -144,7 +145,8 @@ func nilRuleError(field string) error {
 type algorithm[S any] interface {
 	// step decides whether cost (in milli-units, 1 <= cost <= capacity) can
 	// be admitted at now (in ns, 0 <= now <= MaxTime). It updates *s only
-	// when the request is admitted and commit is true; with commit false it
+	// when commit is true, and then only when the request is admitted or
+	// the rule counts refused cost too (CountRefused); with commit false it
 	// is a pure look at what would happen. A now earlier than the state's
 	// own notion of time is clamped to it.
 	step(s *S, now, cost int64, commit bool) Decision

@@ -77,7 +77,7 @@ func WithShards(n int) Option {
 }
 
 // Store is a keyed limiter: one allowance per key, every key under the same
-// rule, for any of the six rules. Check has exactly the single-key
+// rule, for any of the rules. Check has exactly the single-key
 // semantics of [Limiter.Check] for each key while the store holds it; a key
 // it does not hold starts full, as a fresh key does.
 //
