@@ -111,6 +111,11 @@ func New(rdb redis.UniversalClient, rule ratelimit.Rule, opts ...Option) (*Store
 	default:
 		return nil, fmt.Errorf("%w: algorithm %q has no Redis script", ratelimit.ErrInvalidRule, p.Algorithm)
 	}
+	if p.CountRefused || p.DelayNanos != 0 || p.DelayFrac != 0 {
+		// The scripts know neither option: refuse rather than decide
+		// without it.
+		return nil, fmt.Errorf("%w: %s with CountRefused or a Delay has no Redis script", ratelimit.ErrInvalidRule, p.Algorithm)
+	}
 	if s.alg != "m" {
 		s.ruleArgs = []any{strconv.FormatInt(p.WindowNanos, 10), strconv.FormatInt(int64(p.Capacity), 10)}
 	}
