@@ -43,6 +43,7 @@ type config struct {
 	onError ErrorHandler
 	plan    func(ctx context.Context, fullMethod string, md metadata.MD) string
 	msgCost MessageCostFunc
+	skip    func(ctx context.Context, fullMethod string) bool
 }
 
 // WithKey sets how calls are keyed. The default is PeerAddr{}.Key: the
@@ -83,6 +84,13 @@ func WithErrorHandler(h ErrorHandler) Option {
 // Plans does.
 func WithPlan(f func(ctx context.Context, fullMethod string, md metadata.MD) string) Option {
 	return func(c *config) { c.plan = f }
+}
+
+// WithSkip exempts the calls for which skip returns true, such as health
+// checks: they go on unchecked, spending nothing and needing no key, and
+// carry no ratelimit fields.
+func WithSkip(skip func(ctx context.Context, fullMethod string) bool) Option {
+	return func(c *config) { c.skip = skip }
 }
 
 // MessageCostFunc returns what one message a client sends on a stream
@@ -163,6 +171,9 @@ func isNil(lim ratelimit.KeyedLimiter) bool {
 func UnaryServerInterceptor(lim ratelimit.KeyedLimiter, opts ...Option) grpc.UnaryServerInterceptor {
 	c := newChecker(lim, opts)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if c.skip != nil && c.skip(ctx, info.FullMethod) {
+			return handler(ctx, req)
+		}
 		_, md, err := c.admit(ctx, info.FullMethod)
 		if md != nil {
 			_ = grpc.SetHeader(ctx, md) // fails only outside a server call
@@ -183,6 +194,9 @@ func UnaryServerInterceptor(lim ratelimit.KeyedLimiter, opts ...Option) grpc.Una
 func StreamServerInterceptor(lim ratelimit.KeyedLimiter, opts ...Option) grpc.StreamServerInterceptor {
 	c := newChecker(lim, opts)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if c.skip != nil && c.skip(ss.Context(), info.FullMethod) {
+			return handler(srv, ss)
+		}
 		key, md, err := c.admit(ss.Context(), info.FullMethod)
 		if md != nil {
 			_ = ss.SetHeader(md)

@@ -427,3 +427,21 @@ func TestOtherKeys(t *testing.T) {
 	var s *ratelimit.Store
 	assert.Panics(t, func() { grpclimit.StreamServerInterceptor(s) })
 }
+
+func TestSkip(t *testing.T) {
+	store, _ := newStore(t, ratelimit.GCRA{Rate: ratelimit.PerSecond(1), Burst: 1})
+	skip := func(_ context.Context, method string) bool { return method == chatMethod }
+	cc, svc := serve(t, limited(store, byAPIKey, grpclimit.WithSkip(skip)))
+	ctx := testCtx(t)
+	for range 3 { // no key, no limit
+		cs := mustChat(t, ctx, cc, "")
+		_, err := roundTrip(cs, "x")
+		require.NoError(t, err)
+		hdr, err := cs.Header()
+		require.NoError(t, err)
+		assert.Empty(t, hdr.Get("ratelimit"))
+	}
+	_, _, err := say(ctx, cc, "")
+	assert.Equal(t, codes.Unauthenticated, status.Code(err))
+	assert.Equal(t, int64(3), svc.calls.Load())
+}
