@@ -30,23 +30,25 @@ func policyName(d ratelimit.Decision) string {
 	return d.Policy
 }
 
-// fields returns the ratelimit-policy and ratelimit metadata for d.
-func fields(d ratelimit.Decision) metadata.MD {
+// fields returns the ratelimit-policy and ratelimit metadata for d, as
+// seen elapsed after the decision was made (an admitted call's Delay, which
+// it has waited out).
+func fields(d ratelimit.Decision, elapsed time.Duration) metadata.MD {
 	return metadata.MD{
 		PolicyField: {policyValue(d)},
-		LimitField:  {limitValue(d)},
+		LimitField:  {limitValue(d, elapsed)},
 	}
 }
 
 // limitValue is the ratelimit field: "<name>";r=<Remaining>;t=<seconds
-// until the allowance is whole, rounded up>.
-func limitValue(d ratelimit.Decision) string {
+// until the allowance is whole, rounded up>, elapsed after the decision.
+func limitValue(d ratelimit.Decision, elapsed time.Duration) string {
 	buf := make([]byte, 0, len(d.Policy)+40)
 	buf = appendSFString(buf, policyName(d))
 	buf = append(buf, ";r="...)
 	buf = strconv.AppendInt(buf, min(max(0, d.Remaining), maxSFInt), 10)
 	buf = append(buf, ";t="...)
-	buf = strconv.AppendInt(buf, ceilDiv(d.ResetAfter, time.Second), 10)
+	buf = strconv.AppendInt(buf, ceilDiv(d.ResetAfter-elapsed, time.Second), 10)
 	return string(buf)
 }
 

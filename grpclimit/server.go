@@ -273,14 +273,14 @@ func (c *checker) spend(ctx, actx context.Context, method, key string, cost rate
 		}
 	}
 	if !d.Allowed {
-		return fields(d), refusal(d)
+		return fields(d, 0), refusal(d)
 	}
 	if d.Delay > 0 {
 		if err := ratelimit.Sleep(ctx, c.clock, d.Delay); err != nil {
 			return nil, status.FromContextError(err).Err()
 		}
 	}
-	return fields(d), nil
+	return fields(d, d.Delay), nil
 }
 
 // refusal is the status error for a call over its limit: ResourceExhausted
