@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -444,4 +445,95 @@ func TestSkip(t *testing.T) {
 	_, _, err := say(ctx, cc, "")
 	assert.Equal(t, codes.Unauthenticated, status.Code(err))
 	assert.Equal(t, int64(3), svc.calls.Load())
+}
+
+func TestPlanFromTheCall(t *testing.T) {
+	clk := ratelimit.NewManualClock(0)
+	plans, err := ratelimit.NewPlans(ratelimit.PlanSet{
+		Plans: map[string]ratelimit.Plan{
+			"free": {Rule: ratelimit.GCRA{Rate: ratelimit.PerSecond(1), Burst: 1, Name: "free"}},
+			"pro":  {Rule: ratelimit.GCRA{Rate: ratelimit.PerSecond(10), Burst: 10, Name: "pro"}},
+		},
+		Default: "free",
+	}, func(string) string { return "" }, ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	plan := func(_ context.Context, _ string, md metadata.MD) string {
+		if v := md.Get("x-plan"); len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	cc, _ := serve(t, limited(plans, byAPIKey, grpclimit.WithPlan(plan)))
+	ctx := testCtx(t)
+
+	_, hdr, err := say(metadata.AppendToOutgoingContext(ctx, "x-plan", "pro"), cc, "alice")
+	require.NoError(t, err)
+	assert.Equal(t, []string{`"pro";q=10;w=1`}, hdr.Get("ratelimit-policy"))
+	_, hdr, err = say(ctx, cc, "bob")
+	require.NoError(t, err)
+	assert.Equal(t, []string{`"free";q=1;w=1`}, hdr.Get("ratelimit-policy"))
+}
+
+func TestConcurrentCallsAdmitExactlyTheBurst(t *testing.T) {
+	store, _ := newStore(t, ratelimit.GCRA{Rate: ratelimit.PerHour(1), Burst: 10})
+	cc, svc := serve(t, limited(store, byAPIKey))
+	ctx := testCtx(t)
+	const n = 50
+	errs := make(chan error, n)
+	for range n {
+		go func() { _, _, err := say(ctx, cc, "alice"); errs <- err }()
+	}
+	var admitted, refused int
+	for range n {
+		select {
+		case err := <-errs:
+			switch status.Code(err) {
+			case codes.OK:
+				admitted++
+			case codes.ResourceExhausted:
+				refused++
+			default:
+				t.Errorf("unexpected %v", err)
+			}
+		case <-ctx.Done():
+			t.Fatal("the calls never ended")
+		}
+	}
+	assert.Equal(t, 10, admitted)
+	assert.Equal(t, n-10, refused)
+	assert.Equal(t, int64(10), svc.calls.Load())
+}
+
+// failingAfter admits its first n checks, then fails.
+type failingAfter struct {
+	store *ratelimit.Store
+	n     atomic.Int64
+}
+
+func (f *failingAfter) Check(key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	if f.n.Add(-1) < 0 {
+		return ratelimit.Decision{}, errDown
+	}
+	return f.store.Check(key, cost)
+}
+
+func TestMessageCostLimiterErrors(t *testing.T) {
+	one := func(context.Context, string, any) (ratelimit.Units, error) { return ratelimit.Unit, nil }
+	for _, tc := range []struct {
+		name    string
+		onError grpclimit.ErrorHandler
+		want    codes.Code
+	}{
+		{"open", grpclimit.FailOpen, codes.OK},
+		{"closed", grpclimit.FailClosed, codes.Unavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store, _ := newStore(t, ratelimit.GCRA{Rate: ratelimit.PerSecond(1), Burst: 10})
+			lim := &failingAfter{store: store}
+			lim.n.Store(1) // the stream's opening check
+			cc, _ := serve(t, limited(lim, byAPIKey, grpclimit.WithMessageCost(one), grpclimit.WithErrorHandler(tc.onError)))
+			_, err := roundTrip(mustChat(t, testCtx(t), cc, "alice"), "x")
+			assert.Equal(t, tc.want, status.Code(err), "%v", err)
+		})
+	}
 }
