@@ -77,7 +77,7 @@
 // # Tests
 //
 // The interceptors start no goroutines and read time only through the
-// limiter (and, for a client, [WithClock]), so a service behind them is
+// limiter (and, for a client, [WithClock], and the call's deadline), so a service behind them is
 // tested on virtual time by building the store with
 // ratelimit.WithClock(ratelimit.NewManualClock(0)) and moving the clock on.
 package grpclimit

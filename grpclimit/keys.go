@@ -26,7 +26,10 @@ import (
 // also return a gRPC status error (from package status) to refuse the call
 // with that status, such as codes.InvalidArgument for a malformed tenant
 // field. Any other error means the call's limit cannot be checked; it goes
-// to the ErrorHandler.
+// to the ErrorHandler. So a key function that looks the key up with a gRPC
+// call of its own should not return that call's status error as it is
+// (with %w), which would go to the client: format it with %v instead, to
+// leave the choice to the ErrorHandler.
 type KeyFunc func(ctx context.Context, fullMethod string, md metadata.MD) (string, error)
 
 // ErrNoKey is what a [KeyFunc] returns, wrapped with detail if it likes,
