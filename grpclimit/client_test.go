@@ -1,0 +1,222 @@
+package grpclimit_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/ratekit/ratelimit"
+	"github.com/ratekit/ratelimit/grpclimit"
+)
+
+// attempts returns a server option counting the calls that reach the
+// server, refused or not.
+func attempts(n *int64Counter) grpc.ServerOption {
+	return grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		n.add()
+		return h(ctx, req)
+	})
+}
+
+type int64Counter struct{ ch chan struct{} }
+
+func newCounter() *int64Counter    { return &int64Counter{ch: make(chan struct{}, 100)} }
+func (c *int64Counter) add()       { c.ch <- struct{}{} }
+func (c *int64Counter) count() int { return len(c.ch) }
+
+// retrying serves the echo service limited by a store of rule on a
+// ManualClock, to a client whose interceptor waits on the same clock.
+func retrying(t *testing.T, rule ratelimit.Rule, copts ...grpclimit.ClientOption) (*grpc.ClientConn, *ratelimit.ManualClock, *int64Counter) {
+	t.Helper()
+	store, clk := newStore(t, rule)
+	n := newCounter()
+	opts := append([]grpc.ServerOption{attempts(n)}, limited(store, byAPIKey)...)
+	copts = append([]grpclimit.ClientOption{grpclimit.WithClock(clk)}, copts...)
+	cc, _ := serve(t, opts, grpc.WithChainUnaryInterceptor(grpclimit.UnaryClientInterceptor(copts...)))
+	return cc, clk, n
+}
+
+func TestClientRetriesAfterRetryInfoOnVirtualTime(t *testing.T) {
+	cc, clk, n := retrying(t, ratelimit.GCRA{Rate: ratelimit.PerSecond(4), Burst: 1})
+	ctx := testCtx(t)
+	_, _, err := say(ctx, cc, "alice")
+	require.NoError(t, err)
+
+	done := make(chan error, 1)
+	go func() { _, _, err := say(ctx, cc, "alice"); done <- err }()
+	// Refused once, the client sleeps exactly the 250 ms the server asked.
+	require.NoError(t, clk.BlockUntilSleepers(ctx, 1))
+	wake, ok := clk.NextWake()
+	require.True(t, ok)
+	assert.Equal(t, 250*time.Millisecond, wake)
+	assert.Equal(t, 2, n.count())
+	clk.Advance(250 * time.Millisecond)
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-ctx.Done():
+		t.Fatal("the retried call never ended")
+	}
+	assert.Equal(t, 3, n.count())
+}
+
+// refuser refuses every call, asking for a second.
+type refuser struct{}
+
+func (refuser) Check(string, ratelimit.Units) (ratelimit.Decision, error) {
+	return ratelimit.Decision{Limit: 1, RetryAfter: time.Second, Window: time.Second}, nil
+}
+
+func TestClientGivesUpAfterItsRetries(t *testing.T) {
+	clk := ratelimit.NewManualClock(0)
+	n := newCounter()
+	opts := append([]grpc.ServerOption{attempts(n)}, limited(refuser{})...)
+	cc, _ := serve(t, opts, grpc.WithChainUnaryInterceptor(grpclimit.UnaryClientInterceptor(
+		grpclimit.WithClock(clk), grpclimit.WithRetries(1))))
+	ctx := testCtx(t)
+
+	done := make(chan error, 1)
+	go func() { _, _, err := say(ctx, cc, ""); done <- err }()
+	require.NoError(t, clk.BlockUntilSleepers(ctx, 1))
+	clk.Advance(time.Second)
+	select {
+	case err := <-done:
+		assert.Equal(t, codes.ResourceExhausted, status.Code(err))
+		d, ok := grpclimit.RetryDelay(err)
+		assert.True(t, ok)
+		assert.Equal(t, time.Second, d)
+	case <-ctx.Done():
+		t.Fatal("the call never ended")
+	}
+	assert.Equal(t, 2, n.count(), "one call and one retry")
+	assert.Zero(t, clk.Sleepers())
+}
+
+func TestClientReturnsRefusalAfterLastRetry(t *testing.T) {
+	cc, _, n := retrying(t, ratelimit.GCRA{Rate: ratelimit.PerSecond(1), Burst: 1}, grpclimit.WithRetries(0))
+	ctx := testCtx(t)
+	_, _, err := say(ctx, cc, "alice")
+	require.NoError(t, err)
+	_, _, err = say(ctx, cc, "alice")
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
+	d, ok := grpclimit.RetryDelay(err)
+	require.True(t, ok)
+	assert.Equal(t, time.Second, d)
+	assert.Equal(t, 2, n.count())
+}
+
+func TestClientNeverRetriesPastTheDeadline(t *testing.T) {
+	cc, clk, n := retrying(t, ratelimit.GCRA{Rate: ratelimit.Every(time.Hour), Burst: 1})
+	ctx := testCtx(t)
+	_, _, err := say(ctx, cc, "alice")
+	require.NoError(t, err)
+
+	// The server asks for an hour; the call has ten seconds.
+	_, _, err = say(ctx, cc, "alice")
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
+	assert.Zero(t, clk.Sleepers())
+	assert.Equal(t, 2, n.count())
+}
+
+func TestClientMaxRetryDelay(t *testing.T) {
+	cc, clk, n := retrying(t, ratelimit.GCRA{Rate: ratelimit.PerSecond(1), Burst: 1},
+		grpclimit.WithMaxRetryDelay(999*time.Millisecond))
+	ctx := context.Background() // no deadline: only the cap stops the wait
+	_, _, err := say(ctx, cc, "alice")
+	require.NoError(t, err)
+	_, _, err = say(ctx, cc, "alice")
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
+	assert.Zero(t, clk.Sleepers())
+	assert.Equal(t, 2, n.count())
+}
+
+func TestClientCancelledDuringRetryDelay(t *testing.T) {
+	cc, clk, n := retrying(t, ratelimit.GCRA{Rate: ratelimit.PerSecond(1), Burst: 1})
+	ctx := testCtx(t)
+	_, _, err := say(ctx, cc, "alice")
+	require.NoError(t, err)
+
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, _, err := say(cctx, cc, "alice"); done <- err }()
+	require.NoError(t, clk.BlockUntilSleepers(ctx, 1))
+	cancel()
+	select {
+	case err := <-done:
+		assert.Equal(t, codes.Canceled, status.Code(err))
+	case <-ctx.Done():
+		t.Fatal("the cancelled call never ended")
+	}
+	assert.Equal(t, 2, n.count(), "no retry after the cancellation")
+}
+
+func TestClientPacer(t *testing.T) {
+	clk := ratelimit.NewManualClock(0)
+	pacer, err := ratelimit.New(ratelimit.GCRA{Rate: ratelimit.PerSecond(10), Burst: 1}, ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	n := newCounter()
+	cc, _ := serve(t, []grpc.ServerOption{attempts(n)},
+		grpc.WithChainUnaryInterceptor(grpclimit.UnaryClientInterceptor(grpclimit.WithPacer(pacer), grpclimit.WithClock(clk))),
+		grpc.WithChainStreamInterceptor(grpclimit.StreamClientInterceptor(grpclimit.WithPacer(pacer), grpclimit.WithClock(clk))))
+	ctx := testCtx(t)
+
+	_, _, err = say(ctx, cc, "")
+	require.NoError(t, err)
+
+	// The next call waits 100 ms of the pacer's clock before it is sent.
+	done := make(chan error, 1)
+	go func() { _, _, err := say(ctx, cc, ""); done <- err }()
+	require.NoError(t, clk.BlockUntilSleepers(ctx, 1))
+	assert.Equal(t, 1, n.count())
+	clk.Advance(100 * time.Millisecond)
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-ctx.Done():
+		t.Fatal("the paced call never went")
+	}
+	assert.Equal(t, 2, n.count())
+
+	// A stream waits its turn too.
+	go func() {
+		cs, err := chat(ctx, cc, "")
+		if err == nil {
+			_, err = roundTrip(cs, "x")
+		}
+		done <- err
+	}()
+	require.NoError(t, clk.BlockUntilSleepers(ctx, 1))
+	clk.Advance(100 * time.Millisecond)
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-ctx.Done():
+		t.Fatal("the paced stream never opened")
+	}
+
+	// A wait the deadline cannot cover fails at once, spending nothing.
+	dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_, _, err = say(dctx, cc, "")
+	assert.Equal(t, codes.DeadlineExceeded, status.Code(err))
+	assert.Zero(t, clk.Sleepers())
+}
+
+func TestClientKeyedPacer(t *testing.T) {
+	store, clk := newStore(t, ratelimit.GCRA{Rate: ratelimit.PerSecond(1), Burst: 1})
+	var keys []string
+	key := func(_ context.Context, method string) string { keys = append(keys, method); return method }
+	cc, _ := serve(t, nil, grpc.WithChainUnaryInterceptor(grpclimit.UnaryClientInterceptor(
+		grpclimit.WithKeyedPacer(store, key), grpclimit.WithPaceCost(func(string) ratelimit.Units { return 2 * ratelimit.Unit }))))
+	// A cost the pacer can never admit is the caller's mistake.
+	_, _, err := say(testCtx(t), cc, "")
+	assert.Equal(t, codes.InvalidArgument, status.Code(err))
+	assert.Equal(t, []string{sayMethod}, keys)
+	assert.Zero(t, clk.Sleepers())
+}
