@@ -33,7 +33,10 @@ const (
 	// fresh key at any time, and the key must fare the same either way.
 	MigrateAsIs
 	// MigrateAdditive keeps the units spent, capped at the new capacity: 15
-	// spent of 20 is 15 spent of 200 (185 left).
+	// spent of 20 is 15 spent of 200 (185 left). What the cap cuts off is
+	// forgotten: 20 spent of 20, moved to a capacity of 10 (10 spent) and
+	// back by this policy, has 10 spent of 20. Proportional and as-is never
+	// give back anything spent, over any sequence of changes.
 	MigrateAdditive
 	// MigrateReset starts the key fresh, whatever it had spent: the only
 	// policy that hands out a fresh allowance, to be asked for on purpose.
