@@ -24,13 +24,22 @@ local function fail(why)
 end
 
 local key, alg = KEYS[1], ARGV[1]
+-- TIME is read once: from 7.0 on it moves while a script runs.
+local tm = false
+if ARGV[2] == '' then tm = redis.call('TIME') end
+local old = redis.call('GET', key)
+do
+  local r = fast(key, alg, old, tm)
+  if r then return r end
+end
+
+-- The limb path: any state, argument or time.
 local cost, margin = N(ARGV[3]), N(ARGV[4])
 if not cost or iszero(cost) or not margin then return fail('invalid argument') end
 
 local MAXT = N('4611686018427387904') -- 2^62 ns: MaxTime
 local now
-if ARGV[2] == '' then
-  local tm = redis.call('TIME')
+if tm then
   now = fromtime(tm[1], tm[2])
 else
   now = N(ARGV[2])
@@ -40,10 +49,10 @@ if cmp(now, MAXT) > 0 then now = MAXT end
 local reading = S(now)
 
 -- The state: space-separated canonical decimals, the latest instant first.
-local old = redis.call('GET', key)
+-- An empty value is a fresh key's, as for the Machine.
 local f, fs = {}, {}
-if old then
-  if #old == 0 or old:find('[^ 0-9]') or old:find('  ') or old:byte(1) == 32 or old:byte(-1) == 32 then
+if old and #old > 0 then
+  if old:find('[^ 0-9]') or old:find('  ') or old:byte(1) == 32 or old:byte(-1) == 32 then
     return fail('invalid state')
   end
   for w in old:gmatch('%d+') do
@@ -54,7 +63,7 @@ if old then
   if cmp(f[1], MAXT) > 0 then return fail('invalid state') end
   now = max(now, f[1])
 else
-  old = ''
+  old = old or ''
 end
 -- A state with nothing after its instant is a fresh key's.
 local fresh = #f <= 1

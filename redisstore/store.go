@@ -59,6 +59,7 @@ type Store struct {
 	guard    bool  // the client may not stop at a context's deadline
 	marginMs int64 // expiry margin in ms
 	ruleArgs []any // the arguments after the cost and margin for windows
+	script   *redis.Script
 	br       breaker
 
 	failures, circuitRefusals, invalid, mismatches atomic.Uint64
@@ -96,6 +97,7 @@ func New(rdb redis.UniversalClient, rule ratelimit.Rule, opts ...Option) (*Store
 		clock:    o.clock,
 		o:        o,
 		guard:    !honoursContext(rdb),
+		script:   stepScript,
 		marginMs: max(1, (int64(o.margin)+int64(time.Millisecond)-1)/int64(time.Millisecond)),
 	}
 	switch p.Algorithm {
@@ -209,7 +211,7 @@ func (s *Store) run(ctx context.Context, key string, cost ratelimit.Units) ([]an
 	args := s.args(cost)
 	keys := []string{s.Key(key)}
 	if !s.guard {
-		return stepScript.Run(ctx, s.rdb, keys, args...).Slice()
+		return s.script.Run(ctx, s.rdb, keys, args...).Slice()
 	}
 	type result struct {
 		v   []any
@@ -217,7 +219,7 @@ func (s *Store) run(ctx context.Context, key string, cost ratelimit.Units) ([]an
 	}
 	ch := make(chan result, 1)
 	go func() {
-		v, err := stepScript.Run(ctx, s.rdb, keys, args...).Slice()
+		v, err := s.script.Run(ctx, s.rdb, keys, args...).Slice()
 		ch <- result{v, err}
 	}()
 	select {

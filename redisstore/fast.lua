@@ -1,0 +1,265 @@
+-- The step in plain doubles, for the common case: every quantity it
+-- touches is checked to be small enough that each sum, difference and
+-- comparison below is exact (below 2^53). Times are never used whole (a
+-- nanosecond Unix time is near 2^61): each is split into seconds and
+-- nanoseconds, and only its distance from the key's clamped now is ever
+-- computed, which a range check keeps within 2^22 s. Constants, costs,
+-- counts and spans must be below 2^51. Where a check fails, fast returns
+-- nil and the limb arithmetic decides instead; a state the limbs would
+-- refuse is never decided here, so every error comes from the limb path.
+
+local FL = 2 ^ 51 -- constants, costs, counts and spans stay below
+local FD = 4194304 -- 2^22 s: the farthest a time is read from now
+local FAR = -(2 ^ 53) -- stands for a time more than FD before now
+local G = 1000000000
+local MAXH, MAXL = 4611686018, 427387904 -- MaxTime, 2^62 ns, split
+local fbyte, fsub, ffind, ffmt, fgmatch = string.byte, string.sub, string.find, string.format, string.gmatch
+local fmod = math.fmod
+
+-- fdig reads a field known to hold digits only: a canonical decimal below
+-- 2^51, else nil.
+local function fdig(s)
+  local n = #s
+  if n > 16 or (n > 1 and fbyte(s, 1) == 48) then return nil end
+  local v = tonumber(s)
+  if v >= FL then return nil end
+  return v
+end
+
+-- fnum is fdig for any string (an argument).
+local function fnum(s)
+  if type(s) ~= 'string' or #s == 0 or ffind(s, '%D') then return nil end
+  return fdig(s)
+end
+
+-- ftime splits a time field (digits only) into seconds and nanoseconds; nil
+-- if it is not canonical or is beyond MaxTime.
+local function ftime(s)
+  local n = #s
+  if n > 1 and fbyte(s, 1) == 48 then return nil end
+  if n <= 9 then return 0, tonumber(s) end
+  if n > 19 then return nil end
+  local h, l = tonumber(fsub(s, 1, n - 9)), tonumber(fsub(s, n - 8))
+  if h > MAXH or (h == MAXH and l > MAXL) then return nil end
+  return h, l
+end
+
+-- frel returns the time field s minus the instant (H, L) in ns: exact when
+-- s is at most FD seconds away (below 2^52 either way); FAR when s is
+-- further back; nil when it is further ahead or not a valid time.
+local function frel(s, H, L)
+  local h, l = ftime(s)
+  if not h then return nil end
+  local dh = h - H
+  if dh < -FD then return FAR end
+  if dh > FD then return nil end
+  return dh * G + (l - L)
+end
+
+-- fabs formats the instant (H, L) plus d ns, for 0 <= d < 2^52.
+local function fabs(H, L, d)
+  local x = L + d
+  local r = fmod(x, G)
+  local h = H + (x - r) / G
+  if h > 0 then return ffmt('%d%09d', h, r) end
+  return ffmt('%d', r)
+end
+
+-- fceilms is ceil(d / 10^6) for 0 <= d < 2^53: a span in whole ms.
+local function fceilms(d)
+  local r = fmod(d, 1000000)
+  local ms = (d - r) / 1000000
+  if r > 0 then ms = ms + 1 end
+  return ms
+end
+
+-- ftwo returns p, e with a*b = p + e exactly (Dekker's product: p is the
+-- rounded product and e its error, both doubles).
+local SPLIT = 134217729 -- 2^27 + 1
+local function ftwo(a, b)
+  local p = a * b
+  local t = SPLIT * a
+  local ah = t - (t - a)
+  local al = a - ah
+  t = SPLIT * b
+  local bh = t - (t - b)
+  local bl = b - bh
+  return p, al * bl - (((p - ah * bh) - al * bh) - ah * bl)
+end
+
+-- fleq reports a*b <= c*d exactly, for whole 0 <= a, b, c, d < 2^53.
+-- Rounding is monotonic, so unequal rounded products order the exact ones;
+-- equal ones leave the exact difference as the difference of the errors.
+local function fleq(a, b, c, d)
+  local p, e = ftwo(a, b)
+  local q, f = ftwo(c, d)
+  if p ~= q then return p < q end
+  return e <= f
+end
+
+-- fwindow returns the index of the window of length w holding the instant
+-- (H, L), and how far into it the instant is: exact for windows of whole
+-- seconds and windows that divide a second (with an index below 2^51);
+-- nil for others.
+local function fwindow(H, L, w)
+  if fmod(w, G) == 0 then
+    local k = w / G
+    local r = fmod(H, k)
+    return (H - r) / k, r * G + L
+  end
+  if fmod(G, w) == 0 then
+    local m = G / w
+    if H * m >= FL then return nil end
+    local r = fmod(L, w)
+    return H * m + (L - r) / w, r
+  end
+  return nil
+end
+
+-- fast runs one check as the limb path would, or returns nil to leave it
+-- to the limb path. tm is TIME's reply, or nil for a client clock; old is
+-- the key's value, or false.
+local function fast(key, alg, old, tm)
+  local cost, margin = fnum(ARGV[3]), fnum(ARGV[4])
+  if not cost or cost == 0 or not margin then return nil end
+  local H, L, reading
+  if tm then
+    H, L = tonumber(tm[1]), tonumber(tm[2])
+    if not (H and L) or H < 1 or H >= MAXH then return nil end
+    L = L * 1000
+    reading = ffmt('%d%09d', H, L)
+  else
+    reading = ARGV[2]
+    if ffind(reading, '%D') then return nil end
+    H, L = ftime(reading)
+    if not H then return nil end
+  end
+  local now = reading -- the clamped now, as written
+
+  local fs, nf = {}, 0
+  if old and #old > 0 then
+    if ffind(old, '[^ 0-9]') or ffind(old, '  ') or fbyte(old, 1) == 32 or fbyte(old, -1) == 32 then
+      return nil
+    end
+    for w in fgmatch(old, '%d+') do
+      nf = nf + 1
+      fs[nf] = w
+    end
+    local h, l = ftime(fs[1])
+    if not h then return nil end
+    if h > H or (h == H and l > L) then H, L, now = h, l, fs[1] end
+  end
+
+  local admitted, new, ttl = 0, nil, 0
+  if alg == 'm' then
+    local n, tau, tauf, cn, cf = fnum(ARGV[5]), fnum(ARGV[6]), fnum(ARGV[7]), fnum(ARGV[8]), fnum(ARGV[9])
+    if not (n and tau and tauf and cn and cf) then return nil end
+    local ts, frs, dn, df = '0', '0', 0, 0
+    if nf > 1 then
+      if nf ~= 3 then return nil end
+      ts, frs = fs[2], fs[3]
+      local fr, t = fdig(frs), frel(ts, H, L)
+      if not (fr and t) or fr >= n then return nil end
+      if t >= 0 then
+        if t > tau or (t == tau and fr > tauf) then return nil end
+        dn, df = t, fr
+      end
+    end
+    local nn, nr = dn + cn, df + cf
+    if nr >= n then nn, nr = nn + 1, nr - n end
+    if nn < tau or (nn == tau and nr <= tauf) then
+      admitted, ts, frs, dn, df = 1, fabs(H, L, nn), ffmt('%d', nr), nn, nr
+    end
+    ttl = dn
+    if df ~= 0 then ttl = ttl + 1 end
+    new = now .. ' ' .. ts .. ' ' .. frs
+  elseif alg == 'f' or alg == 'c' or alg == 'l' then
+    local w, cap = fnum(ARGV[5]), fnum(ARGV[6])
+    if not (w and cap) or w == 0 then return nil end
+    if alg == 'l' then
+      if nf > 1 and nf % 2 ~= 1 then return nil end
+      local rt, c = {}, {}
+      local k, inside, prev = nf + 1, 0, nil
+      for i = 2, nf, 2 do
+        local t, ci = frel(fs[i], H, L), fdig(fs[i + 1])
+        if not (t and ci) or t > 0 or ci == 0 or ci > cap or (prev and prev >= t) then return nil end
+        prev = t
+        if t + w > 0 then
+          if k > nf then k = i end
+          inside = inside + ci
+          if inside > cap then return nil end
+        end
+        rt[i], c[i] = t, ci
+      end
+      local parts = {now}
+      if inside + cost <= cap then
+        admitted = 1
+        local last = nf - 1
+        local merge = k < nf and rt[last] == 0
+        for i = k, nf, 2 do
+          if merge and i == last then
+            parts[#parts + 1] = fs[i] .. ' ' .. ffmt('%d', c[i] + cost)
+          else
+            parts[#parts + 1] = fs[i] .. ' ' .. fs[i + 1]
+          end
+        end
+        if not merge then parts[#parts + 1] = now .. ' ' .. ARGV[3] end
+        ttl = w
+      else
+        for i = 2, nf do parts[#parts + 1] = fs[i] end
+        ttl = rt[nf - 1] + w
+      end
+      new = table.concat(parts, ' ')
+    else
+      local win, e = fwindow(H, L, w)
+      if not win then return nil end
+      if alg == 'f' then
+        local sws, scs, sw, sc = '0', '0', 0, 0
+        if nf > 1 then
+          if nf ~= 3 then return nil end
+          sws, scs = fs[2], fs[3]
+          sw, sc = fdig(sws), fdig(scs)
+          if not (sw and sc) or sw > win or sc > cap then return nil end
+        end
+        local used = cost
+        if sw == win then used = sc + cost end
+        if used <= cap then
+          admitted, sws, scs = 1, ffmt('%d', win), ffmt('%d', used)
+        end
+        ttl = w - e
+        new = now .. ' ' .. sws .. ' ' .. scs
+      else
+        local sws, sps, scs, sw, sp, sc = '0', '0', '0', 0, 0, 0
+        if nf > 1 then
+          if nf ~= 4 then return nil end
+          sws, sps, scs = fs[2], fs[3], fs[4]
+          sw, sp, sc = fdig(sws), fdig(sps), fdig(scs)
+          if not (sw and sp and sc) or sw > win or sp > cap or sc > cap then return nil end
+        end
+        local prev, cur = 0, 0
+        if win == sw then
+          prev, cur = sp, sc
+        elseif win == sw + 1 then
+          prev = sc
+        end
+        -- estimate + cost <= capacity  <=>  prev*(W-e) <= (capacity-cur-cost)*W
+        local used = cur + cost
+        if used <= cap and fleq(prev, w - e, cap - used, w) then
+          admitted, cur = 1, used
+          sws, sps, scs = ffmt('%d', win), ffmt('%d', prev), ffmt('%d', cur)
+        end
+        if cur ~= 0 then
+          ttl = w + w - e
+        elseif prev ~= 0 then
+          ttl = w - e
+        end
+        new = now .. ' ' .. sws .. ' ' .. sps .. ' ' .. scs
+      end
+    end
+  else
+    return nil
+  end
+
+  redis.call('SET', key, new, 'PX', fceilms(ttl) + margin)
+  return {old or '', reading, new, admitted}
+end
