@@ -13,7 +13,7 @@ local FD = 4194304 -- 2^22 s: the farthest a time is read from now
 local FAR = -(2 ^ 53) -- stands for a time more than FD before now
 local G = 1000000000
 local MAXH, MAXL = 4611686018, 427387904 -- MaxTime, 2^62 ns, split
-local fbyte, fsub, ffind, ffmt, fgmatch = string.byte, string.sub, string.find, string.format, string.gmatch
+local fbyte, fsub, ffind, ffmt, fgmatch, fmatch = string.byte, string.sub, string.find, string.format, string.gmatch, string.match
 local fmod = math.fmod
 
 -- fdig reads a field known to hold digits only: a canonical decimal below
@@ -26,10 +26,13 @@ local function fdig(s)
   return v
 end
 
--- fnum is fdig for any string (an argument).
-local function fnum(s)
-  if type(s) ~= 'string' or #s == 0 or ffind(s, '%D') then return nil end
-  return fdig(s)
+-- farg reads an argument: a whole number from 0 to below 2^51, else nil.
+-- The arguments are the store's own canonical decimals, so tonumber reads
+-- them exactly; the limb path is the strict reader of malformed ones.
+local function farg(s)
+  local v = tonumber(s)
+  if v and v >= 0 and v < FL and v % 1 == 0 then return v end
+  return nil
 end
 
 -- ftime splits a time field (digits only) into seconds and nanoseconds; nil
@@ -120,7 +123,7 @@ end
 -- to the limb path. tm is TIME's reply, or nil for a client clock; old is
 -- the key's value, or false.
 local function fast(key, alg, old, tm)
-  local cost, margin = fnum(ARGV[3]), fnum(ARGV[4])
+  local cost, margin = farg(ARGV[3]), farg(ARGV[4])
   if not cost or cost == 0 or not margin then return nil end
   local H, L, reading
   if tm then
@@ -136,28 +139,44 @@ local function fast(key, alg, old, tm)
   end
   local now = reading -- the clamped now, as written
 
-  local fs, nf = {}, 0
+  -- The state's fields: f1..f4 for the fixed shapes, fs for a log.
+  local fs, nf, f1, f2, f3, f4 = nil, 0, nil, nil, nil, nil
   if old and #old > 0 then
-    if ffind(old, '[^ 0-9]') or ffind(old, '  ') or fbyte(old, 1) == 32 or fbyte(old, -1) == 32 then
-      return nil
+    if alg == 'l' then
+      if ffind(old, '[^ 0-9]') or ffind(old, '  ') or fbyte(old, 1) == 32 or fbyte(old, -1) == 32 then
+        return nil
+      end
+      fs = {}
+      for w in fgmatch(old, '%d+') do
+        nf = nf + 1
+        fs[nf] = w
+      end
+      f1 = fs[1]
+    else
+      if alg == 'c' then
+        f1, f2, f3, f4 = fmatch(old, '^(%d+) (%d+) (%d+) (%d+)$')
+        nf = 4
+      else
+        f1, f2, f3 = fmatch(old, '^(%d+) (%d+) (%d+)$')
+        nf = 3
+      end
+      if not f1 then
+        f1, nf = fmatch(old, '^%d+$'), 1
+        if not f1 then return nil end
+      end
     end
-    for w in fgmatch(old, '%d+') do
-      nf = nf + 1
-      fs[nf] = w
-    end
-    local h, l = ftime(fs[1])
+    local h, l = ftime(f1)
     if not h then return nil end
-    if h > H or (h == H and l > L) then H, L, now = h, l, fs[1] end
+    if h > H or (h == H and l > L) then H, L, now = h, l, f1 end
   end
 
   local admitted, new, ttl = 0, nil, 0
   if alg == 'm' then
-    local n, tau, tauf, cn, cf = fnum(ARGV[5]), fnum(ARGV[6]), fnum(ARGV[7]), fnum(ARGV[8]), fnum(ARGV[9])
+    local n, tau, tauf, cn, cf = farg(ARGV[5]), farg(ARGV[6]), farg(ARGV[7]), farg(ARGV[8]), farg(ARGV[9])
     if not (n and tau and tauf and cn and cf) then return nil end
     local ts, frs, dn, df = '0', '0', 0, 0
     if nf > 1 then
-      if nf ~= 3 then return nil end
-      ts, frs = fs[2], fs[3]
+      ts, frs = f2, f3
       local fr, t = fdig(frs), frel(ts, H, L)
       if not (fr and t) or fr >= n then return nil end
       if t >= 0 then
@@ -174,7 +193,7 @@ local function fast(key, alg, old, tm)
     if df ~= 0 then ttl = ttl + 1 end
     new = now .. ' ' .. ts .. ' ' .. frs
   elseif alg == 'f' or alg == 'c' or alg == 'l' then
-    local w, cap = fnum(ARGV[5]), fnum(ARGV[6])
+    local w, cap = farg(ARGV[5]), farg(ARGV[6])
     if not (w and cap) or w == 0 then return nil end
     if alg == 'l' then
       if nf > 1 and nf % 2 ~= 1 then return nil end
@@ -203,7 +222,7 @@ local function fast(key, alg, old, tm)
             parts[#parts + 1] = fs[i] .. ' ' .. fs[i + 1]
           end
         end
-        if not merge then parts[#parts + 1] = now .. ' ' .. ARGV[3] end
+        if not merge then parts[#parts + 1] = now .. ' ' .. ffmt('%d', cost) end
         ttl = w
       else
         for i = 2, nf do parts[#parts + 1] = fs[i] end
@@ -216,8 +235,7 @@ local function fast(key, alg, old, tm)
       if alg == 'f' then
         local sws, scs, sw, sc = '0', '0', 0, 0
         if nf > 1 then
-          if nf ~= 3 then return nil end
-          sws, scs = fs[2], fs[3]
+          sws, scs = f2, f3
           sw, sc = fdig(sws), fdig(scs)
           if not (sw and sc) or sw > win or sc > cap then return nil end
         end
@@ -231,8 +249,7 @@ local function fast(key, alg, old, tm)
       else
         local sws, sps, scs, sw, sp, sc = '0', '0', '0', 0, 0, 0
         if nf > 1 then
-          if nf ~= 4 then return nil end
-          sws, sps, scs = fs[2], fs[3], fs[4]
+          sws, sps, scs = f2, f3, f4
           sw, sp, sc = fdig(sws), fdig(sps), fdig(scs)
           if not (sw and sp and sc) or sw > win or sp > cap or sc > cap then return nil end
         end

@@ -19,15 +19,14 @@ import (
 const declined = "fast path declined"
 
 var (
-	limbsScript = redis.NewScript(arithLua + "\n" + fastLua + "\nfast = function() return nil end\n" + stepLua)
-	fastScript  = redis.NewScript(arithLua + "\n" + fastLua + `
+	limbsScript = redis.NewScript(scriptSource("fast = function() return nil end"))
+	fastScript  = redis.NewScript(scriptSource(`
 local decide = fast
 fast = function(...)
   local r = decide(...)
   if not r then return redis.error_reply('RATELIMIT ` + declined + `') end
   return r
-end
-` + stepLua)
+end`))
 )
 
 // pathStores checks each request on the fast path where it decides and on

@@ -6,17 +6,26 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The script is the exact limb arithmetic, the fast path in doubles, and
-// the step that tries the fast path first and falls back to the limbs. All
-// are plain Lua 5.1 as Redis runs it: numbers are doubles, exact only up
-// to 2^53.
+// The script is the fast path in doubles (fast.lua), the exact step in
+// limbs (arith.lua and limbs.lua, inside a function of their own so that a
+// check the fast path decides never builds them), and the step that tries
+// the first and falls back to the second (step.lua). All are plain Lua 5.1
+// as Redis runs it: numbers are doubles, exact only up to 2^53.
 var (
 	//go:embed arith.lua
 	arithLua string
 	//go:embed fast.lua
 	fastLua string
+	//go:embed limbs.lua
+	limbsLua string
 	//go:embed step.lua
 	stepLua string
 
-	stepScript = redis.NewScript(arithLua + "\n" + fastLua + "\n" + stepLua)
+	stepScript = redis.NewScript(scriptSource(""))
 )
+
+// scriptSource assembles the script; override is Lua run after the fast
+// path is defined (tests use it to force a path).
+func scriptSource(override string) string {
+	return fastLua + "\n" + override + "\nlocal function limbs(key, alg, old, tm)\n" + arithLua + "\n" + limbsLua + "\nend\n" + stepLua
+}
