@@ -125,6 +125,17 @@ end
 local function fast(key, alg, old, tm)
   local cost, margin = farg(ARGV[3]), farg(ARGV[4])
   if not cost or cost == 0 or not margin then return nil end
+  -- The rule's constants first, so that a rule beyond range declines at once.
+  local n, tau, tauf, cn, cf, w, cap
+  if alg == 'm' then
+    n, tau, tauf, cn, cf = farg(ARGV[5]), farg(ARGV[6]), farg(ARGV[7]), farg(ARGV[8]), farg(ARGV[9])
+    if not (n and tau and tauf and cn and cf) then return nil end
+  elseif alg == 'f' or alg == 'c' or alg == 'l' then
+    w, cap = farg(ARGV[5]), farg(ARGV[6])
+    if not (w and cap) or w == 0 then return nil end
+  else
+    return nil
+  end
   local H, L, reading
   if tm then
     H, L = tonumber(tm[1]), tonumber(tm[2])
@@ -172,8 +183,6 @@ local function fast(key, alg, old, tm)
 
   local admitted, new, ttl = 0, nil, 0
   if alg == 'm' then
-    local n, tau, tauf, cn, cf = farg(ARGV[5]), farg(ARGV[6]), farg(ARGV[7]), farg(ARGV[8]), farg(ARGV[9])
-    if not (n and tau and tauf and cn and cf) then return nil end
     local ts, frs, dn, df = '0', '0', 0, 0
     if nf > 1 then
       ts, frs = f2, f3
@@ -192,9 +201,7 @@ local function fast(key, alg, old, tm)
     ttl = dn
     if df ~= 0 then ttl = ttl + 1 end
     new = now .. ' ' .. ts .. ' ' .. frs
-  elseif alg == 'f' or alg == 'c' or alg == 'l' then
-    local w, cap = farg(ARGV[5]), farg(ARGV[6])
-    if not (w and cap) or w == 0 then return nil end
+  else
     if alg == 'l' then
       if nf > 1 and nf % 2 ~= 1 then return nil end
       local rt, c = {}, {}
@@ -273,8 +280,6 @@ local function fast(key, alg, old, tm)
         new = now .. ' ' .. sws .. ' ' .. sps .. ' ' .. scs
       end
     end
-  else
-    return nil
   end
 
   redis.call('SET', key, new, 'PX', fceilms(ttl) + margin)

@@ -1,8 +1,9 @@
--- The step in exact limb arithmetic (arith.lua), for any state, argument
--- or time: the body of limbs(key, alg, old, tm), which the script defines
--- around arith.lua and this file so that a check the fast path decides
--- never builds these functions. old is the key's value or false, tm
--- TIME's reply or false.
+-- The step of the window rules in exact limb arithmetic (arith.lua), for
+-- any state, argument or time: the end of the body of limbs(key, alg, old,
+-- tm), which the script defines around pairs.lua, arith.lua and this file
+-- so that a check the fast path decides never builds these functions. The
+-- buckets have returned by pmeter (pairs.lua) before this runs. old is the
+-- key's value or false, tm TIME's reply or false.
 
 local function fail(why)
   return redis.error_reply('RATELIMIT ' .. why)
@@ -45,32 +46,7 @@ local fresh = #f <= 1
 
 local admitted, new, ttl = 0, nil, nil
 
-if alg == 'm' then
-  local n, tau, tauf, cn, cf = N(ARGV[5]), N(ARGV[6]), N(ARGV[7]), N(ARGV[8]), N(ARGV[9])
-  if not (n and tau and tauf and cn and cf) then return fail('invalid argument') end
-  local t, fr = Z, Z
-  if not fresh then
-    if #f ~= 3 or cmp(f[3], n) >= 0 then return fail('invalid state') end
-    t, fr = f[2], f[3]
-  end
-  -- The debt: how far the schedule runs ahead of now, never more than the
-  -- capacity's span in a state the rule wrote.
-  local dn, df = Z, Z
-  if cmp(t, now) >= 0 then
-    dn, df = sub(t, now), fr
-    local c = cmp(dn, tau)
-    if c > 0 or (c == 0 and cmp(df, tauf) > 0) then return fail('invalid state') end
-  end
-  local nn, nf = add(dn, cn), add(df, cf)
-  if cmp(nf, n) >= 0 then nn, nf = add(nn, ONE), sub(nf, n) end
-  local c = cmp(nn, tau)
-  if c < 0 or (c == 0 and cmp(nf, tauf) <= 0) then
-    admitted, t, fr, dn, df = 1, add(now, nn), nf, nn, nf
-  end
-  ttl = dn
-  if not iszero(df) then ttl = add(ttl, ONE) end
-  new = S(now) .. ' ' .. S(t) .. ' ' .. S(fr)
-elseif alg == 'f' or alg == 'c' or alg == 'l' then
+if alg == 'f' or alg == 'c' or alg == 'l' then
   local w, cap = N(ARGV[5]), N(ARGV[6])
   if not (w and cap) or iszero(w) then return fail('invalid argument') end
   if alg == 'f' then
