@@ -5,33 +5,34 @@
 -- nanoseconds, and only its distance from the key's clamped now is ever
 -- computed, which a range check keeps within 2^22 s. Constants, costs,
 -- counts and spans must be below 2^51. Where a check fails, fast returns
--- nil and the limb arithmetic decides instead; a state the limbs would
--- refuse is never decided here, so every error comes from the limb path.
-
-local FL = 2 ^ 51 -- constants, costs, counts and spans stay below
-local FD = 4194304 -- 2^22 s: the farthest a time is read from now
-local FAR = -(2 ^ 53) -- stands for a time more than FD before now
-local G = 1000000000
-local MAXH, MAXL = 4611686018, 427387904 -- MaxTime, 2^62 ns, split
-local fbyte, fsub, ffind, ffmt, fgmatch, fmatch = string.byte, string.sub, string.find, string.format, string.gmatch, string.match
-local fmod = math.fmod
+-- nil and the exact path decides instead (pairs.lua, limbs.lua); a state
+-- the exact path would refuse is never decided here, so every error comes
+-- from the exact path.
+--
+-- The numbers are written out rather than named: the script builds its
+-- functions on every call, and each named constant or library function a
+-- function captures would cost an upvalue each time. They are 2^51 =
+-- 2251799813685248 (the bound on constants), 2^22 = 4194304 (seconds from
+-- now), -2^53 = -9007199254740992 (a time further back), 10^9 (ns in a
+-- second), MaxTime = 2^62 ns = 4611686018 s + 427387904 ns, and Dekker's
+-- splitter 2^27 + 1 = 134217729.
 
 -- fdig reads a field known to hold digits only: a canonical decimal below
 -- 2^51, else nil.
 local function fdig(s)
   local n = #s
-  if n > 16 or (n > 1 and fbyte(s, 1) == 48) then return nil end
+  if n > 16 or (n > 1 and string.byte(s, 1) == 48) then return nil end
   local v = tonumber(s)
-  if v >= FL then return nil end
+  if v >= 2251799813685248 then return nil end
   return v
 end
 
 -- farg reads an argument: a whole number from 0 to below 2^51, else nil.
 -- The arguments are the store's own canonical decimals, so tonumber reads
--- them exactly; the limb path is the strict reader of malformed ones.
+-- them exactly; the exact path is the strict reader of malformed ones.
 local function farg(s)
   local v = tonumber(s)
-  if v and v >= 0 and v < FL and v % 1 == 0 then return v end
+  if v and v >= 0 and v < 2251799813685248 and v % 1 == 0 then return v end
   return nil
 end
 
@@ -39,38 +40,38 @@ end
 -- if it is not canonical or is beyond MaxTime.
 local function ftime(s)
   local n = #s
-  if n > 1 and fbyte(s, 1) == 48 then return nil end
+  if n > 1 and string.byte(s, 1) == 48 then return nil end
   if n <= 9 then return 0, tonumber(s) end
   if n > 19 then return nil end
-  local h, l = tonumber(fsub(s, 1, n - 9)), tonumber(fsub(s, n - 8))
-  if h > MAXH or (h == MAXH and l > MAXL) then return nil end
+  local h, l = tonumber(string.sub(s, 1, n - 9)), tonumber(string.sub(s, n - 8))
+  if h > 4611686018 or (h == 4611686018 and l > 427387904) then return nil end
   return h, l
 end
 
 -- frel returns the time field s minus the instant (H, L) in ns: exact when
--- s is at most FD seconds away (below 2^52 either way); FAR when s is
+-- s is at most 2^22 s away (below 2^52 either way); -2^53 when s is
 -- further back; nil when it is further ahead or not a valid time.
 local function frel(s, H, L)
   local h, l = ftime(s)
   if not h then return nil end
   local dh = h - H
-  if dh < -FD then return FAR end
-  if dh > FD then return nil end
-  return dh * G + (l - L)
+  if dh < -4194304 then return -9007199254740992 end
+  if dh > 4194304 then return nil end
+  return dh * 1000000000 + (l - L)
 end
 
 -- fabs formats the instant (H, L) plus d ns, for 0 <= d < 2^52.
 local function fabs(H, L, d)
   local x = L + d
-  local r = fmod(x, G)
-  local h = H + (x - r) / G
-  if h > 0 then return ffmt('%d%09d', h, r) end
-  return ffmt('%d', r)
+  local r = math.fmod(x, 1000000000)
+  local h = H + (x - r) / 1000000000
+  if h > 0 then return string.format('%d%09d', h, r) end
+  return string.format('%d', r)
 end
 
 -- fceilms is ceil(d / 10^6) for 0 <= d < 2^53: a span in whole ms.
 local function fceilms(d)
-  local r = fmod(d, 1000000)
+  local r = math.fmod(d, 1000000)
   local ms = (d - r) / 1000000
   if r > 0 then ms = ms + 1 end
   return ms
@@ -78,13 +79,12 @@ end
 
 -- ftwo returns p, e with a*b = p + e exactly (Dekker's product: p is the
 -- rounded product and e its error, both doubles).
-local SPLIT = 134217729 -- 2^27 + 1
 local function ftwo(a, b)
   local p = a * b
-  local t = SPLIT * a
+  local t = 134217729 * a
   local ah = t - (t - a)
   local al = a - ah
-  t = SPLIT * b
+  t = 134217729 * b
   local bh = t - (t - b)
   local bl = b - bh
   return p, al * bl - (((p - ah * bh) - al * bh) - ah * bl)
@@ -105,22 +105,22 @@ end
 -- seconds and windows that divide a second (with an index below 2^51);
 -- nil for others.
 local function fwindow(H, L, w)
-  if fmod(w, G) == 0 then
-    local k = w / G
-    local r = fmod(H, k)
-    return (H - r) / k, r * G + L
+  if math.fmod(w, 1000000000) == 0 then
+    local k = w / 1000000000
+    local r = math.fmod(H, k)
+    return (H - r) / k, r * 1000000000 + L
   end
-  if fmod(G, w) == 0 then
-    local m = G / w
-    if H * m >= FL then return nil end
-    local r = fmod(L, w)
+  if math.fmod(1000000000, w) == 0 then
+    local m = 1000000000 / w
+    if H * m >= 2251799813685248 then return nil end
+    local r = math.fmod(L, w)
     return H * m + (L - r) / w, r
   end
   return nil
 end
 
--- fast runs one check as the limb path would, or returns nil to leave it
--- to the limb path. tm is TIME's reply, or nil for a client clock; old is
+-- fast runs one check as the exact path would, or returns nil to leave it
+-- to the exact path. tm is TIME's reply, or nil for a client clock; old is
 -- the key's value, or false.
 local function fast(key, alg, old, tm)
   local cost, margin = farg(ARGV[3]), farg(ARGV[4])
@@ -139,12 +139,12 @@ local function fast(key, alg, old, tm)
   local H, L, reading
   if tm then
     H, L = tonumber(tm[1]), tonumber(tm[2])
-    if not (H and L) or H < 1 or H >= MAXH then return nil end
+    if not (H and L) or H < 1 or H >= 4611686018 then return nil end
     L = L * 1000
-    reading = ffmt('%d%09d', H, L)
+    reading = string.format('%d%09d', H, L)
   else
     reading = ARGV[2]
-    if ffind(reading, '%D') then return nil end
+    if string.find(reading, '%D') then return nil end
     H, L = ftime(reading)
     if not H then return nil end
   end
@@ -154,25 +154,25 @@ local function fast(key, alg, old, tm)
   local fs, nf, f1, f2, f3, f4 = nil, 0, nil, nil, nil, nil
   if old and #old > 0 then
     if alg == 'l' then
-      if ffind(old, '[^ 0-9]') or ffind(old, '  ') or fbyte(old, 1) == 32 or fbyte(old, -1) == 32 then
+      if string.find(old, '[^ 0-9]') or string.find(old, '  ') or string.byte(old, 1) == 32 or string.byte(old, -1) == 32 then
         return nil
       end
       fs = {}
-      for w in fgmatch(old, '%d+') do
+      for w in string.gmatch(old, '%d+') do
         nf = nf + 1
         fs[nf] = w
       end
       f1 = fs[1]
     else
       if alg == 'c' then
-        f1, f2, f3, f4 = fmatch(old, '^(%d+) (%d+) (%d+) (%d+)$')
+        f1, f2, f3, f4 = string.match(old, '^(%d+) (%d+) (%d+) (%d+)$')
         nf = 4
       else
-        f1, f2, f3 = fmatch(old, '^(%d+) (%d+) (%d+)$')
+        f1, f2, f3 = string.match(old, '^(%d+) (%d+) (%d+)$')
         nf = 3
       end
       if not f1 then
-        f1, nf = fmatch(old, '^%d+$'), 1
+        f1, nf = string.match(old, '^%d+$'), 1
         if not f1 then return nil end
       end
     end
@@ -196,7 +196,7 @@ local function fast(key, alg, old, tm)
     local nn, nr = dn + cn, df + cf
     if nr >= n then nn, nr = nn + 1, nr - n end
     if nn < tau or (nn == tau and nr <= tauf) then
-      admitted, ts, frs, dn, df = 1, fabs(H, L, nn), ffmt('%d', nr), nn, nr
+      admitted, ts, frs, dn, df = 1, fabs(H, L, nn), string.format('%d', nr), nn, nr
     end
     ttl = dn
     if df ~= 0 then ttl = ttl + 1 end
@@ -224,12 +224,12 @@ local function fast(key, alg, old, tm)
         local merge = k < nf and rt[last] == 0
         for i = k, nf, 2 do
           if merge and i == last then
-            parts[#parts + 1] = fs[i] .. ' ' .. ffmt('%d', c[i] + cost)
+            parts[#parts + 1] = fs[i] .. ' ' .. string.format('%d', c[i] + cost)
           else
             parts[#parts + 1] = fs[i] .. ' ' .. fs[i + 1]
           end
         end
-        if not merge then parts[#parts + 1] = now .. ' ' .. ffmt('%d', cost) end
+        if not merge then parts[#parts + 1] = now .. ' ' .. string.format('%d', cost) end
         ttl = w
       else
         for i = 2, nf do parts[#parts + 1] = fs[i] end
@@ -249,7 +249,7 @@ local function fast(key, alg, old, tm)
         local used = cost
         if sw == win then used = sc + cost end
         if used <= cap then
-          admitted, sws, scs = 1, ffmt('%d', win), ffmt('%d', used)
+          admitted, sws, scs = 1, string.format('%d', win), string.format('%d', used)
         end
         ttl = w - e
         new = now .. ' ' .. sws .. ' ' .. scs
@@ -270,7 +270,7 @@ local function fast(key, alg, old, tm)
         local used = cur + cost
         if used <= cap and fleq(prev, w - e, cap - used, w) then
           admitted, cur = 1, used
-          sws, sps, scs = ffmt('%d', win), ffmt('%d', prev), ffmt('%d', cur)
+          sws, sps, scs = string.format('%d', win), string.format('%d', prev), string.format('%d', cur)
         end
         if cur ~= 0 then
           ttl = w + w - e

@@ -3,22 +3,20 @@
 -- integers below 2^64, so each is kept as two doubles, h*10^9 + l with
 -- 0 <= l < 10^9 (h below 2^35): every operation on such pairs is exact,
 -- and none needs a table. pmeter(key, old, tm) is defined inside the
--- script's limbs function, built only when the fast path declines.
-
-local PG = 1000000000
-local pbyte, psub, pfind, pfmt = string.byte, string.sub, string.find, string.format
+-- script's limbs function, built only when the fast path declines. As in
+-- fast.lua, numbers and library functions are written out, not captured.
 
 -- pp reads a canonical decimal below 2^63 as a pair; nil if s is not one.
 -- digits says s is known to hold digits only.
 local function pp(s, digits)
   if type(s) ~= 'string' then return nil end
   local n = #s
-  if n == 0 or n > 19 or (n > 1 and pbyte(s, 1) == 48) or (not digits and pfind(s, '%D'))
+  if n == 0 or n > 19 or (n > 1 and string.byte(s, 1) == 48) or (not digits and string.find(s, '%D'))
       or (n == 19 and s > '9223372036854775807') then
     return nil
   end
   if n <= 9 then return 0, tonumber(s) end
-  return tonumber(psub(s, 1, n - 9)), tonumber(psub(s, n - 8))
+  return tonumber(string.sub(s, 1, n - 9)), tonumber(string.sub(s, n - 8))
 end
 
 local function pcmp(ah, al, bh, bl)
@@ -29,20 +27,20 @@ end
 
 local function padd(ah, al, bh, bl)
   local l = al + bl
-  if l >= PG then return ah + bh + 1, l - PG end
+  if l >= 1000000000 then return ah + bh + 1, l - 1000000000 end
   return ah + bh, l
 end
 
 -- psubp returns a - b for a >= b.
 local function psubp(ah, al, bh, bl)
   local l = al - bl
-  if l < 0 then return ah - bh - 1, l + PG end
+  if l < 0 then return ah - bh - 1, l + 1000000000 end
   return ah - bh, l
 end
 
 local function pstr(h, l)
-  if h > 0 then return pfmt('%d%09d', h, l) end
-  return pfmt('%d', l)
+  if h > 0 then return string.format('%d%09d', h, l) end
+  return string.format('%d', l)
 end
 
 local function pfail(why)
@@ -123,6 +121,6 @@ local function pmeter(key, old, tm)
   local r = dl % 1000000
   local ms = dh * 1000 + (dl - r) / 1000000
   if r ~= 0 then ms = ms + 1 end
-  redis.call('SET', key, new, 'PX', pfmt('%d', ms + tonumber(ARGV[4])))
+  redis.call('SET', key, new, 'PX', string.format('%d', ms + tonumber(ARGV[4])))
   return {old, reading, new, admitted}
 end
