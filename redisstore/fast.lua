@@ -176,9 +176,15 @@ local function fast(key, alg, old, tm)
         if not f1 then return nil end
       end
     end
-    local h, l = ftime(f1)
-    if not h then return nil end
-    if h > H or (h == H and l > L) then H, L, now = h, l, f1 end
+    -- Canonical decimals compare as numbers by length, then as strings:
+    -- the latest instant needs reading only when it is later than now.
+    local n1, nn = #f1, #now
+    if n1 > 1 and string.byte(f1, 1) == 48 then return nil end
+    if n1 > nn or (n1 == nn and f1 > now) then
+      local h, l = ftime(f1)
+      if not h then return nil end
+      H, L, now = h, l, f1
+    end
   end
 
   local admitted, new, ttl = 0, nil, 0
