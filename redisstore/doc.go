@@ -21,10 +21,13 @@
 //     counts and spans are below 2^51; windows are whole seconds or divide
 //     a second. Rules of everyday sizes (up to weeks, up to billions of
 //     units) run here;
-//   - an exact path on integers split into base-10^7 limbs, for everything
-//     else: spans of months or years, capacities of 2^51 milli-units or
-//     more, windows such as 1.5 s, a key last seen more than 48 days ago,
-//     and every state that is not well formed (which it refuses).
+//   - an exact path for everything else: the buckets (which only add,
+//     subtract and compare) hold each integer as two doubles, h*10^9 + l;
+//     the windows (which also divide and multiply) split integers into
+//     base-10^7 limbs. It takes spans of months or years, capacities of
+//     2^51 milli-units or more, windows such as 1.5 s, a key last seen
+//     more than 48 days ago, and every state that is not well formed
+//     (which it refuses).
 //
 // The script returns the key's old state, the instant it used and the new
 // state it wrote, and the Decision is computed in Go by the rule's

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -44,7 +45,7 @@ func ours(name string, rule ratelimit.Rule) subject {
 // (a burst of 1,000 for the buckets), except the sliding log, whose state
 // holds an entry per admitted instant, at 10 a second; and a GCRA whose
 // span (30,000 units at 1,000 a day, 30 days) is beyond the fast path's
-// 2^51 ns, so that every check runs on the limbs.
+// 2^51 ns, so that every check runs on the exact path.
 func subjects() []subject {
 	return []subject{
 		{"redis_rate/gcra", func(tb testing.TB, rdb *redis.Client) checkFunc {
@@ -75,7 +76,7 @@ func subjects() []subject {
 		ours("ratekit/fixed_window", ratelimit.FixedWindow{Limit: 1000, Window: time.Second}),
 		ours("ratekit/sliding_counter", ratelimit.SlidingCounter{Limit: 1000, Window: time.Second}),
 		ours("ratekit/sliding_log", ratelimit.SlidingLog{Limit: 10, Window: time.Second}),
-		ours("ratekit/gcra_limbs", ratelimit.GCRA{Rate: ratelimit.Rate{Count: 1000, Per: 24 * time.Hour}, Burst: 30_000}),
+		ours("ratekit/gcra_exact", ratelimit.GCRA{Rate: ratelimit.Rate{Count: 1000, Per: 24 * time.Hour}, Burst: 30_000}),
 	}
 }
 
@@ -97,6 +98,31 @@ func serverUsec(tb testing.TB, rdb *redis.Client, sent map[string]bool) (usec in
 		}
 	}
 	return usec
+}
+
+var usedCPU = regexp.MustCompile(`used_cpu_(?:sys|user):([\d.]+)`)
+
+// serverCPU returns the CPU time the redis-server process has used, system
+// and user, from INFO cpu: all its work, reading and writing the network
+// included, whatever else shares the cores.
+func serverCPU(tb testing.TB, rdb *redis.Client) time.Duration {
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var sec float64
+	for _, m := range usedCPU.FindAllStringSubmatch(info, 2) {
+		v, _ := strconv.ParseFloat(m[1], 64)
+		sec += v
+	}
+	return time.Duration(sec * float64(time.Second))
+}
+
+// clientCPU returns the CPU time this process has used, system and user.
+func clientCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // roundTrips counts the client's round trips (a pipeline is one) and the
@@ -143,7 +169,10 @@ func (c *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 
 // BenchmarkPeers runs every subject against the same redis-server from 64
 // goroutines over 1,000 keys, one after another, and reports checks/s, p50
-// and p99 latency, Redis CPU per check and round trips per check.
+// and p99 latency, Redis CPU per check (the commands' own time from INFO
+// commandstats, and the server process's whole CPU time from INFO cpu),
+// this process's CPU time per check (the client's side, go-redis
+// included), and round trips per check.
 func BenchmarkPeers(b *testing.B) {
 	rdb := client(b, 64)
 	admin := client(b, 1)
@@ -160,6 +189,7 @@ func BenchmarkPeers(b *testing.B) {
 				b.Fatal(err)
 			}
 			trips.take()
+			server0, client0 := serverCPU(b, admin), clientCPU()
 			var mu sync.Mutex
 			var lat []time.Duration
 			b.SetParallelism(32) // 64 goroutines on 2 cores
@@ -184,6 +214,7 @@ func BenchmarkPeers(b *testing.B) {
 			})
 			elapsed := time.Since(start)
 			b.StopTimer()
+			server, client := serverCPU(b, admin)-server0, clientCPU()-client0
 			calls, sent := trips.take()
 			usec := serverUsec(b, admin, sent)
 			slices.Sort(lat)
@@ -196,6 +227,8 @@ func BenchmarkPeers(b *testing.B) {
 			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 			b.ReportMetric(float64(usec)/n, "redis-µs/check")
 			b.ReportMetric(float64(calls)/n, "trips/check")
+			b.ReportMetric(float64(server.Microseconds())/n, "server-cpu-µs/check")
+			b.ReportMetric(float64(client.Microseconds())/n, "client-cpu-µs/check")
 		})
 	}
 }

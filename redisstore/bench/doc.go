@@ -7,7 +7,7 @@
 //     counted by INCRBY in a Lua script;
 //   - redisstore, one rule of each algorithm, and a GCRA whose span is
 //     beyond the fast path's range, so that its checks run on the exact
-//     limb arithmetic.
+//     path.
 //
 // For each it reports checks per second from 64 goroutines, p50 and p99
 // latency, the Redis CPU per check and the Redis commands per check (from
