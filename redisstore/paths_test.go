@@ -14,12 +14,12 @@ import (
 	"pgregory.net/rapid"
 )
 
-// The script with its path forced: limbsScript never takes the fast path;
+// The script with its path forced: exactScript never takes the fast path;
 // fastScript refuses with declined wherever the fast path does not decide.
 const declined = "fast path declined"
 
 var (
-	limbsScript = redis.NewScript(scriptSource("fast = function() return nil end"))
+	exactScript = redis.NewScript(scriptSource("fast = function() return nil end"))
 	fastScript  = redis.NewScript(scriptSource(`
 local decide = fast
 fast = function(...)
@@ -30,11 +30,11 @@ end`))
 )
 
 // pathStores checks each request on the fast path where it decides and on
-// the limbs where it does not, and counts which did.
+// the exact path where it does not, and counts which did.
 type pathStores struct {
-	fast, limbs *Store
+	fast, exact *Store
 	onFast      *atomic.Int64
-	onLimbs     *atomic.Int64
+	onExact     *atomic.Int64
 }
 
 func newPathStores(t require.TestingT, rdb *redis.Client, rule ratelimit.Rule, opts ...Option) pathStores {
@@ -42,8 +42,8 @@ func newPathStores(t require.TestingT, rdb *redis.Client, rule ratelimit.Rule, o
 	require.NoError(t, err)
 	l, err := New(rdb, rule, opts...)
 	require.NoError(t, err)
-	f.script, l.script = fastScript, limbsScript
-	return pathStores{fast: f, limbs: l, onFast: new(atomic.Int64), onLimbs: new(atomic.Int64)}
+	f.script, l.script = fastScript, exactScript
+	return pathStores{fast: f, exact: l, onFast: new(atomic.Int64), onExact: new(atomic.Int64)}
 }
 
 // check returns the Decision and whether the fast path gave it.
@@ -53,19 +53,20 @@ func (p pathStores) check(key string, cost ratelimit.Units) (ratelimit.Decision,
 		p.onFast.Add(1)
 		return d, true, err
 	}
-	p.onLimbs.Add(1)
-	d, err = p.limbs.Check(key, cost)
+	p.onExact.Add(1)
+	d, err = p.exact.Check(key, cost)
 	return d, false, err
 }
 
 // TestBothPathsSameDecisions is TestSameDecisionsAsInProcess with each
 // check decided by an explicit path (the fast one wherever its range check
-// passes, else the limbs) and, on a store of its own, by the limbs alone:
-// both must give the in-process Decision. The draws reach both sides of
-// every range check; the test requires that both paths decided some checks.
+// passes, else the exact one) and, on a store of its own, by the exact path
+// alone: both must give the in-process Decision. The draws reach both sides
+// of every range check; the test requires that both paths decided some
+// checks.
 func TestBothPathsSameDecisions(t *testing.T) {
 	rdb := needRedis(t)
-	var onFast, onLimbs atomic.Int64
+	var onFast, onExact atomic.Int64
 	rapid.Check(t, func(t *rapid.T) {
 		var rule ratelimit.Rule
 		if rapid.Bool().Draw(t, "everyday") {
@@ -78,9 +79,9 @@ func TestBothPathsSameDecisions(t *testing.T) {
 		prefix := testPrefix()
 		opts := []Option{WithClock(clk), WithPrefix(prefix), WithExpiryMargin(time.Hour), WithTimeout(5 * time.Second)}
 		paths := newPathStores(t, rdb, rule, opts...)
-		limbs, err := New(rdb, rule, WithClock(clk), WithPrefix(prefix+"limbs:"), WithExpiryMargin(time.Hour), WithTimeout(5*time.Second))
+		exact, err := New(rdb, rule, WithClock(clk), WithPrefix(prefix+"exact:"), WithExpiryMargin(time.Hour), WithTimeout(5*time.Second))
 		require.NoError(t, err)
-		limbs.script = limbsScript
+		exact.script = exactScript
 		p := paths.fast.Params()
 		local := map[string]ratelimit.Limiter{}
 		checks := 0
@@ -111,24 +112,24 @@ func TestBothPathsSameDecisions(t *testing.T) {
 				require.NoError(t, werr)
 				got, fast, gerr := paths.check(key, cost)
 				require.NoError(t, gerr)
-				alone, aerr := limbs.Check(key, cost)
+				alone, aerr := exact.Check(key, cost)
 				require.NoError(t, aerr)
 				checks++
 				if want != got || want != alone {
-					t.Fatalf("check %d at %d, key %q, cost %d (fast path %v):\n in-process %+v\n redis      %+v\n limbs      %+v", checks, clk.Now(), key, cost, fast, want, got, alone)
+					t.Fatalf("check %d at %d, key %q, cost %d (fast path %v):\n in-process %+v\n redis      %+v\n exact      %+v", checks, clk.Now(), key, cost, fast, want, got, alone)
 				}
 			},
 		})
 		onFast.Add(paths.onFast.Load())
-		onLimbs.Add(paths.onLimbs.Load())
-		for _, s := range []*Store{paths.fast, paths.limbs, limbs} {
+		onExact.Add(paths.onExact.Load())
+		for _, s := range []*Store{paths.fast, paths.exact, exact} {
 			st := s.Stats()
 			require.Zero(t, st.Mismatches+st.Failures)
 		}
 	})
-	t.Logf("checks on the fast path %d, on the limbs %d", onFast.Load(), onLimbs.Load())
+	t.Logf("checks on the fast path %d, on the exact path %d", onFast.Load(), onExact.Load())
 	assert.Positive(t, onFast.Load(), "no check took the fast path")
-	assert.Positive(t, onLimbs.Load(), "no check took the limbs")
+	assert.Positive(t, onExact.Load(), "no check took the exact path")
 }
 
 // drawEverydayRule draws rules of the sizes services use, most of them
@@ -234,14 +235,14 @@ func TestServerTimeOnBothPaths(t *testing.T) {
 	// 2^51 ns.
 	rule := ratelimit.TokenBucket{Rate: ratelimit.Every(10 * 24 * time.Hour), Burst: 2}
 	paths := newPathStores(t, rdb, rule, WithPrefix(testPrefix()))
-	limbs, err := New(rdb, rule, WithPrefix(testPrefix()))
+	exact, err := New(rdb, rule, WithPrefix(testPrefix()))
 	require.NoError(t, err)
-	limbs.script = limbsScript
+	exact.script = exactScript
 	for i := range 3 {
 		d, fast, err := paths.check("k", ratelimit.Unit)
 		require.NoError(t, err)
 		assert.True(t, fast)
-		l, err := limbs.Check("k", ratelimit.Unit)
+		l, err := exact.Check("k", ratelimit.Unit)
 		require.NoError(t, err)
 		assert.Equal(t, i < 2, d.Allowed)
 		assert.Equal(t, d.Allowed, l.Allowed)
@@ -255,7 +256,7 @@ func TestEmptyValueIsFresh(t *testing.T) {
 	rdb := needRedis(t)
 	ctx := context.Background()
 	for _, rule := range benchRules() {
-		for _, script := range []*redis.Script{fastScript, limbsScript} {
+		for _, script := range []*redis.Script{fastScript, exactScript} {
 			clk := ratelimit.NewManualClock(unixNow)
 			s, err := New(rdb, rule, WithClock(clk), WithPrefix(testPrefix()))
 			require.NoError(t, err)
