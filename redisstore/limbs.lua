@@ -1,5 +1,5 @@
 -- The step of the window rules in exact limb arithmetic (arith.lua), for
--- any state, argument or time: the end of the body of limbs(key, alg, old,
+-- any state, argument or time: the end of the body of exact(key, alg, old,
 -- tm), which the script defines around pairs.lua, arith.lua and this file
 -- so that a check the fast path decides never builds these functions. The
 -- buckets have returned by pmeter (pairs.lua) before this runs. old is the

@@ -30,6 +30,6 @@ var (
 // scriptSource assembles the script; override is Lua run after the fast
 // path is defined (tests use it to force a path).
 func scriptSource(override string) string {
-	return fastLua + "\n" + override + "\nlocal function limbs(key, alg, old, tm)\n" + pairsLua +
+	return fastLua + "\n" + override + "\nlocal function exact(key, alg, old, tm)\n" + pairsLua +
 		"\nif alg == 'm' then return pmeter(key, old, tm) end\n" + arithLua + "\n" + limbsLua + "\nend\n" + stepLua
 }

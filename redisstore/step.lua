@@ -17,10 +17,15 @@
 -- Returns {old state or '', now used before clamping, new state, 1 if
 -- admitted else 0}. A state that is not well formed, or that no sequence of
 -- checks under the rule could have produced, is an error reply and nothing
--- is written: the same states the Go side's decoder refuses.
+-- is written: the same states the Go side's decoder refuses. An empty
+-- value is a fresh key, as the empty state is for the Machine.
+--
+-- The fast path (fast.lua) decides where its range check passes; else the
+-- exact path, built only then, decides: pmeter (pairs.lua) for the buckets,
+-- the limbs (arith.lua, limbs.lua) for the windows.
 
 local key, alg = KEYS[1], ARGV[1]
--- TIME is read once: from 7.0 on it moves while a script runs.
+-- TIME is read once: on 7.0 it moves while a script runs.
 local tm = false
 if ARGV[2] == '' then tm = redis.call('TIME') end
 local old = redis.call('GET', key)
@@ -28,4 +33,4 @@ do
   local r = fast(key, alg, old, tm)
   if r then return r end
 end
-return limbs(key, alg, old, tm)
+return exact(key, alg, old, tm)
