@@ -101,22 +101,27 @@ local function fleq(a, b, c, d)
 end
 
 -- fwindow returns the index of the window of length w holding the instant
--- (H, L), and how far into it the instant is: exact for windows of whole
--- seconds and windows that divide a second (with an index below 2^51);
--- nil for others.
+-- (H, L), and how far into it the instant is, with an index below 2^51:
+-- exact for windows of whole microseconds (the instant in microseconds is
+-- below 2^53) and windows that divide a second; nil for others.
 local function fwindow(H, L, w)
-  if math.fmod(w, 1000000000) == 0 then
-    local k = w / 1000000000
-    local r = math.fmod(H, k)
-    return (H - r) / k, r * 1000000000 + L
-  end
-  if math.fmod(1000000000, w) == 0 then
+  local win, e
+  if math.fmod(w, 1000) == 0 then
+    local k = w / 1000
+    local lr = math.fmod(L, 1000)
+    local us = H * 1000000 + (L - lr) / 1000
+    local r = math.fmod(us, k)
+    win, e = (us - r) / k, r * 1000 + lr
+  elseif math.fmod(1000000000, w) == 0 then
     local m = 1000000000 / w
     if H * m >= 2251799813685248 then return nil end
     local r = math.fmod(L, w)
-    return H * m + (L - r) / w, r
+    win, e = H * m + (L - r) / w, r
+  else
+    return nil
   end
-  return nil
+  if win >= 2251799813685248 then return nil end
+  return win, e
 end
 
 -- fast runs one check as the exact path would, or returns nil to leave it

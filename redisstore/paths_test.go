@@ -138,7 +138,7 @@ func drawEverydayRule(t *rapid.T) ratelimit.Rule {
 	count := rapid.SampledFrom([]int64{1, 3, 10, 100, 1000, 1_000_003, 2_251_799_813_685, 2_251_799_813_686}).Draw(t, "count")
 	per := rapid.SampledFrom([]time.Duration{
 		time.Microsecond, 250 * time.Microsecond, time.Millisecond, 100 * time.Millisecond, time.Second,
-		1500 * time.Millisecond, 7 * time.Second, time.Minute, time.Hour, 24 * time.Hour, 26 * 24 * time.Hour, 27 * 24 * time.Hour,
+		1500 * time.Millisecond, 1500 * time.Nanosecond, 7 * time.Second, time.Minute, time.Hour, 24 * time.Hour, 26 * 24 * time.Hour, 27 * 24 * time.Hour,
 	}).Draw(t, "per")
 	for {
 		var r ratelimit.Rule
@@ -189,8 +189,14 @@ func TestRangeCheckEdges(t *testing.T) {
 			[]step{{0, ratelimit.Unit, false}, {time.Second, ratelimit.Unit, false}}},
 		{"a window of whole seconds", ratelimit.SlidingCounter{Limit: 3, Window: 7 * time.Second}, unixNow,
 			[]step{{0, ratelimit.Unit, true}, {0, 2 * ratelimit.Unit, true}, {5 * time.Second, ratelimit.Unit, true}, {3 * time.Second, ratelimit.Unit, true}, {1, ratelimit.Unit, true}}},
-		{"a window that is not whole seconds nor divides one", ratelimit.SlidingCounter{Limit: 3, Window: 1500 * time.Millisecond}, unixNow,
-			[]step{{0, ratelimit.Unit, false}, {time.Second, ratelimit.Unit, false}}},
+		{"a window of whole microseconds", ratelimit.SlidingCounter{Limit: 3, Window: 1500 * time.Millisecond}, unixNow,
+			[]step{{0, ratelimit.Unit, true}, {time.Second, 2 * ratelimit.Unit, true}, {time.Second, ratelimit.Unit, true}, {1499999, ratelimit.Unit, true}}},
+		{"a fixed window of whole microseconds", ratelimit.FixedWindow{Limit: 2, Window: 7 * time.Microsecond}, unixNow + 3,
+			[]step{{0, ratelimit.Unit, true}, {0, ratelimit.Unit, true}, {0, ratelimit.Unit, true}, {3 * time.Microsecond, ratelimit.Unit, true}, {4 * time.Microsecond, ratelimit.Unit, true}}},
+		{"a window neither whole microseconds nor dividing a second", ratelimit.SlidingCounter{Limit: 3, Window: 1500 * time.Nanosecond}, unixNow,
+			[]step{{0, ratelimit.Unit, false}, {time.Microsecond, ratelimit.Unit, false}}},
+		{"a window of whole microseconds at MaxTime, index beyond 2^51", ratelimit.FixedWindow{Limit: 1, Window: time.Microsecond}, ratelimit.MaxTime,
+			[]step{{0, ratelimit.Unit, false}, {0, ratelimit.Unit, false}}},
 		{"a window dividing a second, index below 2^51", ratelimit.FixedWindow{Limit: 1, Window: time.Microsecond}, unixNow,
 			[]step{{0, ratelimit.Unit, true}, {0, ratelimit.Unit, true}, {time.Microsecond, ratelimit.Unit, true}}},
 		{"a window dividing a second, index beyond 2^51", ratelimit.FixedWindow{Limit: 1, Window: 100}, unixNow,
