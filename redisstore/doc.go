@@ -19,15 +19,15 @@
 //     and nanoseconds and used only as distances from the key's clamped
 //     now, at most 2^22 s (48 days) away; the rule's constants, costs,
 //     counts and spans are below 2^51; windows are whole microseconds or
-//     divide a second. Rules of everyday sizes (up to weeks, up to billions of
-//     units) run here;
+//     divide a second. Rules of everyday sizes (up to weeks, up to
+//     billions of units) run here;
 //   - an exact path for everything else: the buckets (which only add,
 //     subtract and compare) hold each integer as two doubles, h*10^9 + l;
 //     the windows (which also divide and multiply) split integers into
 //     base-10^7 limbs. It takes spans of months or years, capacities of
-//     2^51 milli-units or more, windows such as 1.5 µs, a key last seen
-//     more than 48 days ago, and every state that is not well formed
-//     (which it refuses).
+//     2^51 milli-units or more, windows such as 1.5 µs, a sliding log
+//     holding entries more than 48 days old, and every state that is not
+//     well formed (which it refuses).
 //
 // The script returns the key's old state, the instant it used and the new
 // state it wrote, and the Decision is computed in Go by the rule's
