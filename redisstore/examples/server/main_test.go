@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratelimit"
+	"github.com/ratekit/ratelimit/httplimit"
 	"github.com/ratekit/ratelimit/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -155,6 +156,22 @@ func TestReplicasShareLimits(t *testing.T) {
 			assert.Equal(t, alone, together, "three replicas together")
 		})
 	}
+}
+
+// TestInProcessReplicasDoNot is the contrast: three replicas with the same
+// limit kept in process each grant the whole burst, three times what one
+// grants.
+func TestInProcessReplicasDoNot(t *testing.T) {
+	var urls []string
+	for range 3 {
+		store, err := ratelimit.NewStore(ratelimit.TokenBucket{Rate: ratelimit.Every(time.Hour), Burst: 20, Name: "api"})
+		require.NoError(t, err)
+		h := httplimit.Middleware(store, httplimit.WithKey(httplimit.HeaderKey("X-API-Key", httplimit.ClientIP{}.Key)))(http.HandlerFunc(quote))
+		srv := httptest.NewServer(h)
+		t.Cleanup(srv.Close)
+		urls = append(urls, srv.URL)
+	}
+	assert.Equal(t, 60, admitted(t, urls, "GET", "/quote", "key-1", 90))
 }
 
 // TestRun starts the server on the test's Redis with -addr and -redis, sends
