@@ -11,12 +11,31 @@
 // A check is one script call (EVALSHA, or EVAL once after the server lost
 // its script cache), atomic on the server. Redis Lua has only doubles,
 // exact to 2^53, while nanosecond Unix times, capacities in milli-units and
-// the sliding counter's products go far beyond; the script therefore does
-// all its arithmetic on integers split into base-10^7 limbs, exactly. It
-// returns the key's old state, the instant it used and the new state it
-// wrote, and the Decision is computed in Go by the rule's
+// the sliding counter's products go far beyond. The script therefore has
+// two paths that decide alike:
+//
+//   - a fast path in plain doubles, taken when a range check proves that
+//     every quantity it touches stays exact: times are split into seconds
+//     and nanoseconds and used only as distances from the key's clamped
+//     now, at most 2^22 s (48 days) away; the rule's constants, costs,
+//     counts and spans are below 2^51; windows are whole microseconds or
+//     divide a second. Rules of everyday sizes (up to weeks, up to
+//     billions of units) run here;
+//   - an exact path for everything else: the buckets (which only add,
+//     subtract and compare) hold each integer as two doubles, h*10^9 + l;
+//     the windows (which also divide and multiply) split integers into
+//     base-10^7 limbs. It takes spans of months or years, capacities of
+//     2^51 milli-units or more, windows such as 1.5 µs, a sliding log
+//     holding entries more than 48 days old, and every state that is not
+//     well formed (which it refuses).
+//
+// The script returns the key's old state, the instant it used and the new
+// state it wrote, and the Decision is computed in Go by the rule's
 // [ratelimit.Machine] from that old state and instant; the Machine's new
 // state must equal the script's, or the check is denied with [ErrMismatch].
+// Whichever path ran, the Decision is the in-process limiter's: the tests
+// force each path and compare both with it, on either side of every range
+// check.
 //
 // # Time
 //
@@ -36,9 +55,29 @@
 // fresh. The state is written with an expiry at the instant it becomes as
 // good as a fresh key's (the Decision's ResetAfter, rounded up to the
 // millisecond) plus a margin for clock skew ([WithExpiryMargin]); losing it
-// then loses nothing. A state is a few dozen bytes, except the sliding
-// log's, which holds one entry per instant something was admitted within
-// the window and is read whole by every check: keep its limits small.
+// then loses nothing. A missing key, and a key holding the empty string,
+// are a fresh key, as the empty state is for [ratelimit.Machine.Step].
+//
+// A state is a few dozen bytes of decimals; MEMORY USAGE reports about 150
+// bytes per key for the buckets and windows on Redis 7.0 (the key's name,
+// its string value and Redis's own per-key overhead), the same order as
+// other Redis limiters. The sliding log's state holds one entry per
+// instant something was admitted within the window and is read whole by
+// every check: keep its limits small.
+//
+// Anything that makes Redis drop a key before it expires makes that key
+// start fresh, with its whole allowance: eviction under maxmemory with an
+// allkeys-* or volatile-* policy (every state has an expiry, so volatile-*
+// policies may pick them), a FLUSHDB, a restart of a Redis without
+// persistence (or with an fsync policy that can lose the last second's
+// writes), or a failover to a replica that had not yet received the last
+// writes, replication being asynchronous. That is the same as an
+// in-process store evicting a partly spent key: a lossy eviction that can
+// only admit more, never deny what it should have admitted. Under
+// maxmemory-policy noeviction, a full Redis refuses the write instead: the
+// check fails and the failure policy answers. Size Redis for the number of
+// live keys (a key lives at most its rule's reset time plus the margin)
+// rather than relying on eviction.
 //
 // # When Redis fails
 //

@@ -171,3 +171,23 @@ func TestCallerDeadlineFirst(t *testing.T) {
 	assert.True(t, errors.Is(err, context.DeadlineExceeded), "the cause is wrapped: %v", err)
 	assert.True(t, d.Allowed)
 }
+
+// TestSharedDeadline: checks without a context that can end share one
+// deadline while it has more than nine tenths of the timeout left, then get
+// a new one.
+func TestSharedDeadline(t *testing.T) {
+	rdb := needRedis(t)
+	s, err := New(rdb, drillRule, WithTimeout(time.Second))
+	require.NoError(t, err)
+	t0 := time.Now()
+	a := s.sharedDeadline(t0)
+	b := s.sharedDeadline(t0.Add(99 * time.Millisecond))
+	assert.Same(t, a, b, "a check within a tenth of the timeout shares the deadline")
+	d, ok := b.Deadline()
+	require.True(t, ok)
+	assert.Equal(t, t0.Add(time.Second), d)
+	c := s.sharedDeadline(t0.Add(100 * time.Millisecond))
+	assert.NotSame(t, a, c)
+	d, _ = c.Deadline()
+	assert.Equal(t, t0.Add(1100*time.Millisecond), d)
+}

@@ -59,7 +59,9 @@ func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
 func WithClock(c ratelimit.Clock) Option { return func(o *options) { o.clock = c } }
 
 // WithTimeout bounds a check whose context has no deadline; the default is
-// 100 ms.
+// 100 ms. Checks whose context can never end (Check's) share a deadline
+// with those that started within a tenth of d before them, so each gets
+// between nine tenths of d and d.
 func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
 
 // WithExpiryMargin sets how long past the instant its state is as good as a

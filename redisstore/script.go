@@ -6,14 +6,30 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The script is the exact arithmetic followed by the step that uses it.
-// Both are plain Lua 5.1 as Redis runs it: numbers are doubles, so every
-// quantity that may pass 2^53 goes through the arithmetic in arith.lua.
+// The script is the fast path in doubles (fast.lua); the exact step, in
+// pairs of doubles for the buckets (pairs.lua) and in limbs for the
+// windows (arith.lua and limbs.lua), inside a function of its own so that
+// a check the fast path decides never builds it; and the step that tries
+// the first and falls back to the second (step.lua). All are plain Lua 5.1
+// as Redis runs it: numbers are doubles, exact only up to 2^53.
 var (
 	//go:embed arith.lua
 	arithLua string
+	//go:embed fast.lua
+	fastLua string
+	//go:embed pairs.lua
+	pairsLua string
+	//go:embed limbs.lua
+	limbsLua string
 	//go:embed step.lua
 	stepLua string
 
-	stepScript = redis.NewScript(arithLua + "\n" + stepLua)
+	stepScript = redis.NewScript(scriptSource(""))
 )
+
+// scriptSource assembles the script; override is Lua run after the fast
+// path is defined (tests use it to force a path).
+func scriptSource(override string) string {
+	return fastLua + "\n" + override + "\nlocal function exact(key, alg, old, tm)\n" + pairsLua +
+		"\nif alg == 'm' then return pmeter(key, old, tm) end\n" + arithLua + "\n" + limbsLua + "\nend\n" + stepLua
+}

@@ -17,165 +17,20 @@
 -- Returns {old state or '', now used before clamping, new state, 1 if
 -- admitted else 0}. A state that is not well formed, or that no sequence of
 -- checks under the rule could have produced, is an error reply and nothing
--- is written: the same states the Go side's decoder refuses.
-
-local function fail(why)
-  return redis.error_reply('RATELIMIT ' .. why)
-end
+-- is written: the same states the Go side's decoder refuses. An empty
+-- value is a fresh key, as the empty state is for the Machine.
+--
+-- The fast path (fast.lua) decides where its range check passes; else the
+-- exact path, built only then, decides: pmeter (pairs.lua) for the buckets,
+-- the limbs (arith.lua, limbs.lua) for the windows.
 
 local key, alg = KEYS[1], ARGV[1]
-local cost, margin = N(ARGV[3]), N(ARGV[4])
-if not cost or iszero(cost) or not margin then return fail('invalid argument') end
-
-local MAXT = N('4611686018427387904') -- 2^62 ns: MaxTime
-local now
-if ARGV[2] == '' then
-  local tm = redis.call('TIME')
-  now = fromtime(tm[1], tm[2])
-else
-  now = N(ARGV[2])
-  if not now then return fail('invalid argument') end
-end
-if cmp(now, MAXT) > 0 then now = MAXT end
-local reading = S(now)
-
--- The state: space-separated canonical decimals, the latest instant first.
+-- TIME is read once: on 7.0 it moves while a script runs.
+local tm = false
+if ARGV[2] == '' then tm = redis.call('TIME') end
 local old = redis.call('GET', key)
-local f, fs = {}, {}
-if old then
-  if #old == 0 or old:find('[^ 0-9]') or old:find('  ') or old:byte(1) == 32 or old:byte(-1) == 32 then
-    return fail('invalid state')
-  end
-  for w in old:gmatch('%d+') do
-    local v = N(w)
-    if not v then return fail('invalid state') end
-    f[#f + 1], fs[#fs + 1] = v, w
-  end
-  if cmp(f[1], MAXT) > 0 then return fail('invalid state') end
-  now = max(now, f[1])
-else
-  old = ''
+do
+  local r = fast(key, alg, old, tm)
+  if r then return r end
 end
--- A state with nothing after its instant is a fresh key's.
-local fresh = #f <= 1
-
-local admitted, new, ttl = 0, nil, nil
-
-if alg == 'm' then
-  local n, tau, tauf, cn, cf = N(ARGV[5]), N(ARGV[6]), N(ARGV[7]), N(ARGV[8]), N(ARGV[9])
-  if not (n and tau and tauf and cn and cf) then return fail('invalid argument') end
-  local t, fr = Z, Z
-  if not fresh then
-    if #f ~= 3 or cmp(f[3], n) >= 0 then return fail('invalid state') end
-    t, fr = f[2], f[3]
-  end
-  -- The debt: how far the schedule runs ahead of now, never more than the
-  -- capacity's span in a state the rule wrote.
-  local dn, df = Z, Z
-  if cmp(t, now) >= 0 then
-    dn, df = sub(t, now), fr
-    local c = cmp(dn, tau)
-    if c > 0 or (c == 0 and cmp(df, tauf) > 0) then return fail('invalid state') end
-  end
-  local nn, nf = add(dn, cn), add(df, cf)
-  if cmp(nf, n) >= 0 then nn, nf = add(nn, ONE), sub(nf, n) end
-  local c = cmp(nn, tau)
-  if c < 0 or (c == 0 and cmp(nf, tauf) <= 0) then
-    admitted, t, fr, dn, df = 1, add(now, nn), nf, nn, nf
-  end
-  ttl = dn
-  if not iszero(df) then ttl = add(ttl, ONE) end
-  new = S(now) .. ' ' .. S(t) .. ' ' .. S(fr)
-elseif alg == 'f' or alg == 'c' or alg == 'l' then
-  local w, cap = N(ARGV[5]), N(ARGV[6])
-  if not (w and cap) or iszero(w) then return fail('invalid argument') end
-  if alg == 'f' then
-    local win = divmod(now, w)
-    local sw, sc = Z, Z
-    if not fresh then
-      if #f ~= 3 then return fail('invalid state') end
-      sw, sc = f[2], f[3]
-      if cmp(sw, win) > 0 or cmp(sc, cap) > 0 then return fail('invalid state') end
-    end
-    local count = Z
-    if cmp(win, sw) == 0 then count = sc end
-    local used = add(count, cost)
-    if cmp(used, cap) <= 0 then
-      admitted, sw, sc = 1, win, used
-    end
-    ttl = sub(mul(add(win, ONE), w), now)
-    new = S(now) .. ' ' .. S(sw) .. ' ' .. S(sc)
-  elseif alg == 'c' then
-    local win, e = divmod(now, w)
-    local sw, sp, sc = Z, Z, Z
-    if not fresh then
-      if #f ~= 4 then return fail('invalid state') end
-      sw, sp, sc = f[2], f[3], f[4]
-      if cmp(sw, win) > 0 or cmp(sp, cap) > 0 or cmp(sc, cap) > 0 then return fail('invalid state') end
-    end
-    local prev, cur = Z, Z
-    local c = cmp(win, sw)
-    if c == 0 then
-      prev, cur = sp, sc
-    elseif cmp(win, add(sw, ONE)) == 0 then
-      prev = sc
-    end
-    -- estimate + cost <= capacity  <=>  prev*(W-e) <= (capacity-cur-cost)*W
-    local used = add(cur, cost)
-    if cmp(used, cap) <= 0 and cmp(mul(prev, sub(w, e)), mul(sub(cap, used), w)) <= 0 then
-      admitted, cur = 1, used
-      sw, sp, sc = win, prev, cur
-    end
-    if not iszero(cur) then
-      ttl = sub(add(w, w), e)
-    elseif not iszero(prev) then
-      ttl = sub(w, e)
-    else
-      ttl = Z
-    end
-    new = S(now) .. ' ' .. S(sw) .. ' ' .. S(sp) .. ' ' .. S(sc)
-  else
-    -- Entries t cost, oldest first, at strictly increasing instants no
-    -- later than now; those with t + W <= now have expired (k is the first
-    -- live one).
-    local m = #f
-    if m > 0 and m % 2 ~= 1 then return fail('invalid state') end
-    local k, inside = m + 1, Z
-    for i = 2, m, 2 do
-      local t, c = f[i], f[i + 1]
-      if cmp(t, now) > 0 or (i > 2 and cmp(f[i - 2], t) >= 0) or iszero(c) or cmp(c, cap) > 0 then
-        return fail('invalid state')
-      end
-      if cmp(add(t, w), now) > 0 then
-        if k > m then k = i end
-        inside = add(inside, c)
-      end
-    end
-    if cmp(inside, cap) > 0 then return fail('invalid state') end
-    local parts = {S(now)}
-    if cmp(add(inside, cost), cap) <= 0 then
-      admitted = 1
-      local last = m - 1
-      local merge = k < m and cmp(f[last], now) == 0
-      for i = k, m, 2 do
-        if merge and i == last then
-          parts[#parts + 1] = fs[i] .. ' ' .. S(add(f[i + 1], cost))
-        else
-          parts[#parts + 1] = fs[i] .. ' ' .. fs[i + 1]
-        end
-      end
-      if not merge then parts[#parts + 1] = S(now) .. ' ' .. S(cost) end
-      ttl = w
-    else
-      for i = 2, m do parts[#parts + 1] = fs[i] end
-      ttl = sub(add(f[m - 1], w), now)
-    end
-    new = table.concat(parts, ' ')
-  end
-else
-  return fail('invalid argument')
-end
-
--- Keep the state until it is as good as a fresh key's, plus the margin.
-redis.call('SET', key, new, 'PX', string.format('%d', ceilms(ttl) + tonumber(ARGV[4])))
-return {old, reading, new, admitted}
+return exact(key, alg, old, tm)

@@ -1,0 +1,298 @@
+-- The step in plain doubles, for the common case: every quantity it
+-- touches is checked to be small enough that each sum, difference and
+-- comparison below is exact (below 2^53). Times are never used whole (a
+-- nanosecond Unix time is near 2^61): each is split into seconds and
+-- nanoseconds, and only its distance from the key's clamped now is ever
+-- computed, which a range check keeps within 2^22 s. Constants, costs,
+-- counts and spans must be below 2^51. Where a check fails, fast returns
+-- nil and the exact path decides instead (pairs.lua, limbs.lua); a state
+-- the exact path would refuse is never decided here, so every error comes
+-- from the exact path.
+--
+-- The numbers are written out rather than named: the script builds its
+-- functions on every call, and each named constant or library function a
+-- function captures would cost an upvalue each time. They are 2^51 =
+-- 2251799813685248 (the bound on constants), 2^22 = 4194304 (seconds from
+-- now), -2^53 = -9007199254740992 (a time further back), 10^9 (ns in a
+-- second), MaxTime = 2^62 ns = 4611686018 s + 427387904 ns, and Dekker's
+-- splitter 2^27 + 1 = 134217729.
+
+-- fdig reads a field known to hold digits only: a canonical decimal below
+-- 2^51, else nil.
+local function fdig(s)
+  local n = #s
+  if n > 16 or (n > 1 and string.byte(s, 1) == 48) then return nil end
+  local v = tonumber(s)
+  if v >= 2251799813685248 then return nil end
+  return v
+end
+
+-- farg reads an argument: a whole number from 0 to below 2^51, else nil.
+-- The arguments are the store's own canonical decimals, so tonumber reads
+-- them exactly; the exact path is the strict reader of malformed ones.
+local function farg(s)
+  local v = tonumber(s)
+  if v and v >= 0 and v < 2251799813685248 and v % 1 == 0 then return v end
+  return nil
+end
+
+-- ftime splits a time field (digits only) into seconds and nanoseconds; nil
+-- if it is not canonical or is beyond MaxTime.
+local function ftime(s)
+  local n = #s
+  if n > 1 and string.byte(s, 1) == 48 then return nil end
+  if n <= 9 then return 0, tonumber(s) end
+  if n > 19 then return nil end
+  local h, l = tonumber(string.sub(s, 1, n - 9)), tonumber(string.sub(s, n - 8))
+  if h > 4611686018 or (h == 4611686018 and l > 427387904) then return nil end
+  return h, l
+end
+
+-- frel returns the time field s minus the instant (H, L) in ns: exact when
+-- s is at most 2^22 s away (below 2^52 either way); -2^53 when s is
+-- further back; nil when it is further ahead or not a valid time.
+local function frel(s, H, L)
+  local h, l = ftime(s)
+  if not h then return nil end
+  local dh = h - H
+  if dh < -4194304 then return -9007199254740992 end
+  if dh > 4194304 then return nil end
+  return dh * 1000000000 + (l - L)
+end
+
+-- fabs formats the instant (H, L) plus d ns, for 0 <= d < 2^52.
+local function fabs(H, L, d)
+  local x = L + d
+  local r = math.fmod(x, 1000000000)
+  local h = H + (x - r) / 1000000000
+  if h > 0 then return string.format('%d%09d', h, r) end
+  return string.format('%d', r)
+end
+
+-- fceilms is ceil(d / 10^6) for 0 <= d < 2^53: a span in whole ms.
+local function fceilms(d)
+  local r = math.fmod(d, 1000000)
+  local ms = (d - r) / 1000000
+  if r > 0 then ms = ms + 1 end
+  return ms
+end
+
+-- ftwo returns p, e with a*b = p + e exactly (Dekker's product: p is the
+-- rounded product and e its error, both doubles).
+local function ftwo(a, b)
+  local p = a * b
+  local t = 134217729 * a
+  local ah = t - (t - a)
+  local al = a - ah
+  t = 134217729 * b
+  local bh = t - (t - b)
+  local bl = b - bh
+  return p, al * bl - (((p - ah * bh) - al * bh) - ah * bl)
+end
+
+-- fleq reports a*b <= c*d exactly, for whole 0 <= a, b, c, d < 2^53.
+-- Rounding is monotonic, so unequal rounded products order the exact ones;
+-- equal ones leave the exact difference as the difference of the errors.
+local function fleq(a, b, c, d)
+  local p, e = ftwo(a, b)
+  local q, f = ftwo(c, d)
+  if p ~= q then return p < q end
+  return e <= f
+end
+
+-- fwindow returns the index of the window of length w holding the instant
+-- (H, L), and how far into it the instant is, with an index below 2^51:
+-- exact for windows of whole microseconds (the instant in microseconds is
+-- below 2^53) and windows that divide a second; nil for others.
+local function fwindow(H, L, w)
+  local win, e
+  if math.fmod(w, 1000) == 0 then
+    local k = w / 1000
+    local lr = math.fmod(L, 1000)
+    local us = H * 1000000 + (L - lr) / 1000
+    local r = math.fmod(us, k)
+    win, e = (us - r) / k, r * 1000 + lr
+  elseif math.fmod(1000000000, w) == 0 then
+    local m = 1000000000 / w
+    if H * m >= 2251799813685248 then return nil end
+    local r = math.fmod(L, w)
+    win, e = H * m + (L - r) / w, r
+  else
+    return nil
+  end
+  if win >= 2251799813685248 then return nil end
+  return win, e
+end
+
+-- fast runs one check as the exact path would, or returns nil to leave it
+-- to the exact path. tm is TIME's reply, or nil for a client clock; old is
+-- the key's value, or false.
+local function fast(key, alg, old, tm)
+  local cost, margin = farg(ARGV[3]), farg(ARGV[4])
+  if not cost or cost == 0 or not margin then return nil end
+  -- The rule's constants first, so that a rule beyond range declines at once.
+  local n, tau, tauf, cn, cf, w, cap
+  if alg == 'm' then
+    n, tau, tauf, cn, cf = farg(ARGV[5]), farg(ARGV[6]), farg(ARGV[7]), farg(ARGV[8]), farg(ARGV[9])
+    if not (n and tau and tauf and cn and cf) then return nil end
+  elseif alg == 'f' or alg == 'c' or alg == 'l' then
+    w, cap = farg(ARGV[5]), farg(ARGV[6])
+    if not (w and cap) or w == 0 then return nil end
+  else
+    return nil
+  end
+  local H, L, reading
+  if tm then
+    H, L = tonumber(tm[1]), tonumber(tm[2])
+    if not (H and L) or H < 1 or H >= 4611686018 then return nil end
+    L = L * 1000
+    reading = string.format('%d%09d', H, L)
+  else
+    reading = ARGV[2]
+    if string.find(reading, '%D') then return nil end
+    H, L = ftime(reading)
+    if not H then return nil end
+  end
+  local now = reading -- the clamped now, as written
+
+  -- The state's fields: f1..f4 for the fixed shapes, fs for a log.
+  local fs, nf, f1, f2, f3, f4 = nil, 0, nil, nil, nil, nil
+  if old and #old > 0 then
+    if alg == 'l' then
+      if string.find(old, '[^ 0-9]') or string.find(old, '  ') or string.byte(old, 1) == 32 or string.byte(old, -1) == 32 then
+        return nil
+      end
+      fs = {}
+      for w in string.gmatch(old, '%d+') do
+        nf = nf + 1
+        fs[nf] = w
+      end
+      f1 = fs[1]
+    else
+      if alg == 'c' then
+        f1, f2, f3, f4 = string.match(old, '^(%d+) (%d+) (%d+) (%d+)$')
+        nf = 4
+      else
+        f1, f2, f3 = string.match(old, '^(%d+) (%d+) (%d+)$')
+        nf = 3
+      end
+      if not f1 then
+        f1, nf = string.match(old, '^%d+$'), 1
+        if not f1 then return nil end
+      end
+    end
+    -- Canonical decimals compare as numbers by length, then as strings:
+    -- the latest instant needs reading only when it is later than now.
+    local n1, nn = #f1, #now
+    if n1 > 1 and string.byte(f1, 1) == 48 then return nil end
+    if n1 > nn or (n1 == nn and f1 > now) then
+      local h, l = ftime(f1)
+      if not h then return nil end
+      H, L, now = h, l, f1
+    end
+  end
+
+  local admitted, new, ttl = 0, nil, 0
+  if alg == 'm' then
+    local ts, frs, dn, df = '0', '0', 0, 0
+    if nf > 1 then
+      ts, frs = f2, f3
+      local fr, t = fdig(frs), frel(ts, H, L)
+      if not (fr and t) or fr >= n then return nil end
+      if t >= 0 then
+        if t > tau or (t == tau and fr > tauf) then return nil end
+        dn, df = t, fr
+      end
+    end
+    local nn, nr = dn + cn, df + cf
+    if nr >= n then nn, nr = nn + 1, nr - n end
+    if nn < tau or (nn == tau and nr <= tauf) then
+      admitted, ts, frs, dn, df = 1, fabs(H, L, nn), string.format('%d', nr), nn, nr
+    end
+    ttl = dn
+    if df ~= 0 then ttl = ttl + 1 end
+    new = now .. ' ' .. ts .. ' ' .. frs
+  else
+    if alg == 'l' then
+      if nf > 1 and nf % 2 ~= 1 then return nil end
+      local rt, c = {}, {}
+      local k, inside, prev = nf + 1, 0, nil
+      for i = 2, nf, 2 do
+        local t, ci = frel(fs[i], H, L), fdig(fs[i + 1])
+        if not (t and ci) or t > 0 or ci == 0 or ci > cap or (prev and prev >= t) then return nil end
+        prev = t
+        if t + w > 0 then
+          if k > nf then k = i end
+          inside = inside + ci
+          if inside > cap then return nil end
+        end
+        rt[i], c[i] = t, ci
+      end
+      local parts = {now}
+      if inside + cost <= cap then
+        admitted = 1
+        local last = nf - 1
+        local merge = k < nf and rt[last] == 0
+        for i = k, nf, 2 do
+          if merge and i == last then
+            parts[#parts + 1] = fs[i] .. ' ' .. string.format('%d', c[i] + cost)
+          else
+            parts[#parts + 1] = fs[i] .. ' ' .. fs[i + 1]
+          end
+        end
+        if not merge then parts[#parts + 1] = now .. ' ' .. string.format('%d', cost) end
+        ttl = w
+      else
+        for i = 2, nf do parts[#parts + 1] = fs[i] end
+        ttl = rt[nf - 1] + w
+      end
+      new = table.concat(parts, ' ')
+    else
+      local win, e = fwindow(H, L, w)
+      if not win then return nil end
+      if alg == 'f' then
+        local sws, scs, sw, sc = '0', '0', 0, 0
+        if nf > 1 then
+          sws, scs = f2, f3
+          sw, sc = fdig(sws), fdig(scs)
+          if not (sw and sc) or sw > win or sc > cap then return nil end
+        end
+        local used = cost
+        if sw == win then used = sc + cost end
+        if used <= cap then
+          admitted, sws, scs = 1, string.format('%d', win), string.format('%d', used)
+        end
+        ttl = w - e
+        new = now .. ' ' .. sws .. ' ' .. scs
+      else
+        local sws, sps, scs, sw, sp, sc = '0', '0', '0', 0, 0, 0
+        if nf > 1 then
+          sws, sps, scs = f2, f3, f4
+          sw, sp, sc = fdig(sws), fdig(sps), fdig(scs)
+          if not (sw and sp and sc) or sw > win or sp > cap or sc > cap then return nil end
+        end
+        local prev, cur = 0, 0
+        if win == sw then
+          prev, cur = sp, sc
+        elseif win == sw + 1 then
+          prev = sc
+        end
+        -- estimate + cost <= capacity  <=>  prev*(W-e) <= (capacity-cur-cost)*W
+        local used = cur + cost
+        if used <= cap and fleq(prev, w - e, cap - used, w) then
+          admitted, cur = 1, used
+          sws, sps, scs = string.format('%d', win), string.format('%d', prev), string.format('%d', cur)
+        end
+        if cur ~= 0 then
+          ttl = w + w - e
+        elseif prev ~= 0 then
+          ttl = w - e
+        end
+        new = now .. ' ' .. sws .. ' ' .. sps .. ' ' .. scs
+      end
+    end
+  end
+
+  redis.call('SET', key, new, 'PX', fceilms(ttl) + margin)
+  return {old or '', reading, new, admitted}
+end

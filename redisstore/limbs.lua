@@ -1,0 +1,141 @@
+-- The step of the window rules in exact limb arithmetic (arith.lua), for
+-- any state, argument or time: the end of the body of exact(key, alg, old,
+-- tm), which the script defines around pairs.lua, arith.lua and this file
+-- so that a check the fast path decides never builds these functions. The
+-- buckets have returned by pmeter (pairs.lua) before this runs. old is the
+-- key's value or false, tm TIME's reply or false.
+
+local function fail(why)
+  return redis.error_reply('RATELIMIT ' .. why)
+end
+
+-- The limb path: any state, argument or time.
+local cost, margin = N(ARGV[3]), N(ARGV[4])
+if not cost or iszero(cost) or not margin then return fail('invalid argument') end
+
+local MAXT = {7387904, 8601842, 46116} -- 2^62 ns: MaxTime
+local now
+if tm then
+  now = fromtime(tm[1], tm[2])
+else
+  now = N(ARGV[2])
+  if not now then return fail('invalid argument') end
+end
+if cmp(now, MAXT) > 0 then now = MAXT end
+local reading = S(now)
+
+-- The state: space-separated canonical decimals, the latest instant first.
+-- An empty value is a fresh key's, as for the Machine.
+local f, fs = {}, {}
+if old and #old > 0 then
+  if old:find('[^ 0-9]') or old:find('  ') or old:byte(1) == 32 or old:byte(-1) == 32 then
+    return fail('invalid state')
+  end
+  for w in old:gmatch('%d+') do
+    local v = N(w, true)
+    if not v then return fail('invalid state') end
+    f[#f + 1], fs[#fs + 1] = v, w
+  end
+  if cmp(f[1], MAXT) > 0 then return fail('invalid state') end
+  now = max(now, f[1])
+else
+  old = old or ''
+end
+-- A state with nothing after its instant is a fresh key's.
+local fresh = #f <= 1
+
+local admitted, new, ttl = 0, nil, nil
+
+if alg == 'f' or alg == 'c' or alg == 'l' then
+  local w, cap = N(ARGV[5]), N(ARGV[6])
+  if not (w and cap) or iszero(w) then return fail('invalid argument') end
+  if alg == 'f' then
+    local win = divmod(now, w)
+    local sw, sc = Z, Z
+    if not fresh then
+      if #f ~= 3 then return fail('invalid state') end
+      sw, sc = f[2], f[3]
+      if cmp(sw, win) > 0 or cmp(sc, cap) > 0 then return fail('invalid state') end
+    end
+    local count = Z
+    if cmp(win, sw) == 0 then count = sc end
+    local used = add(count, cost)
+    if cmp(used, cap) <= 0 then
+      admitted, sw, sc = 1, win, used
+    end
+    ttl = sub(mul(add(win, ONE), w), now)
+    new = S(now) .. ' ' .. S(sw) .. ' ' .. S(sc)
+  elseif alg == 'c' then
+    local win, e = divmod(now, w)
+    local sw, sp, sc = Z, Z, Z
+    if not fresh then
+      if #f ~= 4 then return fail('invalid state') end
+      sw, sp, sc = f[2], f[3], f[4]
+      if cmp(sw, win) > 0 or cmp(sp, cap) > 0 or cmp(sc, cap) > 0 then return fail('invalid state') end
+    end
+    local prev, cur = Z, Z
+    local c = cmp(win, sw)
+    if c == 0 then
+      prev, cur = sp, sc
+    elseif cmp(win, add(sw, ONE)) == 0 then
+      prev = sc
+    end
+    -- estimate + cost <= capacity  <=>  prev*(W-e) <= (capacity-cur-cost)*W
+    local used = add(cur, cost)
+    if cmp(used, cap) <= 0 and cmp(mul(prev, sub(w, e)), mul(sub(cap, used), w)) <= 0 then
+      admitted, cur = 1, used
+      sw, sp, sc = win, prev, cur
+    end
+    if not iszero(cur) then
+      ttl = sub(add(w, w), e)
+    elseif not iszero(prev) then
+      ttl = sub(w, e)
+    else
+      ttl = Z
+    end
+    new = S(now) .. ' ' .. S(sw) .. ' ' .. S(sp) .. ' ' .. S(sc)
+  else
+    -- Entries t cost, oldest first, at strictly increasing instants no
+    -- later than now; those with t + W <= now have expired (k is the first
+    -- live one).
+    local m = #f
+    if m > 0 and m % 2 ~= 1 then return fail('invalid state') end
+    local k, inside = m + 1, Z
+    for i = 2, m, 2 do
+      local t, c = f[i], f[i + 1]
+      if cmp(t, now) > 0 or (i > 2 and cmp(f[i - 2], t) >= 0) or iszero(c) or cmp(c, cap) > 0 then
+        return fail('invalid state')
+      end
+      if cmp(add(t, w), now) > 0 then
+        if k > m then k = i end
+        inside = add(inside, c)
+      end
+    end
+    if cmp(inside, cap) > 0 then return fail('invalid state') end
+    local parts = {S(now)}
+    if cmp(add(inside, cost), cap) <= 0 then
+      admitted = 1
+      local last = m - 1
+      local merge = k < m and cmp(f[last], now) == 0
+      for i = k, m, 2 do
+        if merge and i == last then
+          parts[#parts + 1] = fs[i] .. ' ' .. S(add(f[i + 1], cost))
+        else
+          parts[#parts + 1] = fs[i] .. ' ' .. fs[i + 1]
+        end
+      end
+      if not merge then parts[#parts + 1] = S(now) .. ' ' .. S(cost) end
+      ttl = w
+    else
+      for i = 2, m do parts[#parts + 1] = fs[i] end
+      ttl = sub(add(f[m - 1], w), now)
+    end
+    new = table.concat(parts, ' ')
+  end
+else
+  return fail('invalid argument')
+end
+
+-- Keep the state until it is as good as a fresh key's, plus the margin.
+redis.call('SET', key, new, 'PX', string.format('%d', ceilms(ttl) + tonumber(ARGV[4])))
+return {old, reading, new, admitted}

@@ -1,0 +1,126 @@
+-- The exact step of the buckets (token bucket, GCRA, leaky bucket) for any
+-- state, argument or time. Their step only adds, subtracts and compares
+-- integers below 2^64, so each is kept as two doubles, h*10^9 + l with
+-- 0 <= l < 10^9 (h below 2^35): every operation on such pairs is exact,
+-- and none needs a table. pmeter(key, old, tm) is defined inside the
+-- script's exact function, built only when the fast path declines. As in
+-- fast.lua, numbers and library functions are written out, not captured.
+
+-- pp reads a canonical decimal below 2^63 as a pair; nil if s is not one.
+-- digits says s is known to hold digits only.
+local function pp(s, digits)
+  if type(s) ~= 'string' then return nil end
+  local n = #s
+  if n == 0 or n > 19 or (n > 1 and string.byte(s, 1) == 48) or (not digits and string.find(s, '%D'))
+      or (n == 19 and s > '9223372036854775807') then
+    return nil
+  end
+  if n <= 9 then return 0, tonumber(s) end
+  return tonumber(string.sub(s, 1, n - 9)), tonumber(string.sub(s, n - 8))
+end
+
+local function pcmp(ah, al, bh, bl)
+  if ah ~= bh then return ah < bh and -1 or 1 end
+  if al ~= bl then return al < bl and -1 or 1 end
+  return 0
+end
+
+local function padd(ah, al, bh, bl)
+  local l = al + bl
+  if l >= 1000000000 then return ah + bh + 1, l - 1000000000 end
+  return ah + bh, l
+end
+
+-- psubp returns a - b for a >= b.
+local function psubp(ah, al, bh, bl)
+  local l = al - bl
+  if l < 0 then return ah - bh - 1, l + 1000000000 end
+  return ah - bh, l
+end
+
+local function pstr(h, l)
+  if h > 0 then return string.format('%d%09d', h, l) end
+  return string.format('%d', l)
+end
+
+local function pfail(why)
+  return redis.error_reply('RATELIMIT ' .. why)
+end
+
+local function pmeter(key, old, tm)
+  local fail = pfail
+  local ch, cl = pp(ARGV[3])
+  local mh, ml = pp(ARGV[4])
+  local nh, nl = pp(ARGV[5])
+  local th, tl = pp(ARGV[6])
+  local fh, fl = pp(ARGV[7])
+  local kh, kl = pp(ARGV[8])
+  local gh, gl = pp(ARGV[9])
+  if not (ch and mh and nh and th and fh and kh and gh) or (ch == 0 and cl == 0) then
+    return fail('invalid argument')
+  end
+
+  -- now, clamped to MaxTime (2^62 ns), as the limbs read it.
+  local wh, wl
+  if tm then
+    wh, wl = tonumber(tm[1]), tonumber(tm[2]) * 1000
+  else
+    wh, wl = pp(ARGV[2])
+    if not wh then return fail('invalid argument') end
+  end
+  if pcmp(wh, wl, 4611686018, 427387904) > 0 then wh, wl = 4611686018, 427387904 end
+  local reading = pstr(wh, wl)
+
+  -- The state "last t f", or "last", or nothing: a fresh key.
+  local sh, sl, rh, rl = 0, 0, 0, 0
+  if old and #old > 0 then
+    -- Canonical decimals below 2^63 separated by single spaces, three of
+    -- them or one (a fresh key's); anything else is not a state.
+    local f1, f2, f3 = string.match(old, '^(%d+) (%d+) (%d+)$')
+    if not f1 then f1 = string.match(old, '^%d+$') end
+    if not f1 then return fail('invalid state') end
+    local lh, ll = pp(f1, true)
+    if not lh or pcmp(lh, ll, 4611686018, 427387904) > 0 then return fail('invalid state') end
+    if pcmp(lh, ll, wh, wl) > 0 then wh, wl = lh, ll end
+    if f2 then
+      sh, sl = pp(f2, true)
+      rh, rl = pp(f3, true)
+      if not (sh and rh) or pcmp(rh, rl, nh, nl) >= 0 then return fail('invalid state') end
+    end
+  else
+    old = old or ''
+  end
+
+  -- The debt: how far the schedule runs ahead of now, never more than the
+  -- capacity's span in a state the rule wrote.
+  local dh, dl, eh, el = 0, 0, 0, 0
+  if pcmp(sh, sl, wh, wl) >= 0 then
+    dh, dl = psubp(sh, sl, wh, wl)
+    eh, el = rh, rl
+    local c = pcmp(dh, dl, th, tl)
+    if c > 0 or (c == 0 and pcmp(eh, el, fh, fl) > 0) then return fail('invalid state') end
+  end
+  local xh, xl = padd(dh, dl, kh, kl)
+  local yh, yl = padd(eh, el, gh, gl)
+  if pcmp(yh, yl, nh, nl) >= 0 then
+    xh, xl = padd(xh, xl, 0, 1)
+    yh, yl = psubp(yh, yl, nh, nl)
+  end
+  local admitted = 0
+  local c = pcmp(xh, xl, th, tl)
+  if c < 0 or (c == 0 and pcmp(yh, yl, fh, fl) <= 0) then
+    admitted = 1
+    sh, sl = padd(wh, wl, xh, xl)
+    rh, rl, dh, dl, eh, el = yh, yl, xh, xl, yh, yl
+  end
+  if eh ~= 0 or el ~= 0 then dh, dl = padd(dh, dl, 0, 1) end
+  local new = pstr(wh, wl) .. ' ' .. pstr(sh, sl) .. ' ' .. pstr(rh, rl)
+
+  -- Keep the state until it is as good as a fresh key's, plus the margin:
+  -- the debt in whole ms, rounded up.
+  local r = dl % 1000000
+  local ms = dh * 1000 + (dl - r) / 1000000
+  if r ~= 0 then ms = ms + 1 end
+  redis.call('SET', key, new, 'PX', string.format('%d', ms + tonumber(ARGV[4])))
+  return {old, reading, new, admitted}
+end
