@@ -11,23 +11,25 @@ import (
 type Option func(*options)
 
 type options struct {
-	prefix   string
-	clock    ratelimit.Clock
-	timeout  time.Duration
-	margin   time.Duration
-	mode     FailureMode
-	fallback ratelimit.KeyedLimiter
-	failures int
-	pause    time.Duration
+	prefix    string
+	clock     ratelimit.Clock
+	timeout   time.Duration
+	margin    time.Duration
+	mode      FailureMode
+	fallback  ratelimit.KeyedLimiter
+	failures  int
+	pause     time.Duration
+	denyCache int
 }
 
 func defaultOptions() options {
 	return options{
-		prefix:   "ratelimit:",
-		timeout:  100 * time.Millisecond,
-		margin:   time.Second,
-		failures: 5,
-		pause:    250 * time.Millisecond,
+		prefix:    "ratelimit:",
+		timeout:   100 * time.Millisecond,
+		margin:    time.Second,
+		failures:  5,
+		pause:     250 * time.Millisecond,
+		denyCache: 10_000,
 	}
 }
 
@@ -102,3 +104,15 @@ func WithFallback(local ratelimit.KeyedLimiter) Option {
 func WithCircuit(failures int, pause time.Duration) Option {
 	return func(o *options) { o.failures, o.pause = failures, pause }
 }
+
+// WithDenyCache sets how many keys' refusals the store keeps, to answer
+// without a round trip a request that Redis would refuse; the default is
+// 10,000, and n <= 0 turns it off. A request is answered from the cache
+// only when the key's state, as Redis read it when it refused, still
+// refuses it at the instant Redis would decide at now (never earlier), so
+// the answer is the one Redis would give, RetryAfter counted down to the
+// same instant, unless the key's state was taken back or cleared elsewhere
+// since: a reset, a refund, or a Redis that lost it (eviction, a restart
+// without persistence), in which cases the cache keeps refusing until its
+// own instant. Turn it off if those matter more than the round trips saved.
+func WithDenyCache(n int) Option { return func(o *options) { o.denyCache = n } }

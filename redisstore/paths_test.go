@@ -77,9 +77,12 @@ func TestBothPathsSameDecisions(t *testing.T) {
 		start := rapid.SampledFrom([]time.Duration{0, 5, time.Second, unixNow, ratelimit.MaxTime - year, ratelimit.MaxTime}).Draw(t, "start")
 		clk := ratelimit.NewManualClock(start)
 		prefix := testPrefix()
-		opts := []Option{WithClock(clk), WithPrefix(prefix), WithExpiryMargin(time.Hour), WithTimeout(5 * time.Second)}
+		// Two stores share the paths' keys, each with a cache of its own
+		// (as two replicas would); the caches are off here, as this test
+		// is about the script's arithmetic (the deny cache has its own).
+		opts := []Option{WithClock(clk), WithPrefix(prefix), WithExpiryMargin(time.Hour), WithTimeout(5 * time.Second), WithDenyCache(0)}
 		paths := newPathStores(t, rdb, rule, opts...)
-		exact, err := New(rdb, rule, WithClock(clk), WithPrefix(prefix+"exact:"), WithExpiryMargin(time.Hour), WithTimeout(5*time.Second))
+		exact, err := New(rdb, rule, WithClock(clk), WithPrefix(prefix+"exact:"), WithExpiryMargin(time.Hour), WithTimeout(5*time.Second), WithDenyCache(0))
 		require.NoError(t, err)
 		exact.script = exactScript
 		p := paths.fast.Params()

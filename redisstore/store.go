@@ -63,7 +63,9 @@ type Store struct {
 	br       breaker
 	dl       atomic.Pointer[deadline]
 
-	failures, circuitRefusals, invalid, mismatches atomic.Uint64
+	deny *denyCache // nil when off
+
+	failures, circuitRefusals, invalid, mismatches, localDenials atomic.Uint64
 }
 
 // New returns a Store for rule on the Redis that rdb talks to. rule is
@@ -99,6 +101,7 @@ func New(rdb redis.UniversalClient, rule ratelimit.Rule, opts ...Option) (*Store
 		o:        o,
 		guard:    !honoursContext(rdb),
 		script:   stepScript,
+		deny:     newDenyCache(o.denyCache),
 		marginMs: max(1, (int64(o.margin)+int64(time.Millisecond)-1)/int64(time.Millisecond)),
 	}
 	switch p.Algorithm {
@@ -186,6 +189,16 @@ func (s *Store) CheckContext(ctx context.Context, key string, cost ratelimit.Uni
 		d, _, err := s.m.Step(nil, 0, cost, false)
 		return d, err
 	}
+	rk := s.Key(key)
+	var floor int64
+	if s.deny != nil {
+		d, ok, latest := s.deny.answer(s.m, s.clock, rk, cost)
+		if ok {
+			s.localDenials.Add(1)
+			return d, nil
+		}
+		floor = latest
+	}
 	now := time.Now()
 	if _, ok := ctx.Deadline(); !ok {
 		if ctx.Done() == nil {
@@ -202,7 +215,7 @@ func (s *Store) CheckContext(ctx context.Context, key string, cost ratelimit.Uni
 		s.failures.Add(1)
 		return s.degraded(ctx, key, cost, ErrCircuitOpen)
 	}
-	reply, err := s.run(ctx, key, cost)
+	reply, err := s.run(ctx, rk, cost, floor)
 	if err != nil {
 		if isScriptError(err) {
 			// The server answered: it is up, but the key cannot be used.
@@ -215,7 +228,15 @@ func (s *Store) CheckContext(ctx context.Context, key string, cost ratelimit.Uni
 		return s.degraded(ctx, key, cost, fmt.Errorf("%w: %w", ErrUnavailable, err))
 	}
 	s.br.success(probe)
-	return s.verify(key, cost, reply)
+	d, at, state, err := s.verify(key, cost, reply)
+	if s.deny != nil && err == nil {
+		if d.Allowed {
+			s.deny.forget(rk)
+		} else {
+			s.deny.remember(rk, state, at, now)
+		}
+	}
+	return d, err
 }
 
 // deadline is a context that ends at a deadline, shared by the checks that
@@ -244,9 +265,9 @@ func (s *Store) sharedDeadline(now time.Time) context.Context {
 
 // run sends the script, on a goroutine of its own when the client might
 // not stop at ctx's deadline.
-func (s *Store) run(ctx context.Context, key string, cost ratelimit.Units) ([]any, error) {
-	args := s.args(cost)
-	keys := []string{s.Key(key)}
+func (s *Store) run(ctx context.Context, rk string, cost ratelimit.Units, floor int64) ([]any, error) {
+	args := s.args(cost, floor)
+	keys := []string{rk}
 	if !s.guard {
 		return s.script.Run(ctx, s.rdb, keys, args...).Slice()
 	}
@@ -268,10 +289,14 @@ func (s *Store) run(ctx context.Context, key string, cost ratelimit.Units) ([]an
 }
 
 // args are the script's arguments for one check (see step.lua).
-func (s *Store) args(cost ratelimit.Units) []any {
+//
+// floor is the latest instant the store has used for the key without
+// telling Redis (a refusal the deny cache answered); with a client clock,
+// the instant sent is at least floor, as Redis would have clamped to it.
+func (s *Store) args(cost ratelimit.Units, floor int64) []any {
 	now := ""
 	if s.clock != nil {
-		now = strconv.FormatInt(clamp(s.clock.Now()), 10)
+		now = strconv.FormatInt(max(clamp(s.clock.Now()), floor), 10)
 	}
 	args := make([]any, 0, 9)
 	args = append(args, s.alg, now, strconv.FormatInt(int64(cost), 10), strconv.FormatInt(s.marginMs, 10))
@@ -290,29 +315,30 @@ func clamp(t time.Duration) int64 {
 
 // verify turns the script's reply into the Decision, recomputing it with
 // the rule's Machine and checking the script wrote the same new state.
-func (s *Store) verify(key string, cost ratelimit.Units, reply []any) (ratelimit.Decision, error) {
+// It also returns the instant the script decided at and the state it wrote.
+func (s *Store) verify(key string, cost ratelimit.Units, reply []any) (d ratelimit.Decision, at int64, state string, err error) {
 	old, okOld := str(reply, 0)
 	reading, okNow := str(reply, 1)
 	written, okNew := str(reply, 2)
-	at, err := strconv.ParseInt(reading, 10, 64)
+	at, err = strconv.ParseInt(reading, 10, 64)
 	if !okOld || !okNow || !okNew || len(reply) != 4 || err != nil {
 		s.mismatches.Add(1)
-		return s.refused(), fmt.Errorf("%w: unexpected reply %v", ErrMismatch, reply)
+		return s.refused(), 0, "", fmt.Errorf("%w: unexpected reply %v", ErrMismatch, reply)
 	}
 	admitted, _ := reply[3].(int64)
 	d, next, err := s.m.Step([]byte(old), time.Duration(at), cost, true)
 	if err != nil {
 		if errors.Is(err, ratelimit.ErrInvalidState) {
 			s.invalid.Add(1)
-			return s.refused(), fmt.Errorf("key %q: %w", clipKey(key), err)
+			return s.refused(), 0, "", fmt.Errorf("key %q: %w", clipKey(key), err)
 		}
-		return d, err
+		return d, 0, "", err
 	}
 	if string(next) != written || d.Allowed != (admitted == 1) {
 		s.mismatches.Add(1)
-		return s.refused(), fmt.Errorf("%w: key %q at %d: script wrote %q, machine %q", ErrMismatch, clipKey(key), at, clipKey(written), clipKey(string(next)))
+		return s.refused(), 0, "", fmt.Errorf("%w: key %q at %d: script wrote %q, machine %q", ErrMismatch, clipKey(key), at, clipKey(written), clipKey(string(next)))
 	}
-	return d, nil
+	return d, at, written, nil
 }
 
 func str(reply []any, i int) (string, bool) {
@@ -383,6 +409,9 @@ type Stats struct {
 	// Mismatches counts checks denied because the script and the Machine
 	// disagreed (see [ErrMismatch]); it should stay zero.
 	Mismatches uint64
+	// LocalDenials counts checks refused by the deny cache without a round
+	// trip (see [WithDenyCache]).
+	LocalDenials uint64
 }
 
 // Stats returns the store's counters.
@@ -392,6 +421,7 @@ func (s *Store) Stats() Stats {
 		CircuitRefusals: s.circuitRefusals.Load(),
 		InvalidStates:   s.invalid.Load(),
 		Mismatches:      s.mismatches.Load(),
+		LocalDenials:    s.localDenials.Load(),
 	}
 }
 

@@ -1,0 +1,142 @@
+package redisstore
+
+import (
+	"sync"
+	"time"
+
+	"github.com/ratekit/ratelimit"
+)
+
+// The deny cache answers, without a round trip, a request that Redis would
+// refuse: a client far over its limit then costs nothing on the server.
+//
+// Why it is never wrong. When Redis refuses a key, the store keeps the
+// key's state as the script left it (what it read, with the refusal's
+// instant as the key's latest) and the instant the script decided at.
+// Nothing another process does can make that key admit sooner: checks only
+// spend, and a refused check changes nothing but the key's latest instant.
+// So at a later instant, a request that the kept state refuses (the rule's
+// Machine decides, on that state, without committing) is refused by Redis
+// too, whatever else has happened meanwhile. The instant is estimated so
+// that the estimate is never early: with a client clock it is that clock's
+// reading, which is what Redis would be told; with the server's clock it
+// is the instant Redis decided at plus the local time elapsed since the
+// request was sent, which is at least the time elapsed since Redis decided
+// (the reply's travel only makes the estimate later, and so ends a cached
+// refusal early, never late). Once the kept state would admit, the request
+// goes to Redis and the entry is dropped.
+//
+// Where it does not hold: a key whose state is taken back or cleared
+// elsewhere (a refund, a reset, a Redis that lost the key to eviction or a
+// restart) admits sooner in Redis than the cache knows, and the cache keeps
+// refusing until its own instant. [WithDenyCache](0) turns it off.
+
+// denyCache holds recent refusals by Redis key, at most max of them.
+type denyCache struct {
+	mu      sync.Mutex
+	max     int
+	entries map[string]denied
+}
+
+// denied is one refusal as Redis made it.
+type denied struct {
+	state  []byte    // the key's state as the script left it, or as refusals answered here would have
+	latest int64     // the latest instant state records
+	at     int64     // the instant the script decided at, ns
+	sent   time.Time // when the request was sent, by the local monotonic clock
+}
+
+// maxCachedState bounds the state a refusal keeps (a sliding log's can be
+// long): a longer one is not cached, and its key goes to Redis every time.
+const maxCachedState = 1024
+
+func newDenyCache(max int) *denyCache {
+	if max <= 0 {
+		return nil
+	}
+	return &denyCache{max: max, entries: make(map[string]denied)}
+}
+
+// answer returns the Decision Redis would give cost for the Redis key rk
+// now, if a cached refusal shows that Redis would refuse it; ok is false
+// otherwise (and a refusal that no longer refuses is dropped). clock is the
+// store's client clock, or nil for the server's.
+//
+// A refusal answered here is one Redis would have made, and Redis would
+// have recorded its instant as the key's latest: the cached state records
+// it instead. When the request goes to Redis after all, latest is that
+// instant, for a client clock's reading to be clamped to, as Redis would
+// have (0 when nothing was cached).
+func (c *denyCache) answer(m *ratelimit.Machine, clock ratelimit.Clock, rk string, cost ratelimit.Units) (d ratelimit.Decision, ok bool, latest int64) {
+	c.mu.Lock()
+	e, found := c.entries[rk]
+	c.mu.Unlock()
+	if !found {
+		return ratelimit.Decision{}, false, 0
+	}
+	var now time.Duration
+	if clock != nil {
+		now = clock.Now()
+	} else {
+		now = time.Duration(e.at) + time.Since(e.sent)
+	}
+	d, next, err := m.Step(e.state, now, cost, true)
+	if err != nil || d.Allowed {
+		c.forget(rk)
+		return ratelimit.Decision{}, false, e.latest
+	}
+	e.state = next
+	e.latest = latestOf(next)
+	c.mu.Lock()
+	if _, still := c.entries[rk]; still {
+		c.entries[rk] = e
+	}
+	c.mu.Unlock()
+	return d, true, 0
+}
+
+// latestOf returns the latest instant an encoded state records: its first
+// number (see ratelimit.Machine).
+func latestOf(state []byte) int64 {
+	var v int64
+	for _, b := range state {
+		if b < '0' || b > '9' {
+			break
+		}
+		v = v*10 + int64(b-'0')
+	}
+	return v
+}
+
+// remember keeps Redis's refusal of rk, made at the instant at, leaving
+// state, for a request sent at sent.
+func (c *denyCache) remember(rk string, state string, at int64, sent time.Time) {
+	if len(state) > maxCachedState {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, found := c.entries[rk]; !found && len(c.entries) >= c.max {
+		// Full: drop one entry (map order: arbitrary). Dropping one costs
+		// a round trip for its key, nothing else.
+		for k := range c.entries {
+			delete(c.entries, k)
+			break
+		}
+	}
+	c.entries[rk] = denied{state: []byte(state), latest: latestOf([]byte(state)), at: at, sent: sent}
+}
+
+// forget drops rk's cached refusal, if any.
+func (c *denyCache) forget(rk string) {
+	c.mu.Lock()
+	delete(c.entries, rk)
+	c.mu.Unlock()
+}
+
+// len returns how many refusals are cached.
+func (c *denyCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.entries)
+}

@@ -1,0 +1,85 @@
+package redisstore
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ratekit/ratelimit"
+)
+
+// TestDenyCacheSavesRoundTrips: a key hammered at 100 times its limit from
+// one process reaches Redis only for what it is admitted and once per
+// retry period for what it is refused, and every refusal answered locally
+// is the one Redis gives at the same instant.
+func TestDenyCacheSavesRoundTrips(t *testing.T) {
+	rdb := needRedis(t)
+	for name, rule := range map[string]ratelimit.Rule{
+		"fixed window":    ratelimit.FixedWindow{Limit: 10, Window: time.Second},
+		"token bucket":    ratelimit.TokenBucket{Rate: ratelimit.PerSecond(10), Burst: 10},
+		"sliding log":     ratelimit.SlidingLog{Limit: 10, Window: time.Second},
+		"sliding counter": ratelimit.SlidingCounter{Limit: 10, Window: time.Second},
+	} {
+		t.Run(name, func(t *testing.T) {
+			clk := ratelimit.NewManualClock(unixNow)
+			prefix := testPrefix()
+			cached, err := New(rdb, rule, WithClock(clk), WithPrefix(prefix))
+			require.NoError(t, err)
+			// The same keys, without a cache: what Redis itself answers.
+			plain, err := New(rdb, rule, WithClock(clk), WithPrefix(prefix), WithDenyCache(0))
+			require.NoError(t, err)
+			admitted, refused := 0, 0
+			const requests = 3000 // 1,000 a second for 3 s: 100 times the limit
+			for i := range requests {
+				before := cached.Stats().LocalDenials
+				d, err := cached.Check("hammer", ratelimit.Unit)
+				require.NoError(t, err)
+				if d.Allowed {
+					admitted++
+				} else {
+					refused++
+				}
+				if cached.Stats().LocalDenials > before {
+					// Answered without Redis: Redis answers the same.
+					want, err := plain.Check("hammer", ratelimit.Unit)
+					require.NoError(t, err)
+					require.Equal(t, want, d, "request %d at %v", i, clk.Now())
+				}
+				clk.Advance(time.Millisecond)
+			}
+			local := int(cached.Stats().LocalDenials)
+			t.Logf("%d requests: %d admitted, %d refused, %d of them locally: %d round trips", requests, admitted, refused, local, requests-local)
+			roundTrips := requests - local
+			periods := 3 // the retry periods in 3 s of refusals, at most one a window or refill
+			assert.LessOrEqual(t, roundTrips, admitted+periods*(10+1),
+				"admitted %d, refused %d, of which %d locally", admitted, refused, local)
+			assert.Greater(t, local, requests*9/10, "most refusals are answered locally")
+		})
+	}
+}
+
+// TestDenyCacheOnServerTime: on the server's clock too, a key far over its
+// limit stops costing round trips.
+func TestDenyCacheOnServerTime(t *testing.T) {
+	rdb := needRedis(t)
+	s, err := New(rdb, ratelimit.FixedWindow{Limit: 5, Window: 100 * year}, WithPrefix(testPrefix()))
+	require.NoError(t, err)
+	for range 50 {
+		_, err := s.Check("k", ratelimit.Unit)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, uint64(50-5-1), s.Stats().LocalDenials, "5 admitted and 1 refused by Redis")
+}
+
+func TestDenyCacheOff(t *testing.T) {
+	rdb := needRedis(t)
+	s, err := New(rdb, ratelimit.FixedWindow{Limit: 1, Window: 100 * year}, WithPrefix(testPrefix()), WithDenyCache(0))
+	require.NoError(t, err)
+	for range 5 {
+		_, err := s.Check("k", ratelimit.Unit)
+		require.NoError(t, err)
+	}
+	assert.Zero(t, s.Stats().LocalDenials)
+}
