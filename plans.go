@@ -24,7 +24,8 @@ type Plan struct {
 
 // PlanSet is a rule set: named plans, and the plan of keys that have none.
 // It is a plain value: [NewPlans] and [Plans.Update] validate it and keep
-// what they built from it, so changing it afterwards affects nothing.
+// what they built from it, so changing it afterwards affects nothing. It
+// reads from and writes to a JSON document (see [PlanSet.MarshalJSON]).
 type PlanSet struct {
 	// Plans are the plans by name. At least one is needed.
 	Plans map[string]Plan

@@ -15,8 +15,8 @@ import (
 // "key": "global".
 func GlobalKey(string) string { return "*" }
 
-// A PlanSet reads from and writes to one JSON document, strictly, as
-// [RuleSpec] does:
+// MarshalJSON and UnmarshalJSON read and write a [PlanSet] as one JSON
+// document, strictly, as [RuleSpec] does:
 //
 //	{
 //	  "default": "free",
@@ -44,7 +44,7 @@ func GlobalKey(string) string { return "*" }
 // reading it back gives an equal PlanSet. A set whose layers hold what a
 // document cannot (a Key other than nil or GlobalKey, OnShadow, Options)
 // cannot be written.
-
+//
 // MarshalJSON writes the set in its canonical form.
 func (s PlanSet) MarshalJSON() ([]byte, error) {
 	names := make([]string, 0, len(s.Plans))
