@@ -624,3 +624,35 @@ func TestOutcomeStrings(t *testing.T) {
 	assert.Equal(t, "admitted", ratelimit.WaitAdmitted.String())
 	assert.Equal(t, "abandoned", ratelimit.WaitAbandoned.String())
 }
+
+// BenchmarkObservedCheck is Check with an Observer that counts with
+// atomics: what the hook costs when it is set (BenchmarkCheck and
+// BenchmarkStoreCheck run without one).
+func BenchmarkObservedCheck(b *testing.B) {
+	var a, r atomic.Int64
+	obs := ratelimit.WithObserver(countingObserver{&a, &r})
+	rule := ratelimit.GCRA{Rate: ratelimit.PerSecond(1_000_000), Burst: 1_000_000_000_000}
+	for _, set := range []bool{false, true} {
+		opts := []ratelimit.Option{}
+		name := "unset"
+		if set {
+			opts, name = append(opts, obs), "set"
+		}
+		b.Run("New/"+name, func(b *testing.B) {
+			lim, err := ratelimit.New(rule, opts...)
+			require.NoError(b, err)
+			b.ReportAllocs()
+			for b.Loop() {
+				_, _ = lim.Check(ratelimit.Unit)
+			}
+		})
+		b.Run("Store/"+name, func(b *testing.B) {
+			s, err := ratelimit.NewStore(rule, opts...)
+			require.NoError(b, err)
+			b.ReportAllocs()
+			for b.Loop() {
+				_, _ = s.Check("k", ratelimit.Unit)
+			}
+		})
+	}
+}

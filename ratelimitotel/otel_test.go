@@ -190,3 +190,16 @@ func TestManualReader(t *testing.T) {
 		assert.False(t, strings.HasPrefix(name, "ratelimit.store.") || strings.HasPrefix(name, "ratelimit.policy."), name)
 	}
 }
+
+// TestDecidedAllocatesNothing: once a policy's attributes exist, recording
+// a decision allocates nothing, so an observed Check stays allocation-free.
+func TestDecidedAllocatesNothing(t *testing.T) {
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	obs, err := ratelimitotel.NewObserver(mp)
+	require.NoError(t, err)
+	store, err := ratelimit.NewStore(ratelimit.GCRA{Rate: ratelimit.PerSecond(1_000_000), Burst: 1_000_000, Name: "api"},
+		ratelimit.WithObserver(obs))
+	require.NoError(t, err)
+	_, _ = store.Check("k", ratelimit.Unit)
+	assert.Zero(t, testing.AllocsPerRun(1000, func() { _, _ = store.Check("k", ratelimit.Unit) }))
+}

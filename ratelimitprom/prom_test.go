@@ -186,3 +186,14 @@ ratelimit_policy_window_seconds{layer="0",plan="free",policy="free",store="plans
 	assert.Equal(t, 3.0, costs["strict/shadow_refused"])
 	assert.Equal(t, map[string]hist{"free/admitted": {1, 1}, "free/abandoned": {0.25, 1}}, waits)
 }
+
+// TestDecidedAllocatesNothing: once a policy's counters exist, counting a
+// decision allocates nothing, so an observed Check stays allocation-free.
+func TestDecidedAllocatesNothing(t *testing.T) {
+	obs := ratelimitprom.NewObserver()
+	store, err := ratelimit.NewStore(ratelimit.GCRA{Rate: ratelimit.PerSecond(1_000_000), Burst: 1_000_000, Name: "api"},
+		ratelimit.WithObserver(obs))
+	require.NoError(t, err)
+	_, _ = store.Check("k", ratelimit.Unit)
+	assert.Zero(t, testing.AllocsPerRun(1000, func() { _, _ = store.Check("k", ratelimit.Unit) }))
+}
