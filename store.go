@@ -170,11 +170,8 @@ func newKeyedStore(rule Rule, opts []Option) (keyedStore, error) {
 // (kept apart from ordinary keys, so no two distinct keys share an
 // allowance), which costs a hash and one small allocation per Check.
 func (s *Store) Check(key string, cost Units) (Decision, error) {
-	d, err := s.core.check(key, cost)
-	if s.obs != nil && err == nil {
-		s.obs.Decided(d, cost, outcomeOf(&d))
-	}
-	return d, err
+	// Kept this small, so that it inlines: the observer is told in check.
+	return s.core.check(key, cost)
 }
 
 // CheckContext is [Store.Check] for callers that hold a context: it
@@ -185,7 +182,7 @@ func (s *Store) CheckContext(ctx context.Context, key string, cost Units) (Decis
 	if err := ctx.Err(); err != nil {
 		return s.core.policy().decision(), err
 	}
-	return s.Check(key, cost)
+	return s.core.check(key, cost)
 }
 
 // CheckWithin is [Store.Check] for a request that may wait at most maxDelay
@@ -404,6 +401,9 @@ func newStoreCore[S any, A algorithm[S]](alg A, o *options) *storeCore[S, A] {
 	return c
 }
 
+// check is Store.Check. It tells the store's Observer, if it has one, of
+// the keys dropped to make room and of the decision, once the lock is
+// released.
 func (c *storeCore[S, A]) check(key string, cost Units) (Decision, error) {
 	if cost <= 0 || int64(cost) > c.capMil {
 		return checkCost(cost, c.capMil, c.pol)
@@ -424,8 +424,11 @@ func (c *storeCore[S, A]) check(key string, cost Units) (Decision, error) {
 	}
 	d := c.alg.step(sh.t.State(p), now, int64(cost), true)
 	sh.tl.unlock()
-	if ev.n|ev.lossy != 0 {
-		c.evicted(ev)
+	if c.obs != nil {
+		if ev.n|ev.lossy != 0 {
+			c.evicted(ev)
+		}
+		c.obs.Decided(d, cost, outcomeOf(&d))
 	}
 	return d, nil
 }
