@@ -67,7 +67,8 @@ type Layer struct {
 type Composite struct {
 	layers   []compositeLayer
 	clock    Clock
-	enforced int // how many layers enforce
+	enforced int      // how many layers enforce
+	obs      Observer // nil: none
 }
 
 // compositeLayer is a built Layer.
@@ -94,8 +95,9 @@ func Compose(layers []Layer, opts ...Option) (*Composite, error) {
 	if len(layers) == 0 {
 		return nil, &RuleError{Rule: "Composite", Field: "layers", Reason: "is empty"}
 	}
-	clock := buildOptions(opts).clock
-	c := &Composite{layers: make([]compositeLayer, len(layers)), clock: clock}
+	o := buildOptions(opts)
+	clock := o.clock
+	c := &Composite{layers: make([]compositeLayer, len(layers)), clock: clock, obs: o.obs}
 	for i, l := range layers {
 		if isNilRule(l.Rule) {
 			return nil, &RuleError{Rule: "Composite", Field: fmt.Sprintf("layers[%d].Rule", i), Reason: "is nil"}
@@ -121,6 +123,9 @@ func (c *Composite) Check(key string, cost Units) (Decision, error) {
 		return d, err
 	}
 	a := tryLayers(c.layers, c.enforced, c.clock, key, int64(cost), maxBudget)
+	if c.obs != nil {
+		observe(c.obs, &a, int64(cost))
+	}
 	return a.d, a.err
 }
 
@@ -143,7 +148,7 @@ func (c *Composite) CheckWithin(key string, cost Units, maxDelay time.Duration) 
 	if d, err := c.checkCost(cost); err != nil {
 		return d, err
 	}
-	return checkWithin(c.layers, c.enforced, c.clock, key, int64(cost), maxDelay)
+	return checkWithin(c.layers, c.enforced, c.clock, key, int64(cost), maxDelay, c.obs)
 }
 
 // Clock returns the clock every layer reads, and that Wait sleeps on.
@@ -166,7 +171,7 @@ func (c *Composite) Wait(ctx context.Context, key string, cost Units) (Decision,
 	try := func(cost int64, budget time.Duration) attempt {
 		return tryLayers(c.layers, c.enforced, c.clock, key, cost, budget)
 	}
-	return waitFor(ctx, c.clock, int64(cost), d, try)
+	return waitFor(ctx, c.clock, int64(cost), d, try, c.obs)
 }
 
 // Stats returns each layer's store counters, in layer order.
@@ -217,7 +222,7 @@ func (s *Store) Wait(ctx context.Context, key string, cost Units) (Decision, err
 	try := func(cost int64, budget time.Duration) attempt {
 		return tryLayers(layers, 1, clock, key, cost, budget)
 	}
-	return waitFor(ctx, clock, int64(cost), s.core.policy().decision(), try)
+	return waitFor(ctx, clock, int64(cost), s.core.policy().decision(), try, s.obs)
 }
 
 // inlineLayers is how many layers tryLayers handles without allocating.
@@ -229,7 +234,8 @@ type layerTurn struct {
 	k     storeKey
 	shard int
 	d     Decision
-	err   error // a shadow layer's cost error: the layer sits this one out
+	err   error     // a shadow layer's cost error: the layer sits this one out
+	ev    evictions // keys the layer's shard dropped during the attempt
 }
 
 // tryLayers makes one attempt on every layer at one instant, committing an
@@ -277,7 +283,14 @@ func tryLayers(layers []compositeLayer, enforced int, clock Clock, key string, c
 	a := decideLocked(layers, turns, enforced, now, cost, budget)
 	for i := len(turns) - 1; i >= 0; i-- {
 		if turns[i].err == nil {
-			layers[i].store.unlockShard(turns[i].shard)
+			turns[i].ev = layers[i].store.unlockShard(turns[i].shard)
+		}
+	}
+	// Evictions made room for these keys: report them now that no lock is
+	// held.
+	for i := range turns {
+		if e := turns[i].ev; e.n|e.lossy != 0 {
+			layers[i].store.evicted(e)
 		}
 	}
 	if a.err == nil {
@@ -383,6 +396,9 @@ func reportShadows(layers []compositeLayer, turns []layerTurn, enforced int, a *
 			continue
 		}
 		if t.err != nil || !t.d.Allowed {
+			if !shadowDenies {
+				a.shadow = t.d
+			}
 			shadowDenies = true
 		}
 		if l.report != nil {
@@ -445,12 +461,15 @@ func tooSlow(layers []compositeLayer, turns []layerTurn, now int64, over time.Du
 
 // checkWithin is CheckWithin for a Store or a Composite, for a cost checked
 // against every enforced layer.
-func checkWithin(layers []compositeLayer, enforced int, clock Clock, key string, cost int64, maxDelay time.Duration) (Decision, error) {
+func checkWithin(layers []compositeLayer, enforced int, clock Clock, key string, cost int64, maxDelay time.Duration, obs Observer) (Decision, error) {
 	a := tryLayers(layers, enforced, clock, key, cost, max(maxDelay, 0))
-	if a.err != nil || a.committed || !a.d.Allowed {
-		return a.d, a.err
+	if a.err == nil && !a.committed && a.d.Allowed {
+		a.d = a.tooSlow
 	}
-	return a.tooSlow, nil
+	if obs != nil {
+		observe(obs, &a, cost)
+	}
+	return a.d, a.err
 }
 
 // combine makes the composite Decision from the layers' looks: from the

@@ -152,7 +152,7 @@ func (b gcraBinding) newLimiter(o *options) Limiter {
 	}
 	// Every span is a whole number of nanoseconds, so the state is one word
 	// and compare-and-swap replaces the mutex.
-	l := &atomicGCRA{alg: b.alg}
+	l := &atomicGCRA{alg: b.alg, obs: o.obs}
 	if _, ok := o.clock.(systemClock); !ok {
 		l.mono = &monotonic{clock: o.clock}
 	}
@@ -172,6 +172,7 @@ func (b gcraBinding) newLimiter(o *options) Limiter {
 type atomicGCRA struct {
 	alg  *gcraAlgo
 	mono *monotonic // nil for the system clock, which is monotonic already
+	obs  Observer
 	// tat has a cache line of its own: the other core's CAS on it must not
 	// evict the fields every Check reads.
 	_   [64]byte
@@ -218,5 +219,8 @@ func (l *atomicGCRA) Check(cost Units) (Decision, error) {
 	tat, at, _ := l.spend(l.now(), int64(cost))
 	var d Decision
 	l.alg.schedule(&d, &vtime{t: tat}, at, int64(cost), false)
+	if l.obs != nil {
+		l.obs.Decided(d, cost, outcomeOf(&d))
+	}
 	return d, nil
 }

@@ -85,6 +85,10 @@ type Option func(*options)
 type options struct {
 	clock Clock
 	store storeOptions // read by NewStore only (store.go)
+	obs   Observer     // nil: none (observer.go)
+	// label is the policy a store reports for an unnamed rule (a plan's
+	// name); set by NewPlans only.
+	label string
 }
 
 // WithClock makes the limiter read time from c instead of [SystemClock]. A
@@ -223,12 +227,13 @@ type single[S any, A algorithm[S]] struct {
 	capMil int64   // alg.capacity(), read once: no call on the hot path
 	pol    *policy // alg.policy()
 	clock  Clock
+	obs    Observer
 	tl     timeLock
 	state  S
 }
 
 func newSingle[S any, A algorithm[S]](alg A, o *options) *single[S, A] {
-	return &single[S, A]{alg: alg, capMil: alg.capacity(), pol: alg.policy(), clock: o.clock}
+	return &single[S, A]{alg: alg, capMil: alg.capacity(), pol: alg.policy(), clock: o.clock, obs: o.obs}
 }
 
 func (l *single[S, A]) Check(cost Units) (Decision, error) {
@@ -238,6 +243,9 @@ func (l *single[S, A]) Check(cost Units) (Decision, error) {
 	now := l.tl.lock(clampTime(l.clock.Now()))
 	d := l.alg.step(&l.state, now, int64(cost), true)
 	l.tl.unlock()
+	if l.obs != nil {
+		l.obs.Decided(d, cost, outcomeOf(&d))
+	}
 	return d, nil
 }
 

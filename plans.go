@@ -66,6 +66,7 @@ type PlanSet struct {
 type Plans struct {
 	planOf func(key string) string
 	clock  Clock
+	obs    Observer // nil: none
 	opts   []Option
 	update sync.Mutex // serialises Update
 	gen    atomic.Pointer[planGen]
@@ -123,7 +124,7 @@ type replacedStore struct {
 // an error matching [ErrInvalidRule], naming the plan.
 func NewPlans(set PlanSet, planOf func(key string) string, opts ...Option) (*Plans, error) {
 	o := buildOptions(opts)
-	p := &Plans{planOf: planOf, clock: o.clock, opts: opts}
+	p := &Plans{planOf: planOf, clock: o.clock, obs: o.obs, opts: opts}
 	g, err := p.build(set, nil, 0, MigrateProportional)
 	if err != nil {
 		return nil, err
@@ -261,7 +262,7 @@ func (p *Plans) buildPlan(name string, pl Plan, old *planGen) (*builtPlan, error
 		if prev != nil && i < len(prev.rules) && prev.rules[i] == rule {
 			store = prev.comp.layers[i].store
 		} else {
-			all := append(append(append([]Option(nil), p.opts...), l.Options...), WithClock(p.clock))
+			all := append(append(append([]Option(nil), p.opts...), l.Options...), WithClock(p.clock), withLabel(name))
 			s, err := newKeyedStore(rule, all)
 			if err != nil {
 				return nil, fmt.Errorf("ratelimit: plan %q, layer %d: %w", name, i, err)
@@ -277,7 +278,9 @@ func (p *Plans) buildPlan(name string, pl Plan, old *planGen) (*builtPlan, error
 	return bp, nil
 }
 
-// plan returns key's plan in g.
+// withLabel names the policy a store reports for an unnamed rule.
+func withLabel(name string) Option { return func(o *options) { o.label = name } }
+
 // plan returns key's plan in g: the plan ctx names (see ContextWithPlan),
 // else the plan function's; the default if that is not a plan of g.
 func (p *Plans) plan(ctx context.Context, g *planGen, key string) *builtPlan {
@@ -315,6 +318,9 @@ func (p *Plans) Check(key string, cost Units) (Decision, error) {
 	if err != nil {
 		return a.d, err
 	}
+	if p.obs != nil {
+		observe(p.obs, &a, int64(cost))
+	}
 	return a.d, a.err
 }
 
@@ -333,6 +339,9 @@ func (p *Plans) CheckContext(ctx context.Context, key string, cost Units) (Decis
 	if err != nil {
 		return a.d, err
 	}
+	if p.obs != nil {
+		observe(p.obs, &a, int64(cost))
+	}
 	return a.d, a.err
 }
 
@@ -340,13 +349,16 @@ func (p *Plans) CheckContext(ctx context.Context, key string, cost Units) (Decis
 // maxDelay for its turn, as [Store.CheckWithin] describes.
 func (p *Plans) CheckWithin(key string, cost Units, maxDelay time.Duration) (Decision, error) {
 	a, err := p.try(context.Background(), key, cost, max(maxDelay, 0))
-	switch {
-	case err != nil:
+	if err != nil {
 		return a.d, err
-	case a.err != nil || a.committed || !a.d.Allowed:
-		return a.d, a.err
 	}
-	return a.tooSlow, nil
+	if a.err == nil && !a.committed && a.d.Allowed {
+		a.d = a.tooSlow
+	}
+	if p.obs != nil {
+		observe(p.obs, &a, int64(cost))
+	}
+	return a.d, a.err
 }
 
 // Wait blocks until key's plan admits cost, as [Composite.Wait] does. A
@@ -354,7 +366,9 @@ func (p *Plans) CheckWithin(key string, cost Units, maxDelay time.Duration) (Dec
 // again under the new rules, so that no one sleeps out a stale RetryAfter.
 func (p *Plans) Wait(ctx context.Context, key string, cost Units) (Decision, error) {
 	g := p.gen.Load()
-	d, err := p.plan(ctx, g, key).comp.checkCost(cost)
+	bp := p.plan(ctx, g, key)
+	d, err := bp.comp.checkCost(cost)
+	bp.name.fill(&d)
 	if err != nil {
 		return d, err
 	}
@@ -365,7 +379,7 @@ func (p *Plans) Wait(ctx context.Context, key string, cost Units) (Decision, err
 		}
 		return a
 	}
-	return waitFor(ctx, p.clock, int64(cost), d, try)
+	return waitFor(ctx, p.clock, int64(cost), d, try, p.obs)
 }
 
 // try makes one attempt for key under the rule set in force, starting over
@@ -383,6 +397,7 @@ func (p *Plans) try(ctx context.Context, key string, cost Units, budget time.Dur
 			a.changed = g.done
 			bp.name.fill(&a.d)
 			bp.name.fill(&a.tooSlow)
+			bp.name.fill(&a.shadow)
 			return a, nil
 		}
 	}
@@ -392,6 +407,7 @@ func (p *Plans) try(ctx context.Context, key string, cost Units, budget time.Dur
 type shardLock struct {
 	store keyedStore
 	shard int
+	ev    evictions // what the shard dropped while locked
 }
 
 // lockAll locks every shard in increasing store id order, the one order
@@ -412,9 +428,17 @@ func lockAll(locks []shardLock, now int64) int64 {
 	return now
 }
 
+// unlockAll unlocks every shard, in the reverse order, and then reports
+// what they dropped to make room, with no lock held.
 func unlockAll(locks []shardLock) {
 	for i := len(locks) - 1; i >= 0; i-- {
-		locks[i].store.unlockShard(locks[i].shard)
+		locks[i].ev = locks[i].store.unlockShard(locks[i].shard)
+	}
+	for i := range locks {
+		if e := locks[i].ev; e.n|e.lossy != 0 {
+			locks[i].store.evicted(e)
+			locks[i].ev = evictions{}
+		}
 	}
 }
 
@@ -445,7 +469,7 @@ func (p *Plans) tryIn(g *planGen, bp *builtPlan, key string, cost int64, budget 
 	locks := lbuf[:0]
 	for i := range turns {
 		if turns[i].err == nil {
-			locks = append(locks, shardLock{layers[i].store, turns[i].shard})
+			locks = append(locks, shardLock{store: layers[i].store, shard: turns[i].shard})
 		}
 	}
 	now := lockAll(locks, clampTime(p.clock.Now()))
@@ -464,7 +488,7 @@ func (p *Plans) tryIn(g *planGen, bp *builtPlan, key string, cost int64, budget 
 		for _, s := range srcs {
 			if !seen[s.store] {
 				seen[s.store] = true
-				locks = append(locks, shardLock{s.store, s.store.shardIndex(s.k)})
+				locks = append(locks, shardLock{store: s.store, shard: s.store.shardIndex(s.k)})
 			}
 		}
 		now = lockAll(locks, now)

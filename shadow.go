@@ -48,8 +48,11 @@ type ShadowFunc func(ShadowReport)
 // requests it would admit and on no others, so its reports are the
 // decisions it would make if it were switched on for the same traffic. Wait
 // never waits: it returns as Check does, unless ctx has already ended.
-func Shadow(lim Limiter, report ShadowFunc) Limiter {
-	return &shadowLimiter{lim: lim, report: report}
+//
+// Of the options, Shadow reads [WithObserver] alone: the observer is told
+// of each request as admitted or shadow-refused (see [Observer]).
+func Shadow(lim Limiter, report ShadowFunc, opts ...Option) Limiter {
+	return &shadowLimiter{lim: lim, report: report, obs: buildOptions(opts).obs}
 }
 
 // ShadowKeyed is [Shadow] for a keyed limiter such as a [Store]: it admits
@@ -57,19 +60,21 @@ func Shadow(lim Limiter, report ShadowFunc) Limiter {
 // with the key. The limiter returned is also a [ContextChecker], which
 // asks lim with the caller's context when lim is one, and has lim's
 // CheckWithin and Clock where lim has them (see [Store]). A [Composite] can also run single layers in shadow mode
-// (see [Layer]).
-func ShadowKeyed(lim KeyedLimiter, report ShadowFunc) KeyedLimiter {
-	return &shadowKeyed{lim: lim, report: report}
+// (see [Layer]). Of the options, ShadowKeyed reads [WithObserver] alone,
+// as [Shadow] does.
+func ShadowKeyed(lim KeyedLimiter, report ShadowFunc, opts ...Option) KeyedLimiter {
+	return &shadowKeyed{lim: lim, report: report, obs: buildOptions(opts).obs}
 }
 
 type shadowLimiter struct {
 	lim    Limiter
 	report ShadowFunc
+	obs    Observer
 }
 
 func (s *shadowLimiter) Check(cost Units) (Decision, error) {
 	d, err := s.lim.Check(cost)
-	return shadowed("", d, err, s.report)
+	return shadowed("", d, cost, err, s.report, s.obs)
 }
 
 func (s *shadowLimiter) Wait(ctx context.Context, cost Units) (Decision, error) {
@@ -82,11 +87,12 @@ func (s *shadowLimiter) Wait(ctx context.Context, cost Units) (Decision, error) 
 type shadowKeyed struct {
 	lim    KeyedLimiter
 	report ShadowFunc
+	obs    Observer
 }
 
 func (s *shadowKeyed) Check(key string, cost Units) (Decision, error) {
 	d, err := s.lim.Check(key, cost)
-	return shadowed(key, d, err, s.report)
+	return shadowed(key, d, cost, err, s.report, s.obs)
 }
 
 // CheckWithin asks lim with maxDelay if lim has CheckWithin (as [Store]
@@ -100,7 +106,7 @@ func (s *shadowKeyed) CheckWithin(key string, cost Units, maxDelay time.Duration
 		return s.Check(key, cost)
 	}
 	d, err := w.CheckWithin(key, cost, maxDelay)
-	return shadowed(key, d, err, s.report)
+	return shadowed(key, d, cost, err, s.report, s.obs)
 }
 
 // Clock returns lim's clock if it tells it (as [Store] does), else
@@ -123,7 +129,7 @@ func (s *shadowKeyed) CheckContext(ctx context.Context, key string, cost Units) 
 		return s.Check(key, cost)
 	}
 	d, err := cc.CheckContext(ctx, key, cost)
-	return shadowed(key, d, err, s.report)
+	return shadowed(key, d, cost, err, s.report, s.obs)
 }
 
 // shadowed reports a shadow limit's answer and turns it into an admission.
@@ -132,14 +138,22 @@ func (s *shadowKeyed) CheckContext(ctx context.Context, key string, cost Units) 
 // error is returned. So is an error that is not about the cost (a backend
 // that failed, a context that ended): it says nothing about what the limit
 // would have decided, and the caller's policy for failures applies.
-func shadowed(key string, d Decision, err error, report ShadowFunc) (Decision, error) {
+func shadowed(key string, d Decision, cost Units, err error, report ShadowFunc, obs Observer) (Decision, error) {
 	if err != nil && !errors.Is(err, ErrCostExceedsCapacity) {
 		return d, err
 	}
 	if report != nil {
 		report(ShadowReport{Key: key, Decision: d, Err: err})
 	}
-	return admitShadow(d, err != nil || !d.Allowed), nil
+	deny := err != nil || !d.Allowed
+	if obs != nil {
+		if deny {
+			obs.Decided(d, cost, OutcomeShadowRefused)
+		} else {
+			obs.Decided(d, cost, OutcomeAllowed)
+		}
+	}
+	return admitShadow(d, deny), nil
 }
 
 // admitShadow makes a shadow limit's Decision into an admission.

@@ -106,11 +106,19 @@ func WithShards(n int) Option {
 // caller's: see [Store.Check].
 type Store struct {
 	core keyedStore
+	obs  Observer // nil: none
 }
 
 // StoreStats is a snapshot of a [Store]'s counters, each read from every
 // shard in turn (not all at one instant).
 type StoreStats struct {
+	// Policy, Limit and Window are the store's rule's, as its Decisions
+	// report them (Policy is a plan's name for a rule of a [Plans] without
+	// a Name): with Keys and MaxKeys, what a metric of the store needs.
+	Policy string
+	Limit  int64
+	Window time.Duration
+
 	Keys           int    // keys held now
 	MaxKeys        int    // the bound on Keys
 	Shards         int    // the number of shards
@@ -132,7 +140,7 @@ func NewStore(rule Rule, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{core: core}, nil
+	return &Store{core: core, obs: buildOptions(opts).obs}, nil
 }
 
 // newKeyedStore validates a non-nil rule and the options and builds the
@@ -162,6 +170,7 @@ func newKeyedStore(rule Rule, opts []Option) (keyedStore, error) {
 // (kept apart from ordinary keys, so no two distinct keys share an
 // allowance), which costs a hash and one small allocation per Check.
 func (s *Store) Check(key string, cost Units) (Decision, error) {
+	// Kept this small, so that it inlines: the observer is told in check.
 	return s.core.check(key, cost)
 }
 
@@ -187,7 +196,7 @@ func (s *Store) CheckWithin(key string, cost Units, maxDelay time.Duration) (Dec
 		return d, err
 	}
 	layers := []compositeLayer{{store: s.core}}
-	return checkWithin(layers, 1, s.core.clock(), key, int64(cost), maxDelay)
+	return checkWithin(layers, 1, s.core.clock(), key, int64(cost), maxDelay, s.obs)
 }
 
 // Clock returns the clock the store reads, and that Wait sleeps on.
@@ -243,7 +252,12 @@ type keyedStore interface {
 	// caller holds the shard's lock.
 	raiseShard(i int, now int64)
 	// unlockShard releases every entry acquired in shard i and unlocks it.
-	unlockShard(i int)
+	// It returns the keys the shard dropped to make room since it was
+	// locked, if the store has an Observer, for the caller to pass to
+	// evicted once it holds no lock.
+	unlockShard(i int) evictions
+	// evicted tells the store's Observer of evictions.
+	evicted(e evictions)
 	// acquire finds k's entry in its locked shard, or adds a fresh one,
 	// evicting as Check does; the entry is pinned (it will not be evicted)
 	// until unlockShard. It returns false if the shard has no room left
@@ -322,7 +336,19 @@ func storeShape(o storeOptions) (maxKeys, shards int, err error) {
 type storeShard[S any] struct {
 	tl timeLock
 	t  table.Table[S]
-	_  [64]byte // keeps neighbouring shards' locks off each other's cache lines
+	// seenEv and seenLossy are t.Stats' eviction counts when last
+	// reported to the store's Observer.
+	seenEv, seenLossy uint64
+	_                 [64]byte // keeps neighbouring shards' locks off each other's cache lines
+}
+
+// evictions returns, with the lock held, the evictions made since the last
+// call, to report once the lock is released. A key that a Plans moves out
+// of the table (Delete) is not evicted: the table does not count it.
+func (sh *storeShard[S]) evictions() evictions {
+	ev, lossy := sh.t.Stats.Evictions-sh.seenEv, sh.t.Stats.LossyEvictions-sh.seenLossy
+	sh.seenEv, sh.seenLossy = sh.t.Stats.Evictions, sh.t.Stats.LossyEvictions
+	return evictions{n: ev - lossy, lossy: lossy}
 }
 
 // storeCore is the store for an algorithm A with state S.
@@ -331,6 +357,8 @@ type storeCore[S any, A algorithm[S]] struct {
 	capMil  int64   // alg.capacity(), read once: no call on the hot path
 	pol     *policy // alg.policy()
 	clk     Clock
+	obs     Observer // told of evictions; nil: none
+	label   string   // the policy reported: pol.name, else the plan's name
 	seed    maphash.Seed
 	mask    uint64
 	maxKeys int
@@ -351,11 +379,16 @@ func newStoreCore[S any, A algorithm[S]](alg A, o *options) *storeCore[S, A] {
 		capMil:  alg.capacity(),
 		pol:     alg.policy(),
 		clk:     o.clock,
+		obs:     o.obs,
+		label:   alg.policy().name,
 		seed:    maphash.MakeSeed(),
 		mask:    uint64(n - 1),
 		maxKeys: maxKeys,
 		shards:  make([]storeShard[S], n),
 		ident:   storeIDs.Add(1),
+	}
+	if c.label == "" {
+		c.label = o.label
 	}
 	fresh := alg.fresh
 	for i := range c.shards {
@@ -368,6 +401,9 @@ func newStoreCore[S any, A algorithm[S]](alg A, o *options) *storeCore[S, A] {
 	return c
 }
 
+// check is Store.Check. It tells the store's Observer, if it has one, of
+// the keys dropped to make room and of the decision, once the lock is
+// released.
 func (c *storeCore[S, A]) check(key string, cost Units) (Decision, error) {
 	if cost <= 0 || int64(cost) > c.capMil {
 		return checkCost(cost, c.capMil, c.pol)
@@ -377,18 +413,37 @@ func (c *storeCore[S, A]) check(key string, cost Units) (Decision, error) {
 	sh := &c.shards[k.h&c.mask]
 	now = sh.tl.lock(now)
 	p := sh.t.Find(k.key, k.tag)
+	var ev evictions
 	if p < 0 {
 		// Every shard holds at least one key and nothing is pinned outside
 		// a composite's hold on the lock, so there is always room.
 		p, _ = sh.t.Insert(k.key, k.tag, now)
+		if c.obs != nil {
+			ev = sh.evictions()
+		}
 	}
 	d := c.alg.step(sh.t.State(p), now, int64(cost), true)
 	sh.tl.unlock()
+	if c.obs != nil {
+		if ev.n|ev.lossy != 0 {
+			c.evicted(ev)
+		}
+		c.obs.Decided(d, cost, outcomeOf(&d))
+	}
 	return d, nil
 }
 
+func (c *storeCore[S, A]) evicted(e evictions) {
+	if e.n > 0 {
+		c.obs.Evicted(c.label, e.n, false)
+	}
+	if e.lossy > 0 {
+		c.obs.Evicted(c.label, e.lossy, true)
+	}
+}
+
 func (c *storeCore[S, A]) stats() StoreStats {
-	st := StoreStats{MaxKeys: c.maxKeys, Shards: len(c.shards)}
+	st := StoreStats{Policy: c.label, Limit: c.pol.limit, Window: c.pol.window, MaxKeys: c.maxKeys, Shards: len(c.shards)}
 	for i := range c.shards {
 		sh := &c.shards[i]
 		sh.tl.mu.Lock()
@@ -429,10 +484,15 @@ func (c *storeCore[S, A]) lockShard(i int, now int64) int64 { return c.shards[i]
 
 func (c *storeCore[S, A]) raiseShard(i int, now int64) { c.shards[i].tl.advance(now) }
 
-func (c *storeCore[S, A]) unlockShard(i int) {
+func (c *storeCore[S, A]) unlockShard(i int) evictions {
 	sh := &c.shards[i]
 	sh.t.Unpin()
+	var ev evictions
+	if c.obs != nil {
+		ev = sh.evictions()
+	}
 	sh.tl.unlock()
+	return ev
 }
 
 func (c *storeCore[S, A]) acquire(k storeKey, now int64) bool {

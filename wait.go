@@ -61,6 +61,9 @@ type attempt struct {
 	// changed, if not nil, ends when the limiter's rules change: a waiter
 	// asleep until its retry wakes then, to ask again under the new rules.
 	changed context.Context
+	// shadow, for an admission that a shadow layer would have refused
+	// (d.Shadowed), is that layer's own Decision, for an Observer.
+	shadow Decision
 }
 
 // tryFunc makes one admission attempt at the limiter's current time,
@@ -68,14 +71,42 @@ type attempt struct {
 type tryFunc func(cost int64, budget time.Duration) attempt
 
 // waitFor is Wait for every limiter: the loop around its attempts, for a
-// cost already validated. d is what to return if ctx has already ended.
-func waitFor(ctx context.Context, clk Clock, cost int64, d Decision, try tryFunc) (Decision, error) {
+// cost already validated. d is what to return if ctx has already ended;
+// its Policy labels the Wait for obs, which may be nil.
+func waitFor(ctx context.Context, clk Clock, cost int64, d Decision, try tryFunc, obs Observer) (Decision, error) {
+	if obs == nil {
+		var last attempt
+		return waitLoop(ctx, clk, cost, d, try, &last)
+	}
+	policy := d.Policy
+	start := clampTime(clk.Now())
+	obs.Waited(policy, WaitStarted, 0)
+	last := attempt{now: -1} // now < 0: no attempt made
+	d, err := waitLoop(ctx, clk, cost, d, try, &last)
+	switch {
+	case last.now < 0:
+	case last.committed || last.err != nil:
+		observe(obs, &last, cost)
+	default:
+		obs.Decided(d, Units(cost), OutcomeRefused)
+	}
+	e := WaitAdmitted
+	if err != nil {
+		e = WaitAbandoned
+	}
+	obs.Waited(policy, e, time.Duration(max(clampTime(clk.Now())-start, 0)))
+	return d, err
+}
+
+// waitLoop is waitFor's loop, keeping the latest attempt in *last.
+func waitLoop(ctx context.Context, clk Clock, cost int64, d Decision, try tryFunc, last *attempt) (Decision, error) {
 	for {
 		if err := ctx.Err(); err != nil {
 			return d, err
 		}
 		budget := timeLeft(ctx)
 		a := try(cost, budget)
+		*last = a
 		d = a.d
 		if a.err != nil {
 			return d, a.err
@@ -190,7 +221,7 @@ func (l *single[S, A]) Wait(ctx context.Context, cost Units) (Decision, error) {
 	if d, err := checkCost(cost, l.capMil, l.pol); err != nil {
 		return d, err
 	}
-	return waitFor(ctx, l.clock, int64(cost), l.pol.decision(), l.try)
+	return waitFor(ctx, l.clock, int64(cost), l.pol.decision(), l.try, l.obs)
 }
 
 // try implements tryFunc: a look at the state and, if the request is
@@ -228,7 +259,7 @@ func (l *atomicGCRA) Wait(ctx context.Context, cost Units) (Decision, error) {
 	if d, err := checkCost(cost, l.alg.capMilli, &l.alg.pol); err != nil {
 		return d, err
 	}
-	return waitFor(ctx, clk, int64(cost), l.alg.pol.decision(), l.try)
+	return waitFor(ctx, clk, int64(cost), l.alg.pol.decision(), l.try, l.obs)
 }
 
 // try implements tryFunc for the lock-free GCRA. GCRA never delays an

@@ -1,0 +1,150 @@
+package ratelimitprom
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratekit/ratelimit"
+)
+
+// Collector reads the stores of limiters when Prometheus scrapes it: keys
+// held and their bound, evictions (lossy ones apart), and each store's
+// rule, its limit and window, so that utilisation can be alerted on. It
+// starts no goroutine: each scrape reads [ratelimit.StoreStats] anew,
+// taking each shard's lock in turn for a moment. Its metrics, each with
+// the labels store, plan, layer and policy:
+//
+//	ratelimit_store_keys                     keys held now
+//	ratelimit_store_max_keys                 the bound on keys held
+//	ratelimit_store_evictions_total          keys dropped to make room
+//	ratelimit_store_lossy_evictions_total    of those, keys partly spent, which start again fresh
+//	ratelimit_policy_limit                   the rule's capacity, in units (Decision.Limit)
+//	ratelimit_policy_window_seconds          the span the limit is a quota for (Decision.Window)
+//
+// store is the name given to Add; plan is a [ratelimit.Plans]' plan name
+// ("" otherwise); layer is the index of a [ratelimit.Composite]'s or a
+// plan's layer ("0" for a [ratelimit.Store]); policy is the rule's Name (a
+// plan's name for an unnamed rule of a Plans).
+//
+// A Collector is safe for concurrent use; limiters may be added after it
+// is registered. The zero Collector is ready to use.
+type Collector struct {
+	mu      sync.Mutex
+	sources []source
+}
+
+// source is a limiter added, with its name.
+type source struct {
+	name  string
+	stats func() []layerStats
+}
+
+// layerStats is one store's stats, with its plan and layer.
+type layerStats struct {
+	plan  string
+	layer int
+	st    ratelimit.StoreStats
+}
+
+// NewCollector returns a Collector with nothing added.
+func NewCollector() *Collector { return &Collector{} }
+
+var (
+	labels   = []string{"store", "plan", "layer", "policy"}
+	keysDesc = prometheus.NewDesc("ratelimit_store_keys",
+		"Keys a rate limiter's store holds now.", labels, nil)
+	maxKeysDesc = prometheus.NewDesc("ratelimit_store_max_keys",
+		"The bound on the keys a rate limiter's store holds.", labels, nil)
+	evictionsDesc = prometheus.NewDesc("ratelimit_store_evictions_total",
+		"Keys a rate limiter's store dropped to make room.", labels, nil)
+	lossyDesc = prometheus.NewDesc("ratelimit_store_lossy_evictions_total",
+		"Keys a rate limiter's store dropped while partly spent: they start again with a fresh allowance.", labels, nil)
+	limitDesc = prometheus.NewDesc("ratelimit_policy_limit",
+		"A rate limiter's rule's capacity in units: burst, capacity or limit per window.", labels, nil)
+	windowDesc = prometheus.NewDesc("ratelimit_policy_window_seconds",
+		"The time span a rate limiter's rule's limit is a quota for.", labels, nil)
+)
+
+// AddStore adds a store under name. Names must be unique within the
+// Collector.
+func (c *Collector) AddStore(name string, s *ratelimit.Store) error {
+	return c.add(name, func() []layerStats {
+		return []layerStats{{st: s.Stats()}}
+	})
+}
+
+// AddComposite adds a composite's layer stores under name, one series per
+// layer.
+func (c *Collector) AddComposite(name string, comp *ratelimit.Composite) error {
+	return c.add(name, func() []layerStats {
+		var out []layerStats
+		for i, st := range comp.Stats() {
+			out = append(out, layerStats{layer: i, st: st})
+		}
+		return out
+	})
+}
+
+// AddPlans adds a rule set's stores under name, one series per plan and
+// layer, as the rule set stands at each scrape.
+func (c *Collector) AddPlans(name string, p *ratelimit.Plans) error {
+	return c.add(name, func() []layerStats {
+		stats := p.Stats()
+		plans := make([]string, 0, len(stats))
+		for plan := range stats {
+			plans = append(plans, plan)
+		}
+		sort.Strings(plans)
+		var out []layerStats
+		for _, plan := range plans {
+			for i, st := range stats[plan] {
+				out = append(out, layerStats{plan: plan, layer: i, st: st})
+			}
+		}
+		return out
+	})
+}
+
+func (c *Collector) add(name string, stats func() []layerStats) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.sources {
+		if s.name == name {
+			return fmt.Errorf("ratelimitprom: a store named %q was added already", name)
+		}
+	}
+	c.sources = append(c.sources, source{name: name, stats: stats})
+	return nil
+}
+
+// Describe implements [prometheus.Collector].
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{keysDesc, maxKeysDesc, evictionsDesc, lossyDesc, limitDesc, windowDesc} {
+		ch <- d
+	}
+}
+
+// Collect implements [prometheus.Collector].
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	sources := append([]source(nil), c.sources...)
+	c.mu.Unlock()
+	for _, s := range sources {
+		for _, l := range s.stats() {
+			lv := []string{s.name, l.plan, strconv.Itoa(l.layer), l.st.Policy}
+			st := l.st
+			ch <- prometheus.MustNewConstMetric(keysDesc, prometheus.GaugeValue, float64(st.Keys), lv...)
+			ch <- prometheus.MustNewConstMetric(maxKeysDesc, prometheus.GaugeValue, float64(st.MaxKeys), lv...)
+			ch <- prometheus.MustNewConstMetric(evictionsDesc, prometheus.CounterValue, float64(st.Evictions), lv...)
+			ch <- prometheus.MustNewConstMetric(lossyDesc, prometheus.CounterValue, float64(st.LossyEvictions), lv...)
+			ch <- prometheus.MustNewConstMetric(limitDesc, prometheus.GaugeValue, float64(st.Limit), lv...)
+			ch <- prometheus.MustNewConstMetric(windowDesc, prometheus.GaugeValue, st.Window.Seconds(), lv...)
+		}
+	}
+}
+
+var _ prometheus.Collector = (*Collector)(nil)

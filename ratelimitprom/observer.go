@@ -1,0 +1,180 @@
+// Package ratelimitprom exports what the limiters of package ratelimit do
+// as Prometheus metrics: an [Observer] that counts decisions, waits,
+// evictions and backend failures as they happen, and a [Collector] that
+// reads the stores' sizes, evictions and rules when Prometheus scrapes.
+//
+//	obs := ratelimitprom.NewObserver()
+//	store, _ := ratelimit.NewStore(rule, ratelimit.WithObserver(obs))
+//	col := ratelimitprom.NewCollector()
+//	col.AddStore("api", store)
+//	prometheus.MustRegister(obs, col)
+//
+// Labels are the rules' policies (their Name, a plan's name for an unnamed
+// rule of a Plans), outcomes, and the names given to the Collector: never
+// keys, so the number of series is bounded by the configuration, not by
+// the traffic. Nothing here starts a goroutine.
+package ratelimitprom
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratekit/ratelimit"
+)
+
+// WaitBuckets are the upper bounds, in seconds, of the wait-time
+// histogram: from 1 ms to about a minute, each four times the last.
+var WaitBuckets = prometheus.ExponentialBuckets(0.001, 4, 9)
+
+// Observer is a [ratelimit.Observer] that counts what limiters do. Give it
+// to limiters with [ratelimit.WithObserver] and register it with a
+// Prometheus registry (it is a [prometheus.Collector]). One Observer may
+// serve any number of limiters, from any goroutines. Its metrics:
+//
+//	ratelimit_decisions_total{policy,outcome}      requests decided; outcome is allowed, refused or shadow_refused
+//	ratelimit_cost_units_total{policy,outcome}     their cost, in units (a plain request costs 1)
+//	ratelimit_wait_seconds{policy,result}          a histogram of the time each Wait waited; result is admitted or abandoned
+//	ratelimit_waits_in_flight{policy}              Waits under way
+//	ratelimit_evictions_total{policy,lossy}        keys dropped to make room; lossy="true" for partly spent ones
+//	ratelimit_backend_failures_total{policy}       errors of a backend (a store outside the process)
+//
+// The zero Observer is not usable; build one with [NewObserver].
+type Observer struct {
+	decisions *prometheus.CounterVec
+	cost      *prometheus.CounterVec
+	wait      *prometheus.HistogramVec
+	inFlight  *prometheus.GaugeVec
+	evictions *prometheus.CounterVec
+	failures  *prometheus.CounterVec
+
+	// byPolicy caches each policy's decision counters, so that Decided,
+	// called on every request, looks up a map instead of hashing label
+	// values: a copy-on-write map, read without a lock.
+	byPolicy atomic.Pointer[map[string]*policyCounters]
+	mu       sync.Mutex // serialises additions to byPolicy
+}
+
+// policyCounters are one policy's counters, by outcome.
+type policyCounters struct {
+	decisions [3]prometheus.Counter
+	cost      [3]prometheus.Counter
+}
+
+// outcomes are the outcomes, indexed by their value.
+var outcomes = [3]ratelimit.Outcome{ratelimit.OutcomeAllowed, ratelimit.OutcomeRefused, ratelimit.OutcomeShadowRefused}
+
+// NewObserver returns an Observer with its metrics at zero.
+func NewObserver() *Observer {
+	o := &Observer{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_decisions_total",
+			Help: "Requests decided by a rate limiter, by policy and outcome (allowed, refused, shadow_refused).",
+		}, []string{"policy", "outcome"}),
+		cost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_cost_units_total",
+			Help: "Cost of the requests decided, in units (a plain request costs 1), by policy and outcome.",
+		}, []string{"policy", "outcome"}),
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "ratelimit_wait_seconds",
+			Help:    "Time each Wait waited on its limiter's clock, by policy and result (admitted, abandoned).",
+			Buckets: WaitBuckets,
+		}, []string{"policy", "result"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ratelimit_waits_in_flight",
+			Help: "Waits under way, by policy.",
+		}, []string{"policy"}),
+		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_evictions_total",
+			Help: "Keys a store dropped to make room, by policy; lossy=\"true\" for keys partly spent, which start again fresh.",
+		}, []string{"policy", "lossy"}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_backend_failures_total",
+			Help: "Errors of a rate limiter's backend, by policy.",
+		}, []string{"policy"}),
+	}
+	o.byPolicy.Store(&map[string]*policyCounters{})
+	return o
+}
+
+// counters returns policy's counters, making them on its first decision.
+func (o *Observer) counters(policy string) *policyCounters {
+	if pc, ok := (*o.byPolicy.Load())[policy]; ok {
+		return pc
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	old := *o.byPolicy.Load()
+	if pc, ok := old[policy]; ok {
+		return pc
+	}
+	pc := &policyCounters{}
+	for i, oc := range outcomes {
+		pc.decisions[i] = o.decisions.WithLabelValues(policy, oc.String())
+		pc.cost[i] = o.cost.WithLabelValues(policy, oc.String())
+	}
+	m := make(map[string]*policyCounters, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[policy] = pc
+	o.byPolicy.Store(&m)
+	return pc
+}
+
+// Decided implements [ratelimit.Observer].
+func (o *Observer) Decided(d ratelimit.Decision, cost ratelimit.Units, oc ratelimit.Outcome) {
+	if int(oc) >= len(outcomes) {
+		return
+	}
+	pc := o.counters(d.Policy)
+	pc.decisions[oc].Inc()
+	pc.cost[oc].Add(float64(cost) / float64(ratelimit.Unit))
+}
+
+// Waited implements [ratelimit.Observer].
+func (o *Observer) Waited(policy string, e ratelimit.WaitEvent, waited time.Duration) {
+	g := o.inFlight.WithLabelValues(policy)
+	if e == ratelimit.WaitStarted {
+		g.Inc()
+		return
+	}
+	g.Dec()
+	o.wait.WithLabelValues(policy, e.String()).Observe(waited.Seconds())
+}
+
+// Evicted implements [ratelimit.Observer].
+func (o *Observer) Evicted(policy string, n uint64, lossy bool) {
+	l := "false"
+	if lossy {
+		l = "true"
+	}
+	o.evictions.WithLabelValues(policy, l).Add(float64(n))
+}
+
+// Failed implements [ratelimit.Observer].
+func (o *Observer) Failed(policy string, _ error) {
+	o.failures.WithLabelValues(policy).Inc()
+}
+
+// Describe implements [prometheus.Collector].
+func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range o.collectors() {
+		c.Describe(ch)
+	}
+}
+
+// Collect implements [prometheus.Collector].
+func (o *Observer) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range o.collectors() {
+		c.Collect(ch)
+	}
+}
+
+func (o *Observer) collectors() []prometheus.Collector {
+	return []prometheus.Collector{o.decisions, o.cost, o.wait, o.inFlight, o.evictions, o.failures}
+}
+
+var _ ratelimit.Observer = (*Observer)(nil)
