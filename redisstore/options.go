@@ -20,6 +20,7 @@ type options struct {
 	failures  int
 	pause     time.Duration
 	denyCache int
+	observer  ratelimit.Observer
 }
 
 func defaultOptions() options {
@@ -116,3 +117,11 @@ func WithCircuit(failures int, pause time.Duration) Option {
 // without persistence), in which cases the cache keeps refusing until its
 // own instant. Turn it off if those matter more than the round trips saved.
 func WithDenyCache(n int) Option { return func(o *options) { o.denyCache = n } }
+
+// WithObserver tells o of every check's outcome (see [ratelimit.Observer]):
+// Decided for each Decision returned without an error (one answered by the
+// deny cache included), and Failed, with the rule's policy, for each error
+// that is not a cost error (Redis unavailable, a corrupted state, a
+// disagreement with the Machine), before the failure policy's Decision is
+// returned with it.
+func WithObserver(o ratelimit.Observer) Option { return func(opts *options) { opts.observer = o } }

@@ -185,6 +185,26 @@ func (s *Store) Check(key string, cost ratelimit.Units) (ratelimit.Decision, err
 // error, whatever the policy: no admission is ever made on a state that
 // cannot be trusted.
 func (s *Store) CheckContext(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	d, err := s.check(ctx, key, cost)
+	if obs := s.o.observer; obs != nil {
+		switch {
+		case err == nil:
+			o := ratelimit.OutcomeRefused
+			if d.Allowed {
+				o = ratelimit.OutcomeAllowed
+			}
+			obs.Decided(d, cost, o)
+		case errors.Is(err, ratelimit.ErrInvalidCost), errors.Is(err, ratelimit.ErrCostExceedsCapacity):
+			// The caller's mistake, not a decision.
+		default:
+			obs.Failed(s.p.Policy, err)
+		}
+	}
+	return d, err
+}
+
+// check is CheckContext without the observer.
+func (s *Store) check(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
 	if cost <= 0 || cost > s.p.Capacity {
 		d, _, err := s.m.Step(nil, 0, cost, false)
 		return d, err
