@@ -722,13 +722,9 @@ const maxSFInt = 999_999_999_999_999
 func setFields(h http.Header, d ratelimit.Decision, legacy bool, elapsed time.Duration) {
 	reset := ceilDiv(max(0, d.ResetAfter-elapsed), time.Second)
 	buf := make([]byte, 0, 2*len(d.Policy)+64)
-	buf = appendPolicy(buf, d)
+	buf = AppendPolicyField(buf, d)
 	split := len(buf)
-	buf = appendSFString(buf, policyName(d))
-	buf = append(buf, ";r="...)
-	buf = strconv.AppendInt(buf, min(max(0, d.Remaining), maxSFInt), 10)
-	buf = append(buf, ";t="...)
-	buf = strconv.AppendInt(buf, reset, 10)
+	buf = AppendLimitField(buf, d, elapsed)
 	both := string(buf)
 	vals := make([]string, 2)
 	vals[0], vals[1] = both[:split], both[split:]
@@ -743,15 +739,29 @@ func setFields(h http.Header, d ratelimit.Decision, legacy bool, elapsed time.Du
 
 // policyField is the RateLimit-Policy value for d's rule.
 func policyField(d ratelimit.Decision) string {
-	return string(appendPolicy(nil, d))
+	return string(AppendPolicyField(nil, d))
 }
 
-// appendPolicy appends the RateLimit-Policy value for d's rule: w is the
-// Window in whole seconds, rounded up (a positive integer, as the field
-// needs), and q the quota the rule grants over w, Limit x w / Window
-// rounded to the nearest integer, so that q/w is the rule's rate (see the
-// package doc).
-func appendPolicy(buf []byte, d ratelimit.Decision) []byte {
+// AppendLimitField appends to buf the value of the RateLimit field for d,
+// as seen elapsed after the decision was made (an admitted request's Delay,
+// once waited out): "<policy>";r=<Remaining>;t=<seconds until the
+// allowance is whole, rounded up>. It is what the middleware sends, for
+// other protocols' middleware (such as gRPC metadata) to send the same.
+func AppendLimitField(buf []byte, d ratelimit.Decision, elapsed time.Duration) []byte {
+	buf = appendSFString(buf, policyName(d))
+	buf = append(buf, ";r="...)
+	buf = strconv.AppendInt(buf, min(max(0, d.Remaining), maxSFInt), 10)
+	buf = append(buf, ";t="...)
+	return strconv.AppendInt(buf, ceilDiv(max(0, d.ResetAfter-elapsed), time.Second), 10)
+}
+
+// AppendPolicyField appends to buf the value of the RateLimit-Policy field
+// for d's rule: "<policy>";q=<quota>;w=<window>, where w is the Window in
+// whole seconds, rounded up (a positive integer, as the field needs), and q
+// the quota the rule grants over w, Limit x w / Window rounded to the
+// nearest integer, so that q/w is the rule's rate (see the package doc).
+// The policy is the rule's Name, or "default".
+func AppendPolicyField(buf []byte, d ratelimit.Decision) []byte {
 	w := max(1, ceilDiv(d.Window, time.Second))
 	q := max(0, d.Limit)
 	if d.Window > 0 && d.Window != time.Duration(w)*time.Second {
