@@ -2,8 +2,6 @@ package grpclimit
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -14,6 +12,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/ratekit/ratelimit"
+	"github.com/ratekit/ratelimit/httplimit"
 )
 
 // KeyFunc returns the key a call is limited by, such as the peer's address
@@ -76,28 +75,7 @@ func (p PeerAddr) Key(ctx context.Context, _ string, _ metadata.MD) (string, err
 	if !ok {
 		return "", fmt.Errorf("%w: %s peer %q", ErrNoPeerAddr, pr.Addr.Network(), pr.Addr.String())
 	}
-	buf := make([]byte, 0, 48)
-	buf = append(buf, "ip:"...)
-	if a.Is4() {
-		buf = a.AppendTo(buf)
-	} else {
-		pfx, _ := a.Prefix(p.ipv6Bits()) // bits in 1..128: cannot fail
-		buf = pfx.AppendTo(buf)
-	}
-	return string(buf), nil
-}
-
-func (p PeerAddr) ipv6Bits() int {
-	switch b := p.IPv6Prefix; {
-	case b == 0:
-		return 64
-	case b < 1:
-		return 1
-	case b > 128:
-		return 128
-	default:
-		return b
-	}
+	return httplimit.AddrKey(a, p.IPv6Prefix), nil
 }
 
 // addrOf returns the IP address of a peer, unmapped and without its zone.
@@ -154,8 +132,7 @@ func MetadataKey(name string, fallback KeyFunc) KeyFunc {
 			}
 			return fallback(ctx, method, md)
 		}
-		sum := sha256.Sum256([]byte(v))
-		return "hdr:" + hex.EncodeToString(sum[:16]), nil
+		return httplimit.SecretKey(v), nil
 	}
 }
 

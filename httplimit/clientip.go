@@ -112,19 +112,29 @@ func (c ClientIP) Key(r *http.Request) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return AddrKey(a, c.IPv6Prefix), nil
+}
+
+// AddrKey returns the key [ClientIP.Key] makes for the address a: "ip:"
+// and a for IPv4, "ip:" and a's prefix of ipv6Prefix bits for IPv6 (0
+// meaning 64; other values clamped to 1..128). Code that limits the same
+// clients elsewhere (by a gRPC peer's address, say) uses it to reach the
+// same allowances.
+func AddrKey(a netip.Addr, ipv6Prefix int) string {
 	buf := make([]byte, 0, 48)
 	buf = append(buf, "ip:"...)
 	if a.Is4() {
 		buf = a.AppendTo(buf)
 	} else {
-		p, _ := a.Prefix(c.ipv6Bits()) // bits in 1..128: cannot fail
+		p, _ := a.Prefix(ipv6Bits(ipv6Prefix)) // bits in 1..128: cannot fail
 		buf = p.AppendTo(buf)
 	}
-	return string(buf), nil
+	return string(buf)
 }
 
-func (c ClientIP) ipv6Bits() int {
-	switch b := c.IPv6Prefix; {
+// ipv6Bits is the IPv6 prefix length an IPv6Prefix setting means.
+func ipv6Bits(b int) int {
+	switch {
 	case b == 0:
 		return 64
 	case b < 1:

@@ -172,9 +172,17 @@ func HeaderKey(name string, fallback KeyFunc) KeyFunc {
 			}
 			return fallback(r)
 		}
-		sum := sha256.Sum256([]byte(v))
-		return "hdr:" + hex.EncodeToString(sum[:16]), nil
+		return SecretKey(v), nil
 	}
+}
+
+// SecretKey returns the key [HeaderKey] makes for a header's value: "hdr:"
+// and the first 16 bytes of the value's SHA-256 in hex. Code that limits
+// the same API keys elsewhere (gRPC metadata, a map of keys to plans) uses
+// it to reach the same allowances.
+func SecretKey(value string) string {
+	sum := sha256.Sum256([]byte(value))
+	return "hdr:" + hex.EncodeToString(sum[:16])
 }
 
 // Option configures [Middleware].

@@ -41,8 +41,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -271,8 +269,7 @@ func newAPI(logger *slog.Logger, proxies []netip.Prefix, rules rulesFile) (*api,
 func limiterKeys(keys map[string]string) *map[string]string {
 	m := make(map[string]string, len(keys))
 	for k, plan := range keys {
-		sum := sha256.Sum256([]byte(k))
-		m["hdr:"+hex.EncodeToString(sum[:16])] = plan
+		m[httplimit.SecretKey(k)] = plan
 	}
 	return &m
 }
