@@ -27,6 +27,10 @@ func firstField(k string) string { return strings.SplitN(k, " ", 2)[0] }
 func TestCompositeSameDecisionsAsInProcess(t *testing.T) {
 	rdb := needRedis(t)
 	keyFns := []func(string) string{func(string) string { return "all" }, firstField, nil}
+	var allowed, denied, failed atomic.Int64
+	defer func() {
+		t.Logf("%d admitted, %d refused, %d errors, compared", allowed.Load(), denied.Load(), failed.Load())
+	}()
 	rapid.Check(t, func(t *rapid.T) {
 		n := rapid.IntRange(1, 3).Draw(t, "layers")
 		var gotReports, wantReports []ratelimit.ShadowReport
@@ -66,6 +70,14 @@ func TestCompositeSameDecisionsAsInProcess(t *testing.T) {
 			if werr != nil || gerr != nil {
 				require.Error(t, werr)
 				require.EqualError(t, gerr, werr.Error())
+			}
+			switch {
+			case werr != nil:
+				failed.Add(1)
+			case w.Allowed:
+				allowed.Add(1)
+			default:
+				denied.Add(1)
 			}
 			if w != g {
 				t.Fatalf("check %d at %d, key %q, cost %d:\n in-process %+v\n redis      %+v", step, clk.Now(), key, cost, w, g)
