@@ -61,7 +61,8 @@ func WithHashTag(tag func(key string) string) Option {
 // slot: see [WithHashTag] and [Layer].Global.
 //
 // Of the options, a Composite reads [WithPrefix], [WithClock],
-// [WithTimeout], [WithExpiryMargin], [WithFailureMode] and [WithHashTag].
+// [WithTimeout], [WithExpiryMargin], [WithFailureMode], [WithObserver] and
+// [WithHashTag]; it has no deny cache, circuit breaker or fallback.
 // When Redis fails the error wraps [ErrUnavailable] and the Decision is the
 // failure policy's: fail open (the Decision on fresh keys) or fail closed.
 type Composite struct {
@@ -73,6 +74,7 @@ type Composite struct {
 	o        options
 	marginMs int64
 	cluster  bool // the client routes keys by slot
+	guard    bool // the client may not stop at a context's deadline
 }
 
 type compLayer struct {
@@ -117,6 +119,7 @@ func NewComposite(rdb redis.UniversalClient, layers []Layer, opts ...Option) (*C
 	case *redis.ClusterClient, *redis.Ring:
 		c.cluster = true
 	}
+	c.guard = !honoursContext(rdb)
 	for i, l := range layers {
 		m := lm.Machine(i)
 		s, err := New(rdb, l.Rule, opts...) // the rule's script arguments
@@ -209,15 +212,41 @@ func (c *Composite) Check(key string, cost ratelimit.Units) (ratelimit.Decision,
 }
 
 // CheckContext checks cost for key on every layer, as
-// [ratelimit.Composite.Check] does, in one script call. Cost errors are the
-// core's and reach no server. A layer's corrupted state refuses the request
-// with an error matching [ratelimit.ErrInvalidState]; on a cluster client,
+// [ratelimit.Composite.Check] does, in one script call. ctx bounds the
+// call; without a deadline, the timeout does. Cost errors are the core's
+// and reach no server. A layer's corrupted state refuses the request with
+// an error matching [ratelimit.ErrInvalidState]; on a cluster client,
 // layers whose keys are in different slots refuse it with [ErrCrossSlot].
+// When Redis fails the error wraps [ErrUnavailable].
 func (c *Composite) CheckContext(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	d, shadow, err := c.check(ctx, key, cost)
+	if obs := c.o.observer; obs != nil {
+		switch {
+		case err == nil && d.Allowed && d.Shadowed:
+			// A shadow layer's own answer, as the in-process Composite
+			// reports it.
+			obs.Decided(shadow, cost, ratelimit.OutcomeShadowRefused)
+		case err == nil:
+			o := ratelimit.OutcomeRefused
+			if d.Allowed {
+				o = ratelimit.OutcomeAllowed
+			}
+			obs.Decided(d, cost, o)
+		case errors.Is(err, ratelimit.ErrInvalidCost), errors.Is(err, ratelimit.ErrCostExceedsCapacity):
+		default:
+			obs.Failed(d.Policy, err)
+		}
+	}
+	return d, err
+}
+
+// check is CheckContext without the observer. shadow is, for an admission
+// that a shadow layer would have refused, the first such layer's Decision.
+func (c *Composite) check(ctx context.Context, key string, cost ratelimit.Units) (d, shadow ratelimit.Decision, err error) {
 	n := c.lm.Len()
 	fresh := make([][]byte, n)
 	if d, _, _, err := c.lm.Step(fresh, 0, cost, false); err != nil {
-		return d, err
+		return d, ratelimit.Decision{}, err
 	}
 	keys := make([]string, n)
 	args := make([]any, 0, 2+n*11)
@@ -240,7 +269,7 @@ func (c *Composite) CheckContext(ctx context.Context, key string, cost ratelimit
 		}
 		if c.cluster && flag != "-" {
 			if tag != "" && t != tag {
-				return c.refused(), fmt.Errorf("%w: key %q: layer %d's key %s", ErrCrossSlot, clipKey(key), i, keys[i])
+				return c.refused(), ratelimit.Decision{}, fmt.Errorf("%w: key %q: layer %d's key %s", ErrCrossSlot, clipKey(key), i, keys[i])
 			}
 			tag = t
 		}
@@ -258,23 +287,48 @@ func (c *Composite) CheckContext(ctx context.Context, key string, cost ratelimit
 		ctx, cancel = context.WithTimeout(ctx, c.o.timeout)
 		defer cancel()
 	}
-	reply, err := layersScript.Run(ctx, c.rdb, keys, args...).Slice()
+	reply, err := c.run(ctx, keys, args)
 	if err != nil {
 		if isScriptError(err) {
-			return c.refused(), fmt.Errorf("%w: key %q: %v", ratelimit.ErrInvalidState, clipKey(key), err)
+			return c.refused(), ratelimit.Decision{}, fmt.Errorf("%w: key %q: %v", ratelimit.ErrInvalidState, clipKey(key), err)
 		}
-		return c.degraded(cost, fmt.Errorf("%w: %w", ErrUnavailable, err))
+		d, err := c.degraded(cost, fmt.Errorf("%w: %w", ErrUnavailable, err))
+		return d, ratelimit.Decision{}, err
 	}
 	return c.verify(key, cost, reply)
+}
+
+// run sends the script, on a goroutine of its own when the client might
+// not stop at ctx's deadline.
+func (c *Composite) run(ctx context.Context, keys []string, args []any) ([]any, error) {
+	if !c.guard {
+		return layersScript.Run(ctx, c.rdb, keys, args...).Slice()
+	}
+	type result struct {
+		v   []any
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		v, err := layersScript.Run(ctx, c.rdb, keys, args...).Slice()
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // verify recomputes the Decision with the layered machine from the old
 // states and the instant the script used, and checks that the script wrote
 // exactly the states the machine computes.
-func (c *Composite) verify(key string, cost ratelimit.Units, reply []any) (ratelimit.Decision, error) {
+func (c *Composite) verify(key string, cost ratelimit.Units, reply []any) (ratelimit.Decision, ratelimit.Decision, error) {
+	var none ratelimit.Decision
 	n := c.lm.Len()
-	bad := func() (ratelimit.Decision, error) {
-		return c.refused(), fmt.Errorf("%w: unexpected reply %v", ErrMismatch, reply)
+	bad := func() (ratelimit.Decision, ratelimit.Decision, error) {
+		return c.refused(), none, fmt.Errorf("%w: unexpected reply %v", ErrMismatch, reply)
 	}
 	if len(reply) != 2+2*n {
 		return bad()
@@ -297,10 +351,10 @@ func (c *Composite) verify(key string, cost ratelimit.Units, reply []any) (ratel
 	}
 	d, next, reports, err := c.lm.Step(old, time.Duration(at), cost, true)
 	if err != nil {
-		return c.refused(), fmt.Errorf("key %q: %w", clipKey(key), err)
+		return c.refused(), none, fmt.Errorf("key %q: %w", clipKey(key), err)
 	}
 	if c.enforced > 0 && d.Allowed != (admitted == 1) {
-		return c.refused(), fmt.Errorf("%w: key %q at %d: script admitted %d, machine %v", ErrMismatch, clipKey(key), at, admitted, d.Allowed)
+		return c.refused(), none, fmt.Errorf("%w: key %q at %d: script admitted %d, machine %v", ErrMismatch, clipKey(key), at, admitted, d.Allowed)
 	}
 	for i := range n {
 		want := string(next[i])
@@ -311,14 +365,19 @@ func (c *Composite) verify(key string, cost ratelimit.Units, reply []any) (ratel
 			}
 		}
 		if written[i] != want {
-			return c.refused(), fmt.Errorf("%w: key %q layer %d at %d: script wrote %q, machine %q", ErrMismatch, clipKey(key), i, at, clipKey(written[i]), clipKey(want))
+			return c.refused(), none, fmt.Errorf("%w: key %q layer %d at %d: script wrote %q, machine %q", ErrMismatch, clipKey(key), i, at, clipKey(written[i]), clipKey(want))
 		}
 	}
+	var shadow ratelimit.Decision
+	refusing := false
 	r := 0
 	for i := range c.layers {
 		l := &c.layers[i]
 		if !l.Shadow {
 			continue
+		}
+		if r < len(reports) && !refusing && (reports[r].Err != nil || !reports[r].Decision.Allowed) {
+			shadow, refusing = reports[r].Decision, true
 		}
 		if r < len(reports) && l.OnShadow != nil {
 			rep := reports[r]
@@ -330,7 +389,7 @@ func (c *Composite) verify(key string, cost ratelimit.Units, reply []any) (ratel
 		}
 		r++
 	}
-	return d, nil
+	return d, shadow, nil
 }
 
 // refused is the Decision that admits nothing: the first enforced layer's.

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -222,4 +223,57 @@ func TestCompositeClusterLayout(t *testing.T) {
 	defer single.Close()
 	_, err = NewComposite(single, []Layer{global, customer, route})
 	require.NoError(t, err)
+}
+
+// recorder keeps every outcome an Observer is told of.
+type recorder struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (r *recorder) Decided(d ratelimit.Decision, cost ratelimit.Units, o ratelimit.Outcome) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, fmt.Sprintf("%v %d %+v", o, cost, d))
+}
+func (r *recorder) Waited(string, ratelimit.WaitEvent, time.Duration) {}
+func (r *recorder) Evicted(string, uint64, bool)                      {}
+func (r *recorder) Failed(p string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, "failed "+p)
+}
+
+// TestCompositeObserver: the observer is told what the in-process
+// Composite's is, shadow refusals included, and of failures.
+func TestCompositeObserver(t *testing.T) {
+	rdb := needRedis(t)
+	clk := ratelimit.NewManualClock(unixNow)
+	layers := []ratelimit.Layer{
+		{Rule: ratelimit.FixedWindow{Limit: 3, Window: time.Hour, Name: "enforced"}},
+		{Rule: ratelimit.GCRA{Rate: ratelimit.PerHour(1), Burst: 1, Name: "shadow"}, Shadow: true},
+	}
+	var want, got recorder
+	in, err := ratelimit.Compose(layers, ratelimit.WithClock(clk), ratelimit.WithObserver(&want))
+	require.NoError(t, err)
+	remote := []Layer{{Layer: layers[0]}, {Layer: layers[1]}}
+	c, err := NewComposite(rdb, remote, WithClock(clk), WithPrefix(testPrefix()), WithObserver(&got))
+	require.NoError(t, err)
+	for range 5 {
+		_, _ = in.Check("k", ratelimit.Unit)
+		_, err := c.Check("k", ratelimit.Unit)
+		require.NoError(t, err)
+		clk.Advance(time.Second)
+	}
+	require.Equal(t, want.got, got.got)
+	require.Contains(t, strings.Join(got.got, "\n"), "shadow")
+
+	gone := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	defer gone.Close()
+	var failed recorder
+	c, err = NewComposite(gone, remote, WithObserver(&failed))
+	require.NoError(t, err)
+	_, err = c.Check("k", ratelimit.Unit)
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.Equal(t, []string{"failed enforced"}, failed.got)
 }
