@@ -75,6 +75,7 @@ type Composite struct {
 	marginMs int64
 	cluster  bool // the client routes keys by slot
 	guard    bool // the client may not stop at a context's deadline
+	script   *redis.Script
 }
 
 type compLayer struct {
@@ -111,7 +112,7 @@ func NewComposite(rdb redis.UniversalClient, layers []Layer, opts ...Option) (*C
 		return nil, err
 	}
 	c := &Composite{
-		rdb: rdb, lm: lm, clock: o.clock, o: o,
+		rdb: rdb, lm: lm, clock: o.clock, o: o, script: layersScript,
 		layers:   make([]compLayer, len(layers)),
 		marginMs: max(1, (int64(o.margin)+int64(time.Millisecond)-1)/int64(time.Millisecond)),
 	}
@@ -302,7 +303,7 @@ func (c *Composite) check(ctx context.Context, key string, cost ratelimit.Units)
 // not stop at ctx's deadline.
 func (c *Composite) run(ctx context.Context, keys []string, args []any) ([]any, error) {
 	if !c.guard {
-		return layersScript.Run(ctx, c.rdb, keys, args...).Slice()
+		return c.script.Run(ctx, c.rdb, keys, args...).Slice()
 	}
 	type result struct {
 		v   []any
@@ -310,7 +311,7 @@ func (c *Composite) run(ctx context.Context, keys []string, args []any) ([]any, 
 	}
 	ch := make(chan result, 1)
 	go func() {
-		v, err := layersScript.Run(ctx, c.rdb, keys, args...).Slice()
+		v, err := c.script.Run(ctx, c.rdb, keys, args...).Slice()
 		ch <- result{v, err}
 	}()
 	select {

@@ -16,6 +16,9 @@ import (
 	"pgregory.net/rapid"
 )
 
+// exactLayersScript is the Composite's script with the exact path forced.
+var exactLayersScript = redis.NewScript(layersSource("fast = function() return nil end"))
+
 // firstField is the part of a key before its first space: a customer in
 // "customer route".
 func firstField(k string) string { return strings.SplitN(k, " ", 2)[0] }
@@ -24,7 +27,8 @@ func firstField(k string) string { return strings.SplitN(k, " ", 2)[0] }
 // Composite and the in-process ratelimit.Composite of the same layers (of
 // every algorithm, enforced or shadow, keyed globally, per customer or per
 // whole key), on one ManualClock, and requires the same Decisions, field
-// for field, and the same shadow reports.
+// for field, and the same shadow reports; and again on a third Composite
+// whose layers all decide on the exact path.
 func TestCompositeSameDecisionsAsInProcess(t *testing.T) {
 	rdb := needRedis(t)
 	keyFns := []func(string) string{func(string) string { return "all" }, firstField, nil}
@@ -53,6 +57,10 @@ func TestCompositeSameDecisionsAsInProcess(t *testing.T) {
 		got, err := NewComposite(rdb, remote, WithClock(clk), WithPrefix(testPrefix()), WithHashTag(firstField),
 			WithExpiryMargin(time.Hour), WithTimeout(5*time.Second))
 		require.NoError(t, err)
+		exact, err := NewComposite(rdb, remote, WithClock(clk), WithPrefix(testPrefix()), WithHashTag(firstField),
+			WithExpiryMargin(time.Hour), WithTimeout(5*time.Second))
+		require.NoError(t, err)
+		exact.script = exactLayersScript
 		capacity := ratelimit.Units(1 << 62)
 		for _, l := range local {
 			m, _ := ratelimit.NewMachine(l.Rule)
@@ -82,6 +90,14 @@ func TestCompositeSameDecisionsAsInProcess(t *testing.T) {
 			}
 			if w != g {
 				t.Fatalf("check %d at %d, key %q, cost %d:\n in-process %+v\n redis      %+v", step, clk.Now(), key, cost, w, g)
+			}
+			gotReports = gotReports[:0]
+			e, eerr := exact.Check(key, cost)
+			if werr != nil || eerr != nil {
+				require.EqualError(t, eerr, werr.Error())
+			}
+			if w != e {
+				t.Fatalf("check %d at %d, key %q, cost %d:\n in-process %+v\n exact path %+v", step, clk.Now(), key, cost, w, e)
 			}
 			require.Equal(t, len(wantReports), len(gotReports))
 			for i := range wantReports {

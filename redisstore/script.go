@@ -39,14 +39,15 @@ func scriptSource(override string) string {
 //go:embed layers.lua
 var layersLua string
 
-var layersScript = redis.NewScript(layersSource())
+var layersScript = redis.NewScript(layersSource(""))
 
 // layersSource assembles the composite's script: the single-key step
 // inside layerstep, whose ARGV and redis are its parameters, so that each
 // layer runs it with its own arguments and with its write held back, and
-// then layers.lua.
-func layersSource() string {
-	return "local function layerstep(ARGV, redis, key, old)\n" + fastLua +
+// then layers.lua. override is Lua run after the fast path is defined, as
+// for scriptSource.
+func layersSource(override string) string {
+	return "local function layerstep(ARGV, redis, key, old)\n" + fastLua + "\n" + override +
 		"\nlocal function exact(key, alg, old, tm)\n" + pairsLua +
 		"\nif alg == 'm' then return pmeter(key, old, tm) end\n" + arithLua + "\n" + limbsLua + "\nend\n" +
 		"local r = fast(key, ARGV[1], old, false)\nif r then return r end\nreturn exact(key, ARGV[1], old, false)\nend\n" + layersLua
