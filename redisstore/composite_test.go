@@ -205,6 +205,17 @@ func TestCompositeRefusedSpendsNothing(t *testing.T) {
 	after, err = rdb.Get(context.Background(), c.Key(0, "b")).Result()
 	require.NoError(t, err)
 	require.Equal(t, before, after)
+	// So does a state whose latest instant is beyond MaxTime, which would
+	// otherwise become every layer's instant.
+	for _, junk := range []string{"9223372036854775807 0 0", "99999999999999999999 0 0", "0123 0 0"} {
+		require.NoError(t, rdb.Set(context.Background(), c.Key(1, "c"), junk, 0).Err())
+		d, err = c.Check("c", ratelimit.Unit)
+		require.ErrorIs(t, err, ratelimit.ErrInvalidState, junk)
+		require.False(t, d.Allowed)
+		after, err = rdb.Get(context.Background(), c.Key(0, "c")).Result()
+		require.NoError(t, err)
+		require.Equal(t, before, after)
+	}
 }
 
 // TestCompositeClusterLayout: on a Cluster client a Global layer beside
