@@ -79,6 +79,19 @@
 // live keys (a key lives at most its rule's reset time plus the margin)
 // rather than relying on eviction.
 //
+// # Several limits per request
+//
+// [NewComposite] checks every request against several limits (a global
+// cap, a per-customer plan, a per-route limit) as [ratelimit.Composite]
+// does in process, with the same Decisions: one script reads every layer's
+// state, decides each at one instant with its layer's step, and writes
+// only if every enforced layer admits, so a request refused by one layer
+// spends nothing from the others, whichever process sent it. In Redis
+// Cluster all the keys of one script must share a slot: layers whose keys
+// share a hash tag ([WithHashTag]) work anywhere, while a global key beside
+// per-customer keys cannot, and is refused when the Composite is built on
+// a Cluster client (see [Layer]).
+//
 // # When Redis fails
 //
 // Every check has a deadline: the caller's context's, else [WithTimeout]'s

@@ -21,6 +21,7 @@ type options struct {
 	pause     time.Duration
 	denyCache int
 	observer  ratelimit.Observer
+	hashTag   func(string) string // NewComposite only
 }
 
 func defaultOptions() options {

@@ -33,3 +33,22 @@ func scriptSource(override string) string {
 	return fastLua + "\n" + override + "\nlocal function exact(key, alg, old, tm)\n" + pairsLua +
 		"\nif alg == 'm' then return pmeter(key, old, tm) end\n" + arithLua + "\n" + limbsLua + "\nend\n" + stepLua
 }
+
+// layersLua decides one request on several keys (see NewComposite).
+//
+//go:embed layers.lua
+var layersLua string
+
+var layersScript = redis.NewScript(layersSource(""))
+
+// layersSource assembles the composite's script: the single-key step
+// inside layerstep, whose ARGV and redis are its parameters, so that each
+// layer runs it with its own arguments and with its write held back, and
+// then layers.lua. override is Lua run after the fast path is defined, as
+// for scriptSource.
+func layersSource(override string) string {
+	return "local function layerstep(ARGV, redis, key, old)\n" + fastLua + "\n" + override +
+		"\nlocal function exact(key, alg, old, tm)\n" + pairsLua +
+		"\nif alg == 'm' then return pmeter(key, old, tm) end\n" + arithLua + "\n" + limbsLua + "\nend\n" +
+		"local r = fast(key, ARGV[1], old, false)\nif r then return r end\nreturn exact(key, ARGV[1], old, false)\nend\n" + layersLua
+}

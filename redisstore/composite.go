@@ -1,0 +1,425 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratekit/ratelimit"
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrCrossSlot means the layers' keys of one request are in different
+// Redis Cluster slots, so that no script can check them atomically (see
+// [NewComposite]).
+var ErrCrossSlot = errors.New("redisstore: layers' keys are in different cluster slots")
+
+// Layer is one limit of a [Composite]: a [ratelimit.Layer] (its rule, key,
+// shadow mode and OnShadow; its Options play no part), and where its key
+// lives in Redis Cluster.
+type Layer struct {
+	ratelimit.Layer
+
+	// Global marks a layer whose key is shared by requests of many hash
+	// tags, such as a global cap: its key is in a Cluster slot of its own,
+	// apart from the other layers'. A Composite with a Global layer beside
+	// any other layer cannot be atomic in Redis Cluster, and NewComposite
+	// refuses to build one on a Cluster client.
+	Global bool
+}
+
+// WithHashTag makes a [Composite] put each layer's key in the Cluster hash
+// tag tag(layer key), so that the layers of one request share a slot when
+// their keys share a tag: with keys "customer route", a per-customer layer
+// (key "customer") and a per-customer-and-route layer (the whole key)
+// share a slot under a tag that keeps the part before the space. Without
+// it each layer's key is its own tag. A [Store] ignores it.
+func WithHashTag(tag func(key string) string) Option {
+	return func(o *options) { o.hashTag = tag }
+}
+
+// Composite is several limits that every request must pass together, with
+// their states in Redis: the Redis counterpart of [ratelimit.Composite],
+// with its Decisions. A request is admitted only if every enforced layer
+// admits it, and a request that any layer refuses spends nothing from any
+// layer, on any replica of the application and under any concurrency: one
+// script reads every layer's state, decides each at one instant with its
+// layer's step, and writes the new states only if every enforced layer
+// admits. The Decision is then computed in Go by the layers'
+// [ratelimit.LayeredMachine] from the old states and that instant, and the
+// states it computes must be the ones the script wrote (else the request is
+// refused with [ErrMismatch]).
+//
+// Each layer's key is named by the layer's index, its rule's numbers and a
+// hash of its own key (see [Composite.Key]); reordering the layers starts
+// their keys fresh. In Redis Cluster every key of one script must be in one
+// slot: see [WithHashTag] and [Layer].Global.
+//
+// Of the options, a Composite reads [WithPrefix], [WithClock],
+// [WithTimeout], [WithExpiryMargin], [WithFailureMode], [WithObserver] and
+// [WithHashTag]; it has no deny cache, circuit breaker or fallback.
+// When Redis fails the error wraps [ErrUnavailable] and the Decision is the
+// failure policy's: fail open (the Decision on fresh keys) or fail closed.
+type Composite struct {
+	rdb      redis.UniversalClient
+	lm       *ratelimit.LayeredMachine
+	layers   []compLayer
+	enforced int
+	clock    ratelimit.Clock
+	o        options
+	marginMs int64
+	cluster  bool // the client routes keys by slot
+	guard    bool // the client may not stop at a context's deadline
+	script   *redis.Script
+}
+
+type compLayer struct {
+	Layer
+	m       *ratelimit.Machine
+	p       ratelimit.Params
+	alg     string
+	head    string // prefix, index and rule tag
+	ruleArg []any
+}
+
+// NewComposite returns a [Composite] of layers, in the order given, on the
+// Redis rdb talks to. Each rule is validated as by [New]. On a
+// [redis.ClusterClient] (or a [redis.Ring], which also spreads keys by
+// hash), a Global layer beside any other layer is refused with an error
+// naming the layers: their keys could never share a slot.
+func NewComposite(rdb redis.UniversalClient, layers []Layer, opts ...Option) (*Composite, error) {
+	if rdb == nil {
+		return nil, fmt.Errorf("%w: nil client", ratelimit.ErrInvalidOption)
+	}
+	base := make([]ratelimit.Layer, len(layers))
+	for i, l := range layers {
+		base[i] = l.Layer
+	}
+	lm, err := ratelimit.NewLayeredMachine(base)
+	if err != nil {
+		return nil, err
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	c := &Composite{
+		rdb: rdb, lm: lm, clock: o.clock, o: o, script: layersScript,
+		layers:   make([]compLayer, len(layers)),
+		marginMs: max(1, (int64(o.margin)+int64(time.Millisecond)-1)/int64(time.Millisecond)),
+	}
+	switch rdb.(type) {
+	case *redis.ClusterClient, *redis.Ring:
+		c.cluster = true
+	}
+	c.guard = !honoursContext(rdb)
+	for i, l := range layers {
+		m := lm.Machine(i)
+		s, err := New(rdb, l.Rule, opts...) // the rule's script arguments
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: layer %d: %w", i, err)
+		}
+		c.layers[i] = compLayer{Layer: l, m: m, p: m.Params(), alg: s.alg, ruleArg: s.ruleArgs,
+			head: o.prefix + "L" + strconv.Itoa(i) + ":" + ruleTag(m.Params()) + ":"}
+		if !l.Shadow {
+			c.enforced++
+		}
+	}
+	if c.cluster {
+		if err := clusterLayout(layers); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// clusterLayout refuses layers that could not share a Cluster slot.
+func clusterLayout(layers []Layer) error {
+	if len(layers) < 2 {
+		return nil
+	}
+	for i, l := range layers {
+		if !l.Global {
+			continue
+		}
+		j := 0
+		if i == 0 {
+			j = 1
+		}
+		return fmt.Errorf("%w: layer %d (%s) is Global, so its key is in a slot of its own, apart from layer %d's (%s): "+
+			"no script can check them atomically in Redis Cluster. Check the global limit with a Composite of its own (or a Store), "+
+			"keep the per-request layers together under one tag (WithHashTag), or use a single-node client",
+			ErrCrossSlot, i, layerName(l), j, layerName(layers[j]))
+	}
+	return nil
+}
+
+func layerName(l Layer) string {
+	if m, err := ratelimit.NewMachine(l.Rule); err == nil && m.Params().Policy != "" {
+		return m.Params().Policy
+	}
+	return "unnamed"
+}
+
+// Key returns the Redis key that holds layer i's state for a request on
+// key: the prefix, the layer's index and rule tag, a hash of the layer's
+// own key, and in braces the Cluster hash tag (a hash of the layer's key,
+// or of its tag under [WithHashTag]).
+func (c *Composite) Key(i int, key string) string {
+	k, _ := c.key(i, key)
+	return k
+}
+
+// key returns layer i's Redis key and its hash tag.
+func (c *Composite) key(i int, key string) (string, string) {
+	l := &c.layers[i]
+	if l.Key != nil {
+		key = l.Key(key)
+	}
+	own := hash16(key)
+	tag := own
+	if c.o.hashTag != nil {
+		tag = hash16(c.o.hashTag(key))
+	}
+	var b strings.Builder
+	b.Grow(len(l.head) + 68)
+	b.WriteString(l.head)
+	if c.o.hashTag != nil {
+		b.WriteString(own)
+		b.WriteByte(':')
+	}
+	b.WriteByte('{')
+	b.WriteString(tag)
+	b.WriteByte('}')
+	return b.String(), tag
+}
+
+func hash16(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:16])
+}
+
+// Check is CheckContext with a background context.
+func (c *Composite) Check(key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	return c.CheckContext(context.Background(), key, cost)
+}
+
+// CheckContext checks cost for key on every layer, as
+// [ratelimit.Composite.Check] does, in one script call. ctx bounds the
+// call; without a deadline, the timeout does. Cost errors are the core's
+// and reach no server. A layer's corrupted state refuses the request with
+// an error matching [ratelimit.ErrInvalidState]; on a cluster client,
+// layers whose keys are in different slots refuse it with [ErrCrossSlot].
+// When Redis fails the error wraps [ErrUnavailable].
+func (c *Composite) CheckContext(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	d, shadow, err := c.check(ctx, key, cost)
+	if obs := c.o.observer; obs != nil {
+		switch {
+		case err == nil && d.Allowed && d.Shadowed:
+			// A shadow layer's own answer, as the in-process Composite
+			// reports it.
+			obs.Decided(shadow, cost, ratelimit.OutcomeShadowRefused)
+		case err == nil:
+			o := ratelimit.OutcomeRefused
+			if d.Allowed {
+				o = ratelimit.OutcomeAllowed
+			}
+			obs.Decided(d, cost, o)
+		case errors.Is(err, ratelimit.ErrInvalidCost), errors.Is(err, ratelimit.ErrCostExceedsCapacity):
+		default:
+			obs.Failed(d.Policy, err)
+		}
+	}
+	return d, err
+}
+
+// check is CheckContext without the observer. shadow is, for an admission
+// that a shadow layer would have refused, the first such layer's Decision.
+func (c *Composite) check(ctx context.Context, key string, cost ratelimit.Units) (d, shadow ratelimit.Decision, err error) {
+	n := c.lm.Len()
+	fresh := make([][]byte, n)
+	if d, _, _, err := c.lm.Step(fresh, 0, cost, false); err != nil {
+		return d, ratelimit.Decision{}, err
+	}
+	keys := make([]string, n)
+	args := make([]any, 0, 2+n*11)
+	now := ""
+	if c.clock != nil {
+		now = strconv.FormatInt(clamp(c.clock.Now()), 10)
+	}
+	args = append(args, now, strconv.Itoa(n))
+	tag := ""
+	for i := range c.layers {
+		l := &c.layers[i]
+		var t string
+		keys[i], t = c.key(i, key)
+		flag := "e"
+		switch {
+		case !c.lm.Takes(i, cost):
+			flag = "-"
+		case l.Shadow:
+			flag = "s"
+		}
+		if c.cluster && flag != "-" {
+			if tag != "" && t != tag {
+				return c.refused(), ratelimit.Decision{}, fmt.Errorf("%w: key %q: layer %d's key %s", ErrCrossSlot, clipKey(key), i, keys[i])
+			}
+			tag = t
+		}
+		step := []any{l.alg, "", strconv.FormatInt(int64(cost), 10), strconv.FormatInt(c.marginMs, 10)}
+		step = append(step, l.ruleArg...)
+		if l.alg == "m" {
+			ns, frac := l.m.Span(cost)
+			step = append(step, u(ns), u(frac))
+		}
+		args = append(args, flag, strconv.Itoa(len(step)))
+		args = append(args, step...)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.o.timeout)
+		defer cancel()
+	}
+	reply, err := c.run(ctx, keys, args)
+	if err != nil {
+		if isScriptError(err) {
+			return c.refused(), ratelimit.Decision{}, fmt.Errorf("%w: key %q: %v", ratelimit.ErrInvalidState, clipKey(key), err)
+		}
+		d, err := c.degraded(cost, fmt.Errorf("%w: %w", ErrUnavailable, err))
+		return d, ratelimit.Decision{}, err
+	}
+	return c.verify(key, cost, reply)
+}
+
+// run sends the script, on a goroutine of its own when the client might
+// not stop at ctx's deadline.
+func (c *Composite) run(ctx context.Context, keys []string, args []any) ([]any, error) {
+	if !c.guard {
+		return c.script.Run(ctx, c.rdb, keys, args...).Slice()
+	}
+	type result struct {
+		v   []any
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		v, err := c.script.Run(ctx, c.rdb, keys, args...).Slice()
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// verify recomputes the Decision with the layered machine from the old
+// states and the instant the script used, and checks that the script wrote
+// exactly the states the machine computes.
+func (c *Composite) verify(key string, cost ratelimit.Units, reply []any) (ratelimit.Decision, ratelimit.Decision, error) {
+	var none ratelimit.Decision
+	n := c.lm.Len()
+	bad := func() (ratelimit.Decision, ratelimit.Decision, error) {
+		return c.refused(), none, fmt.Errorf("%w: unexpected reply %v", ErrMismatch, reply)
+	}
+	if len(reply) != 2+2*n {
+		return bad()
+	}
+	reading, ok := reply[0].(string)
+	at, err := strconv.ParseInt(reading, 10, 64)
+	admitted, ok2 := reply[1].(int64)
+	if !ok || !ok2 || err != nil {
+		return bad()
+	}
+	old := make([][]byte, n)
+	written := make([]string, n)
+	for i := range n {
+		o, ok1 := reply[2+2*i].(string)
+		w, ok2 := reply[3+2*i].(string)
+		if !ok1 || !ok2 {
+			return bad()
+		}
+		old[i], written[i] = []byte(o), w
+	}
+	d, next, reports, err := c.lm.Step(old, time.Duration(at), cost, true)
+	if err != nil {
+		return c.refused(), none, fmt.Errorf("key %q: %w", clipKey(key), err)
+	}
+	if c.enforced > 0 && d.Allowed != (admitted == 1) {
+		return c.refused(), none, fmt.Errorf("%w: key %q at %d: script admitted %d, machine %v", ErrMismatch, clipKey(key), at, admitted, d.Allowed)
+	}
+	for i := range n {
+		want := string(next[i])
+		if written[i] == "" {
+			want = ""
+			if string(next[i]) != string(old[i]) {
+				want = string(next[i])
+			}
+		}
+		if written[i] != want {
+			return c.refused(), none, fmt.Errorf("%w: key %q layer %d at %d: script wrote %q, machine %q", ErrMismatch, clipKey(key), i, at, clipKey(written[i]), clipKey(want))
+		}
+	}
+	var shadow ratelimit.Decision
+	refusing := false
+	r := 0
+	for i := range c.layers {
+		l := &c.layers[i]
+		if !l.Shadow {
+			continue
+		}
+		if r < len(reports) && !refusing && (reports[r].Err != nil || !reports[r].Decision.Allowed) {
+			shadow, refusing = reports[r].Decision, true
+		}
+		if r < len(reports) && l.OnShadow != nil {
+			rep := reports[r]
+			rep.Key = key
+			if l.Key != nil {
+				rep.Key = l.Key(key)
+			}
+			l.OnShadow(rep)
+		}
+		r++
+	}
+	return d, shadow, nil
+}
+
+// refused is the Decision that admits nothing: the first enforced layer's.
+func (c *Composite) refused() ratelimit.Decision {
+	for _, l := range c.layers {
+		if !l.Shadow {
+			return ratelimit.Decision{Limit: l.p.Limit, Policy: l.p.Policy, Window: l.p.Window}
+		}
+	}
+	p := c.layers[0].p
+	return ratelimit.Decision{Limit: p.Limit, Policy: p.Policy, Window: p.Window}
+}
+
+// degraded applies the failure policy to a request Redis did not decide.
+func (c *Composite) degraded(cost ratelimit.Units, cause error) (ratelimit.Decision, error) {
+	if c.o.mode == FailClosed {
+		d := c.refused()
+		d.RetryAfter = c.o.pause
+		return d, cause
+	}
+	now := time.Duration(clamp(UnixClock().Now()))
+	if c.clock != nil {
+		now = time.Duration(clamp(c.clock.Now()))
+	}
+	d, _, _, _ := c.lm.Step(make([][]byte, c.lm.Len()), now, cost, false)
+	return d, cause
+}
+
+var (
+	_ ratelimit.ContextChecker = (*Composite)(nil)
+	_ ratelimit.KeyedLimiter   = (*Composite)(nil)
+)
