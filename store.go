@@ -283,6 +283,9 @@ type keyedStore interface {
 	// take removes k's entry and returns the milli-units it had spent at
 	// now (rounded up); ok is false if the store did not hold k.
 	take(k storeKey, now int64) (spent int64, ok bool)
+	// refundAt gives back up to cost of what k's entry was admitted at at
+	// (see refund.go); a key the store does not hold gives nothing.
+	refundAt(k storeKey, now, at, cost int64) int64
 	// setSpent makes k's acquired entry a state with x milli-units spent
 	// at now (see Migration).
 	setSpent(k storeKey, now, x int64)
