@@ -1,9 +1,12 @@
 package ratelimit_test
 
 import (
+	"errors"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 
@@ -92,5 +95,137 @@ func TestRefundModel(t *testing.T) {
 				t.Repeat(actions)
 			})
 		})
+	}
+}
+
+// TestRefundKeyedMatchesLimiter checks that a Store, a Composite of one
+// layer and a Plans of one plan check and refund each key exactly as a
+// single-key limiter of the same rule does, and that a refund of a key
+// none of them holds gives nothing and adds nothing.
+func TestRefundKeyedMatchesLimiter(t *testing.T) {
+	for _, a := range testedAlgorithms {
+		t.Run(a.name, func(t *testing.T) {
+			rapid.Check(t, func(t *rapid.T) {
+				s := a.draw(t)
+				rule := a.rule(s)
+				clk := &traceClock{ManualClock: ratelimit.NewManualClock(0)}
+				lims := map[string]ratelimit.Limiter{}
+				for _, k := range afterKeys {
+					l, err := ratelimit.New(rule, ratelimit.WithClock(clk))
+					require.NoError(t, err)
+					lims[k] = l
+				}
+				store, err := ratelimit.NewStore(rule, ratelimit.WithClock(clk))
+				require.NoError(t, err)
+				comp, err := ratelimit.Compose([]ratelimit.Layer{{Rule: rule}}, ratelimit.WithClock(clk))
+				require.NoError(t, err)
+				plans, err := ratelimit.NewPlans(ratelimit.PlanSet{
+					Plans: map[string]ratelimit.Plan{"one": {Rule: rule}}, Default: "one",
+				}, nil, ratelimit.WithClock(clk))
+				require.NoError(t, err)
+				type keyed interface {
+					Check(key string, cost ratelimit.Units) (ratelimit.Decision, error)
+					Refund(key string, cost ratelimit.Units, at time.Duration) (ratelimit.Units, error)
+				}
+				kinds := map[string]keyed{"Store": store, "Composite": comp, "Plans": plans}
+				capMilli := s.capacity * int64(ratelimit.Unit)
+				var ats []time.Duration
+				actions := traceActions(clk, a.scale(s))
+				delete(actions, "back") // see TestPeekIsCheckWithoutSpending
+				actions["check"] = func(t *rapid.T) {
+					key := rapid.SampledFrom(afterKeys).Draw(t, "key")
+					cost := drawCost(t, capMilli)
+					want, werr := lims[key].Check(cost)
+					for name, k := range kinds {
+						got, err := k.Check(key, cost)
+						require.Equal(t, werr, err, name)
+						if name == "Plans" && got.Policy == "one" {
+							got.Policy = "" // an unnamed rule reports its plan's name
+						}
+						require.Equal(t, want, got, name)
+					}
+					if want.Allowed {
+						ats = append(ats, want.At)
+					}
+				}
+				actions["refund"] = func(t *rapid.T) {
+					key := rapid.SampledFrom(append(afterKeys, "never")).Draw(t, "key")
+					at := time.Duration(clk.seen)
+					if len(ats) > 0 {
+						at = rapid.SampledFrom(ats).Draw(t, "at")
+					}
+					cost := drawCost(t, capMilli)
+					var want ratelimit.Units
+					if l, ok := lims[key]; ok {
+						var err error
+						want, err = ratelimit.Refund(l, cost, at)
+						require.NoError(t, err)
+					}
+					for name, k := range kinds {
+						got, err := k.Refund(key, cost, at)
+						require.NoError(t, err, name)
+						require.Equal(t, want, got, name)
+					}
+					require.LessOrEqual(t, store.Len(), len(afterKeys), "a refund adds no key")
+				}
+				t.Repeat(actions)
+			})
+		})
+	}
+}
+
+func TestRefundErrors(t *testing.T) {
+	store, err := ratelimit.NewStore(ratelimit.FixedWindow{Limit: 5, Window: time.Second})
+	require.NoError(t, err)
+	_, err = store.Refund("k", 0, 0)
+	require.ErrorIs(t, err, ratelimit.ErrInvalidCost)
+	d, err := store.Check("k", 2*ratelimit.Unit)
+	require.NoError(t, err)
+	g, err := store.Refund("k", 9*ratelimit.Unit, d.At)
+	require.NoError(t, err)
+	require.Equal(t, 2*ratelimit.Unit, g, "capped at what the key holds")
+	_, err = ratelimit.Refund(ratelimit.Shadow(nil, nil), ratelimit.Unit, 0)
+	require.ErrorIs(t, err, errors.ErrUnsupported)
+}
+
+// TestRefundConcurrent checks refunds racing with checks: with the clock
+// still, every admission refunded at once leaves the limiter full again,
+// whichever order the goroutines run in.
+func TestRefundConcurrent(t *testing.T) {
+	rules := []ratelimit.Rule{
+		ratelimit.GCRA{Rate: ratelimit.PerSecond(10), Burst: 20}, // lock-free
+		ratelimit.GCRA{Rate: ratelimit.Rate{Count: 7, Per: 3 * time.Second}, Burst: 20},
+		ratelimit.SlidingLog{Limit: 20, Window: time.Second},
+	}
+	for _, rule := range rules {
+		clk := ratelimit.NewManualClock(time.Hour)
+		lim, err := ratelimit.New(rule, ratelimit.WithClock(clk))
+		require.NoError(t, err)
+		store, err := ratelimit.NewStore(rule, ratelimit.WithClock(clk))
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 200 {
+					if d, _ := lim.Check(3 * ratelimit.Unit); d.Allowed {
+						g, _ := ratelimit.Refund(lim, 3*ratelimit.Unit, d.At)
+						assert.Equal(t, 3*ratelimit.Unit, g)
+					}
+					if d, _ := store.Check("k", 3*ratelimit.Unit); d.Allowed {
+						g, _ := store.Refund("k", 3*ratelimit.Unit, d.At)
+						assert.Equal(t, 3*ratelimit.Unit, g)
+					}
+				}
+			}()
+		}
+		waitGroup(t, &wg, "the checks and refunds")
+		d, err := ratelimit.Peek(lim, 20*ratelimit.Unit)
+		require.NoError(t, err)
+		assert.True(t, d.Allowed, "%T: full again", rule)
+		d, err = store.Peek("k", 20*ratelimit.Unit)
+		require.NoError(t, err)
+		assert.True(t, d.Allowed, "%T: full again", rule)
 	}
 }
