@@ -115,9 +115,10 @@ func (s *Store) Refund(key string, cost Units, at time.Duration) (Units, error) 
 }
 
 // Refund gives back up to cost of what key was admitted at the instant at
-// (the admitting Decision's At) in every layer, at one instant, as
+// (the admitting Decision's At) in every enforced layer, at one instant, as
 // [Store.Refund] does in each layer's store for the layer's own key, and
-// returns the least any enforced layer gave back. A cost of zero or less
+// returns the least any of them gave back. Shadow layers keep what they
+// spent: they may not have spent it. A cost of zero or less
 // is an error matching [ErrInvalidCost]; each layer caps a larger cost
 // than it can give back.
 func (c *Composite) Refund(key string, cost Units, at time.Duration) (Units, error) {
@@ -186,12 +187,18 @@ func refundLayers(layers []compositeLayer, clock Clock, key string, cost, at int
 func refundLocked(layers []compositeLayer, turns []layerTurn, now, cost, at int64) (first, least int64) {
 	least = -1
 	for i := range turns {
+		if layers[i].shadow {
+			// A shadow layer spent only if it would itself have admitted
+			// the request: giving back what it may not hold would make it
+			// report more leniently than it would enforce.
+			continue
+		}
 		st := layers[i].store
 		g := st.refundAt(turns[i].k, now, clampAt(time.Duration(at), now), min(cost, st.capacity()))
 		if i == 0 {
 			first = g
 		}
-		if !layers[i].shadow && (least < 0 || g < least) {
+		if least < 0 || g < least {
 			least = g
 		}
 	}
