@@ -2,9 +2,11 @@ package ratelimit_test
 
 import (
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 
@@ -185,4 +187,56 @@ func TestPeekFreshKey(t *testing.T) {
 	require.ErrorIs(t, err, ratelimit.ErrCostExceedsCapacity)
 	_, err = ratelimit.Peek(ratelimit.Shadow(k.lim, nil), ratelimit.Unit)
 	require.ErrorIs(t, err, errors.ErrUnsupported)
+}
+
+// TestPeekCountRefused checks that Peek reports a refusal under a rule
+// that counts refusals exactly as Check does, and counts nothing.
+func TestPeekCountRefused(t *testing.T) {
+	rules := []ratelimit.Rule{
+		ratelimit.SlidingCounter{Limit: 5, Window: time.Second, CountRefused: true},
+		ratelimit.SubWindow{Limit: 5, Window: time.Second, Buckets: 4, CountRefused: true},
+	}
+	for _, rule := range rules {
+		clk := ratelimit.NewManualClock(0)
+		store, err := ratelimit.NewStore(rule, ratelimit.WithClock(clk))
+		require.NoError(t, err)
+		_, err = store.Check("k", 4*ratelimit.Unit)
+		require.NoError(t, err)
+		clk.Advance(300 * time.Millisecond)
+		p1, err := store.Peek("k", 2*ratelimit.Unit)
+		require.NoError(t, err)
+		p2, err := store.Peek("k", 2*ratelimit.Unit)
+		require.NoError(t, err)
+		assert.Equal(t, p1, p2, "%T: a peek counts nothing", rule)
+		d, err := store.Check("k", 2*ratelimit.Unit)
+		require.NoError(t, err)
+		assert.False(t, d.Allowed)
+		assert.Equal(t, d, p1, "%T", rule)
+	}
+}
+
+// TestPeekPlansMovedKey checks Peek on a key whose plan changed: it judges
+// the key by what it spent on its old plan, as the next check does.
+func TestPeekPlansMovedKey(t *testing.T) {
+	clk := ratelimit.NewManualClock(0)
+	var plan atomic.Value
+	plan.Store("small")
+	set := ratelimit.PlanSet{
+		Plans: map[string]ratelimit.Plan{
+			"small": {Rule: ratelimit.FixedWindow{Limit: 10, Window: time.Second}},
+			"big":   {Rule: ratelimit.FixedWindow{Limit: 100, Window: time.Second}},
+		},
+		Default: "small",
+	}
+	p, err := ratelimit.NewPlans(set, func(string) string { return plan.Load().(string) }, ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	_, err = p.Check("c", 5*ratelimit.Unit)
+	require.NoError(t, err)
+	plan.Store("big") // half spent moves as half spent: 50 of 100
+	d, err := p.Peek("c", ratelimit.Unit)
+	require.NoError(t, err)
+	assert.Equal(t, int64(49), d.Remaining)
+	d2, err := p.Check("c", ratelimit.Unit)
+	require.NoError(t, err)
+	assert.Equal(t, d2, d)
 }
