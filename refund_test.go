@@ -229,3 +229,62 @@ func TestRefundConcurrent(t *testing.T) {
 		assert.True(t, d.Allowed, "%T: full again", rule)
 	}
 }
+
+// TestRefundNeverGivesMore checks the bound on every refund: after a
+// check admitted at one instant and refunded at a later one, the key is
+// never better off than a twin that never saw that check, at the instant
+// of the refund or any later one: whatever it admits the twin admits, with
+// at least as much left, as soon, and as fresh.
+func TestRefundNeverGivesMore(t *testing.T) {
+	for _, a := range testedAlgorithms {
+		t.Run(a.name, func(t *testing.T) {
+			rapid.Check(t, func(t *rapid.T) {
+				s := a.draw(t)
+				rule := a.rule(s)
+				clk := ratelimit.NewManualClock(0)
+				lim, err := ratelimit.New(rule, ratelimit.WithClock(clk))
+				require.NoError(t, err)
+				twin, err := ratelimit.New(rule, ratelimit.WithClock(clk))
+				require.NoError(t, err)
+				capMilli := s.capacity * int64(ratelimit.Unit)
+				scale := int64(a.scale(s))
+				cost := func(label string) ratelimit.Units {
+					return ratelimit.Units(rapid.Int64Range(1, capMilli).Draw(t, label))
+				}
+				for range rapid.IntRange(0, 8).Draw(t, "before") {
+					clk.Advance(time.Duration(rapid.Int64Range(0, scale).Draw(t, "gap")))
+					c := cost("cost")
+					_, err := lim.Check(c)
+					require.NoError(t, err)
+					_, err = twin.Check(c)
+					require.NoError(t, err)
+				}
+				c := cost("refunded")
+				d, err := lim.Check(c)
+				require.NoError(t, err)
+				if !d.Allowed {
+					return
+				}
+				clk.Advance(time.Duration(rapid.Int64Range(0, 2*scale).Draw(t, "until refund")))
+				_, err = ratelimit.Refund(lim, ratelimit.Units(rapid.Int64Range(1, int64(c)).Draw(t, "refund")), d.At)
+				require.NoError(t, err)
+				for range 3 {
+					x := cost("probe")
+					got, err := ratelimit.Peek(lim, x)
+					require.NoError(t, err)
+					want, err := ratelimit.Peek(twin, x)
+					require.NoError(t, err)
+					if got.Allowed {
+						require.True(t, want.Allowed, "the refunded key admits what the twin does not")
+					}
+					if got.Allowed == want.Allowed { // else the twin describes itself after admitting
+						require.LessOrEqual(t, got.Remaining, want.Remaining)
+						require.GreaterOrEqual(t, got.RetryAfter, want.RetryAfter)
+						require.GreaterOrEqual(t, got.ResetAfter, want.ResetAfter)
+					}
+					clk.Advance(time.Duration(rapid.Int64Range(0, scale).Draw(t, "later")))
+				}
+			})
+		})
+	}
+}
