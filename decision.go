@@ -91,6 +91,14 @@ type Decision struct {
 	// of its most constraining part.
 	Policy string
 
+	// At is the instant the decision was made at, on the limiter's clock
+	// (its Now, clamped so that it never goes back): the instant an
+	// admitted cost was spent, which [Store.Refund] and the other refunds
+	// need to know what of it can still be given back. It is 0 on a cost
+	// error, and for a [Composite] the one instant all its layers decided
+	// at.
+	At time.Duration
+
 	// Window is the time span that Limit is a quota for: the window of a
 	// window algorithm, and for the buckets the time to earn the whole
 	// capacity at the rule's rate (rounded up to the nanosecond). Together

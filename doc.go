@@ -144,6 +144,8 @@
 //   - Limit, Policy and Window describe the rule: its capacity in whole
 //     units, its Name, and the span Limit is a quota for (the window, or
 //     for a bucket the time to earn the whole capacity).
+//   - At: the instant on the limiter's clock the decision was made at,
+//     which a refund of an admitted cost needs (see below).
 //
 // Decisions are computed in integers only: time in nanoseconds, allowance
 // in milli-units, rates as fractions, with 128-bit intermediates where a
@@ -194,6 +196,23 @@
 // keys, a store costs 46.9 bytes per key for the token bucket, GCRA, the
 // leaky bucket and the fixed window and 56.3 for the sliding counter (see
 // [Store]), plus the bytes of the key strings it keeps.
+//
+// # After the fact
+//
+// Three things can be done besides checking, on every limiter of this
+// package: the single-key limiter through [Peek], [Reset] and [Refund], and
+// a [Store], [Composite] or [Plans] through its methods of those names.
+//
+//   - Peek returns the Decision a cost would get now, spending nothing: the
+//     same Decision as a Check at that instant, with nothing changed and no
+//     key added (a key not held is judged fresh).
+//   - Reset starts a key again fresh, an administrative action.
+//   - Refund gives back admitted cost, given the admitting Decision's At:
+//     at most what the key still holds of that admission (a bucket that
+//     has refilled since, or a window that has passed, gives nothing back).
+//     Check(c) followed at once by Refund(c) leaves the key exactly as it
+//     was, and no refund leaves a key with more allowance than if the cost
+//     had never been admitted. See [Store.Refund] for each algorithm.
 //
 // # Errors
 //

@@ -1,6 +1,9 @@
 package ratelimit
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // GCRA is the generic cell rate algorithm: a token bucket kept as one
 // theoretical arrival time (TAT) instead of a token count and a timestamp.
@@ -83,6 +86,7 @@ func (m *meter) schedule(d *Decision, s *vtime, now, cost int64, commit bool) (w
 		nn, nf = nn+1, nf-m.n
 	}
 	*d = m.pol.decision()
+	d.At = time.Duration(now)
 	if nn < m.tauNs || (nn == m.tauNs && nf <= m.tauFrac) {
 		d.Allowed = true
 		if commit {

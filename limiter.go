@@ -165,6 +165,8 @@ type algorithm[S any] interface {
 	migrator[S]
 	// codec reads and writes the state for a Machine.
 	codec[S]
+	// refunder gives back admitted cost (see refund.go).
+	refunder[S]
 }
 
 // policy is the part of every Decision that describes the rule rather than

@@ -460,7 +460,9 @@ type source struct {
 // that order, attempts cannot deadlock. An attempt that began on a rule set
 // since replaced finds out once it holds its locks and starts over; one
 // that held them first is ordered before the Update, and the keys it spent
-// move with what they spent.
+// move with what they spent. A budget of peekOnly makes the attempt a look
+// (Plans.Peek): it records no instant and spends nothing, though a key
+// that moved is still moved.
 func (p *Plans) tryIn(g *planGen, bp *builtPlan, key string, cost int64, budget time.Duration) (attempt, bool) {
 	layers := bp.comp.layers
 	var buf [inlineLayers]layerTurn
@@ -472,7 +474,12 @@ func (p *Plans) tryIn(g *planGen, bp *builtPlan, key string, cost int64, budget 
 			locks = append(locks, shardLock{store: layers[i].store, shard: turns[i].shard})
 		}
 	}
-	now := lockAll(locks, clampTime(p.clock.Now()))
+	var now int64
+	if budget == peekOnly {
+		now = lookAll(locks, clampTime(p.clock.Now()))
+	} else {
+		now = lockAll(locks, clampTime(p.clock.Now()))
+	}
 	if p.gen.Load() != g {
 		unlockAll(locks)
 		return attempt{}, false
@@ -514,6 +521,11 @@ func (p *Plans) tryIn(g *planGen, bp *builtPlan, key string, cost int64, budget 
 				}
 			}
 		}
+	}
+	if budget == peekOnly {
+		a := attempt{now: now, d: peekLocked(layers, turns, bp.comp.enforced, now, cost)}
+		unlockAll(locks)
+		return a, true
 	}
 	a := decideLocked(layers, turns, bp.comp.enforced, now, cost, budget)
 	unlockAll(locks)

@@ -92,6 +92,7 @@ func (a *scAlgo) step(s *scState, now, cost int64, commit bool) Decision {
 	win, e, prev, cur := a.at(s, now)
 	w, c := a.w, a.capMilli
 	d := a.pol.decision()
+	d.At = time.Duration(win*w + e)
 	// estimate + cost <= Limit  <=>  prev*(W-e) <= (Limit-cur-cost)*W.
 	if room := c - cur - cost; room >= 0 && wide.MulCmp(uint64(prev), uint64(w-e), uint64(room), uint64(w)) <= 0 {
 		d.Allowed = true

@@ -119,6 +119,7 @@ func (a *slAlgo) step(s *slState, now, cost int64, commit bool) Decision {
 		// maxSpan fits in an int64, and every wait below is positive.
 		now = max(now, s.at(n-1).t)
 	}
+	d.At = time.Duration(now)
 	k := a.expired(s, now)
 	var inside int64 // the cost still counted: cum(newest) - cum(k-1)
 	prev := s.base   // cum(k-1)

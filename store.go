@@ -248,6 +248,9 @@ type keyedStore interface {
 	// lockShard locks shard i and clamps now to the shard's latest time,
 	// recording it; it returns the clamped time.
 	lockShard(i int, now int64) int64
+	// peekShard locks shard i and returns now clamped to the shard's
+	// latest time, without recording it (for a look: see Store.Peek).
+	peekShard(i int, now int64) int64
 	// raiseShard records now as shard i's latest time if it is later; the
 	// caller holds the shard's lock.
 	raiseShard(i int, now int64)
@@ -265,7 +268,8 @@ type keyedStore interface {
 	// MaxKeys).
 	acquire(k storeKey, now int64) bool
 	// stepAt runs the rule's step on k's acquired entry, with its shard
-	// locked.
+	// locked. A look (commit false) at a key the store does not hold steps
+	// a fresh state, adding nothing.
 	stepAt(k storeKey, now, cost int64, commit bool) Decision
 
 	// The parts a rule set ([Plans]) needs to move keys between stores,
@@ -279,6 +283,9 @@ type keyedStore interface {
 	// take removes k's entry and returns the milli-units it had spent at
 	// now (rounded up); ok is false if the store did not hold k.
 	take(k storeKey, now int64) (spent int64, ok bool)
+	// refundAt gives back up to cost of what k's entry was admitted at at
+	// (see refund.go); a key the store does not hold gives nothing.
+	refundAt(k storeKey, now, at, cost int64) int64
 	// setSpent makes k's acquired entry a state with x milli-units spent
 	// at now (see Migration).
 	setSpent(k storeKey, now, x int64)
@@ -508,7 +515,14 @@ func (c *storeCore[S, A]) acquire(k storeKey, now int64) bool {
 
 func (c *storeCore[S, A]) stepAt(k storeKey, now, cost int64, commit bool) Decision {
 	t := &c.shards[k.h&c.mask].t
-	return c.alg.step(t.State(t.Lookup(k.key, k.tag)), now, cost, commit)
+	i := t.Lookup(k.key, k.tag)
+	if i < 0 {
+		// Only a look (Peek) steps a key it has not acquired: a key the
+		// store does not hold is a fresh one.
+		var fresh S
+		return c.alg.step(&fresh, now, cost, false)
+	}
+	return c.alg.step(t.State(i), now, cost, commit)
 }
 
 func (c *storeCore[S, A]) id() uint64 { return c.ident }

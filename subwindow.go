@@ -153,6 +153,7 @@ func (a *swAlgo[A]) sum(s *swState[A], c int64) int64 {
 func (a *swAlgo[A]) step(s *swState[A], now, cost int64, commit bool) Decision {
 	c, now := a.at(s, now)
 	d := a.pol.decision()
+	d.At = time.Duration(now)
 	sum := a.sum(s, c)
 	cur := a.count(s, c, c)
 	add := int64(0)

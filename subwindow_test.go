@@ -60,20 +60,20 @@ func TestSubWindowDecisions(t *testing.T) {
 	require.NoError(t, err)
 	d, err := lim.Check(30 * ratelimit.Unit)
 	require.NoError(t, err)
-	assert.Equal(t, ratelimit.Decision{Allowed: true, Limit: 100, Remaining: 70, ResetAfter: 55 * s, Window: time.Minute}, d)
+	assert.Equal(t, ratelimit.Decision{Allowed: true, Limit: 100, Remaining: 70, ResetAfter: 55 * s, At: 5 * s, Window: time.Minute}, d)
 	clk.Set(25 * s)
 	d, _ = lim.Check(50 * ratelimit.Unit)
-	assert.Equal(t, ratelimit.Decision{Allowed: true, Limit: 100, Remaining: 20, ResetAfter: 55 * s, Window: time.Minute}, d,
+	assert.Equal(t, ratelimit.Decision{Allowed: true, Limit: 100, Remaining: 20, ResetAfter: 55 * s, At: 25 * s, Window: time.Minute}, d,
 		"the key is fresh when the bucket [20 s, 30 s) leaves, at 80 s")
 	// 40 more at 59 s: 80 counted, room for 20. It fits once the bucket
 	// [0, 10 s) leaves, at 60 s.
 	clk.Set(59 * s)
 	d, _ = lim.Check(40 * ratelimit.Unit)
-	assert.Equal(t, ratelimit.Decision{Limit: 100, Remaining: 20, RetryAfter: s, ResetAfter: 21 * s, Window: time.Minute}, d)
+	assert.Equal(t, ratelimit.Decision{Limit: 100, Remaining: 20, RetryAfter: s, ResetAfter: 21 * s, At: 59 * s, Window: time.Minute}, d)
 	// 80 at 60 s needs the 50 gone too: at 80 s.
 	clk.Set(60 * s)
 	d, _ = lim.Check(80 * ratelimit.Unit)
-	assert.Equal(t, ratelimit.Decision{Limit: 100, Remaining: 50, RetryAfter: 20 * s, ResetAfter: 20 * s, Window: time.Minute}, d)
+	assert.Equal(t, ratelimit.Decision{Limit: 100, Remaining: 50, RetryAfter: 20 * s, ResetAfter: 20 * s, At: 60 * s, Window: time.Minute}, d)
 	clk.Set(80 * s)
 	d, _ = lim.Check(80 * ratelimit.Unit)
 	assert.True(t, d.Allowed)

@@ -307,7 +307,7 @@ func TestWaitVectors(t *testing.T) {
 		clk.Set(at)
 		r := receive(t, res, "the waiter to return")
 		require.NoError(t, r.err)
-		assert.Equal(t, ratelimit.Decision{Allowed: true, Limit: 10, ResetAfter: 2 * time.Second, Window: 2 * time.Second}, r.d)
+		assert.Equal(t, ratelimit.Decision{Allowed: true, Limit: 10, ResetAfter: 2 * time.Second, At: at, Window: 2 * time.Second}, r.d)
 	})
 	t.Run("leaky bucket 5/s capacity 10: waiters go on 200 ms apart", func(t *testing.T) {
 		clk, lim := queueOf(t)

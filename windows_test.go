@@ -168,7 +168,9 @@ func TestWindowDecisions(t *testing.T) {
 			clk.Set(tc.at)
 			got, err := lim.Check(tc.cost)
 			require.NoError(t, err)
-			assert.Equal(t, tc.want, got)
+			want := tc.want
+			want.At = tc.at
+			assert.Equal(t, want, got)
 		})
 	}
 }

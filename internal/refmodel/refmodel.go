@@ -81,7 +81,7 @@ func (b *Bucket) Step(now, cost int64) ratelimit.Decision {
 	if tokens.Cmp(b.burst) > 0 {
 		tokens.Set(b.burst)
 	}
-	d := ratelimit.Decision{Limit: b.limit}
+	d := ratelimit.Decision{Limit: b.limit, At: time.Duration(now)}
 	c := rat(cost)
 	if tokens.Cmp(c) >= 0 {
 		d.Allowed = true
@@ -131,7 +131,7 @@ func (q *Queue) Step(now, cost int64) ratelimit.Decision {
 	start := maxRat(q.free, t)
 	ahead := new(big.Rat).Sub(start, t)
 	queued := new(big.Rat).Mul(ahead, q.rate)
-	d := ratelimit.Decision{Limit: q.limit}
+	d := ratelimit.Decision{Limit: q.limit, At: time.Duration(now)}
 	c := rat(cost)
 	if new(big.Rat).Add(queued, c).Cmp(q.capacity) <= 0 {
 		d.Allowed = true

@@ -47,7 +47,7 @@ func (l *Log) inside(at int64) int64 {
 
 // Step implements Model.
 func (l *Log) Step(now, cost int64) ratelimit.Decision {
-	d := ratelimit.Decision{Limit: l.limit}
+	d := ratelimit.Decision{Limit: l.limit, At: time.Duration(now)}
 	capMilli := l.Capacity()
 	inside := l.inside(now)
 	if inside+cost <= capMilli {

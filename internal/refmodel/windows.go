@@ -74,7 +74,7 @@ func (m *windows) wait(now uint64, n uint64, ok func(t uint64) bool) time.Durati
 func (m *windows) decide(now, cost int64, n uint64, est func(t uint64) *big.Rat) ratelimit.Decision {
 	t, c, capacity := uint64(now), rat(cost), rat(m.Capacity())
 	admits := func(t uint64) bool { return new(big.Rat).Add(est(t), c).Cmp(capacity) <= 0 }
-	d := ratelimit.Decision{Limit: m.limit}
+	d := ratelimit.Decision{Limit: m.limit, At: time.Duration(now)}
 	if admits(t) {
 		d.Allowed = true
 		m.counts[t/m.w] += cost

@@ -1,0 +1,120 @@
+package ratelimit
+
+// Reset makes lim start again as a fresh limiter, full, whatever it had
+// spent: an administrative action, such as forgiving a client locked out by
+// mistake. It is linearizable with lim's checks: each check sees lim before
+// the reset or after it. The limiter's clamp on time is kept (a clock that
+// went back is still not trusted).
+//
+// lim must be a limiter built by [New]; any other is an error matching
+// [errors.ErrUnsupported].
+func Reset(lim Limiter) error {
+	r, ok := lim.(resetter)
+	if !ok {
+		return unsupported("Reset", lim)
+	}
+	r.reset()
+	return nil
+}
+
+// resetter is what the single-key limiters of this package offer for
+// Reset.
+type resetter interface{ reset() }
+
+func (l *single[S, A]) reset() {
+	l.tl.mu.Lock()
+	var fresh S
+	l.state = fresh
+	l.tl.unlock()
+}
+
+// reset sets the TAT to the zero ("long ago") time; a Check racing with it
+// either spends before it (and is forgotten) or after it.
+func (l *atomicGCRA) reset() { l.tat.Store(0) }
+
+// Reset makes key start again as a fresh key, full, whatever it had spent:
+// the store drops its entry (it holds one key fewer; the drop is not an
+// eviction). It is linearizable with the key's checks. Resetting a key the
+// store does not hold does nothing.
+func (s *Store) Reset(key string) {
+	layers := [1]compositeLayer{{store: s.core}}
+	resetLayers(layers[:], s.core.clock(), key)
+}
+
+// Reset makes key start again as a fresh key in every layer, shadow layers
+// included, at one instant: each layer drops the entry of its own key
+// (Layer.Key of key). A layer whose Key maps many keys to one (a global
+// limit, say) drops that one shared entry, so resetting any key resets the
+// shared allowance for every key: reset the key of a store of its own when
+// that is not wanted. Layer keys a store does not hold are left alone.
+func (c *Composite) Reset(key string) {
+	resetLayers(c.layers, c.clock, key)
+}
+
+// resetLayers drops key's entry in every layer, with every layer's shard
+// locked in the order tryLayers uses, so that no attempt sees some layers
+// reset and others not.
+func resetLayers(layers []compositeLayer, clock Clock, key string) {
+	var buf [inlineLayers]layerTurn
+	turns := prepareTurns(layers, key, 1, buf[:0])
+	now := clampTime(clock.Now())
+	for i := range turns {
+		now = max(now, layers[i].store.lockShard(turns[i].shard, now))
+	}
+	for i := range turns {
+		layers[i].store.take(turns[i].k, now)
+	}
+	for i := len(turns) - 1; i >= 0; i-- {
+		layers[i].store.unlockShard(turns[i].shard)
+	}
+}
+
+// Reset makes key start again as a fresh key under its plan, as
+// [Composite.Reset] does over the plan's layers, and drops whatever the
+// other stores of the rule set still hold of it (other plans' stores, and
+// stores an Update replaced), so that no earlier state of the key can move
+// back to it later. It is atomic with the key's checks and with Update.
+func (p *Plans) Reset(key string) {
+	for {
+		g := p.gen.Load()
+		var locks []shardLock
+		var keys []storeKey
+		seen := map[keyedStore]bool{}
+		add := func(s keyedStore, keyFn func(string) string) {
+			if seen[s] {
+				return
+			}
+			seen[s] = true
+			k := key
+			if keyFn != nil {
+				k = keyFn(key)
+			}
+			sk := s.prepare(k)
+			locks = append(locks, shardLock{store: s, shard: s.shardIndex(sk)})
+			keys = append(keys, sk)
+		}
+		for _, name := range g.names {
+			for _, l := range g.plans[name].comp.layers {
+				add(l.store, l.key)
+			}
+		}
+		for _, r := range g.replaced {
+			add(r.store, r.key)
+		}
+		// lockAll sorts locks: find each lock's key by its store.
+		byStore := make(map[keyedStore]storeKey, len(locks))
+		for i, l := range locks {
+			byStore[l.store] = keys[i]
+		}
+		now := lockAll(locks, clampTime(p.clock.Now()))
+		if p.gen.Load() != g {
+			unlockAll(locks)
+			continue
+		}
+		for _, l := range locks {
+			l.store.take(byStore[l.store], now)
+		}
+		unlockAll(locks)
+		return
+	}
+}

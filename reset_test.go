@@ -1,0 +1,115 @@
+package ratelimit_test
+
+import (
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+
+	"github.com/ratekit/ratelimit"
+)
+
+// resetAll resets key in every kind of limiter.
+func resetAll(t require.TestingT, k allKinds, key string) {
+	require.NoError(t, ratelimit.Reset(k.lim))
+	k.store.Reset(key)
+	k.comp.Reset(key)
+	k.plans.Reset(key)
+}
+
+// TestResetStartsFresh checks, for every algorithm and every kind of
+// limiter, that after Reset a key decides every later check exactly as a
+// limiter built fresh at that instant.
+func TestResetStartsFresh(t *testing.T) {
+	for _, a := range testedAlgorithms {
+		t.Run(a.name, func(t *testing.T) {
+			rapid.Check(t, func(t *rapid.T) {
+				s := a.draw(t)
+				rule := a.rule(s)
+				key := rapid.SampledFrom(afterKeys).Draw(t, "key")
+				clk := &traceClock{ManualClock: ratelimit.NewManualClock(0)}
+				used := buildKinds(t, rule, clk)
+				var fresh *allKinds // built at the latest reset
+				capMilli := s.capacity * int64(ratelimit.Unit)
+				actions := traceActions(clk, a.scale(s))
+				delete(actions, "back") // see TestPeekIsCheckWithoutSpending
+				actions["check"] = func(t *rapid.T) {
+					cost := drawCost(t, capMilli)
+					for _, op := range kindOps {
+						d1, err1 := op.check(used, key, cost)
+						if fresh == nil {
+							continue
+						}
+						d2, err2 := op.check(*fresh, key, cost)
+						require.Equal(t, err2, err1, op.name)
+						require.Equal(t, d2, d1, "%s: a reset key decides as a fresh one", op.name)
+					}
+				}
+				actions["reset"] = func(t *rapid.T) {
+					resetAll(t, used, key)
+					k := buildKinds(t, rule, clk)
+					fresh = &k
+					for _, op := range kindOps[1:] {
+						require.Zero(t, op.keys(used), "%s: a reset key is dropped", op.name)
+					}
+				}
+				t.Repeat(actions)
+			})
+		})
+	}
+}
+
+// TestResetPlansForgetsMovedKey checks that Plans.Reset drops what another
+// plan's store still holds of a key, so that it cannot move back.
+func TestResetPlansForgetsMovedKey(t *testing.T) {
+	clk := ratelimit.NewManualClock(0)
+	rule := ratelimit.FixedWindow{Limit: 5, Window: time.Second}
+	var plan atomic.Value
+	plan.Store("one")
+	set := ratelimit.PlanSet{
+		Plans:   map[string]ratelimit.Plan{"one": {Rule: rule}, "two": {Rule: rule}},
+		Default: "one",
+	}
+	p, err := ratelimit.NewPlans(set, func(string) string { return plan.Load().(string) }, ratelimit.WithClock(clk))
+	require.NoError(t, err)
+
+	d, err := p.Check("c", 5*ratelimit.Unit)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	plan.Store("two")
+	d, err = p.Peek("c", ratelimit.Unit)
+	require.NoError(t, err)
+	assert.False(t, d.Allowed, "what the key spent moves with it")
+
+	p.Reset("c")
+	d, err = p.Check("c", 5*ratelimit.Unit)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed, "a reset key is fresh on its new plan")
+	plan.Store("one")
+	d, err = p.Check("c", ratelimit.Unit)
+	require.NoError(t, err)
+	assert.False(t, d.Allowed, "and brings what it spent since back with it")
+
+	p.Reset("c")
+	d, err = p.Check("c", 5*ratelimit.Unit)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed)
+
+	// Spent on plan one, now on plan two but not checked since: reset
+	// there, the key has nothing left to move.
+	plan.Store("two")
+	p.Reset("c")
+	d, err = p.Check("c", 5*ratelimit.Unit)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed)
+}
+
+func TestResetUnsupported(t *testing.T) {
+	lim, err := ratelimit.New(ratelimit.GCRA{Rate: ratelimit.PerSecond(1), Burst: 1})
+	require.NoError(t, err)
+	assert.True(t, errors.Is(ratelimit.Reset(ratelimit.Shadow(lim, nil)), errors.ErrUnsupported))
+}
