@@ -1,0 +1,128 @@
+package ratelimit_test
+
+import (
+	"flag"
+	"fmt"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratelimit"
+)
+
+var tail = flag.Bool("tail", false, "run TestTail, the fill-and-churn latency harness (slow)")
+
+// tailKeys is the bound of the stores in TestTail; twice as many distinct
+// keys are checked, the first half filling a store from empty and the second
+// churning through eviction.
+const tailKeys = 1_000_000
+
+// TestTail measures the latency of every Check while one goroutine per core
+// fills a store from empty to its bound of 1,000,000 keys and then checks
+// 1,000,000 more, each new key evicting another, and reports its quantiles
+// beside those of a mutex-guarded Go map bounded the same way (the store a
+// user would otherwise write). It asserts nothing about time: run it with
+//
+//	go test -run TestTail -tail -v -count 3 .
+func TestTail(t *testing.T) {
+	if !*tail {
+		t.Skip("a latency harness: run with -tail")
+	}
+	keys := make([]string, 2*tailKeys)
+	for i := range keys {
+		keys[i] = "user-" + strconv.Itoa(i*7919%len(keys))
+	}
+	rule := ratelimit.GCRA{Rate: ratelimit.PerMinute(100), Burst: 100}
+	subjects := []struct {
+		name  string
+		check func(string) error
+	}{
+		{"store", func() func(string) error {
+			s, err := ratelimit.NewStore(rule, ratelimit.WithMaxKeys(tailKeys))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return func(k string) error { _, err := s.Check(k, ratelimit.Unit); return err }
+		}()},
+		{"map+mutex", newTailMap(tailKeys, rule).check},
+	}
+	for _, sub := range subjects {
+		lat := tailRun(keys, sub.check)
+		t.Log(tailReport(sub.name, lat))
+	}
+}
+
+// tailRun checks every key once, spread over one goroutine per core, and
+// returns every check's latency in nanoseconds, sorted.
+func tailRun(keys []string, check func(string) error) []int64 {
+	procs := runtime.GOMAXPROCS(0)
+	lat := make([][]int64, procs)
+	for g := range lat {
+		lat[g] = make([]int64, 0, len(keys)/procs+1)
+	}
+	runtime.GC()
+	var wg sync.WaitGroup
+	for g := range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := lat[g]
+			for i := g; i < len(keys); i += procs {
+				start := time.Now()
+				if err := check(keys[i]); err != nil {
+					panic(err)
+				}
+				l = append(l, int64(time.Since(start)))
+			}
+			lat[g] = l
+		}()
+	}
+	wg.Wait()
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	return all
+}
+
+func tailReport(name string, lat []int64) string {
+	q := func(p float64) time.Duration { return time.Duration(lat[min(len(lat)-1, int(p*float64(len(lat))))]) }
+	return fmt.Sprintf("%-10s checks %d  p50 %v  p99 %v  p99.9 %v  p99.99 %v  max %v",
+		name, len(lat), q(0.5), q(0.99), q(0.999), q(0.9999), time.Duration(lat[len(lat)-1]))
+}
+
+// tailMap is the store a user would write without this package: a Go map
+// of theoretical arrival times behind one mutex, dropping an arbitrary key
+// when full.
+type tailMap struct {
+	mu       sync.Mutex
+	m        map[string]int64
+	max      int
+	interval int64 // nanoseconds per request
+	burst    int64 // nanoseconds of burst
+	origin   time.Time
+}
+
+func newTailMap(max int, r ratelimit.GCRA) *tailMap {
+	iv := int64(r.Rate.Per) / r.Rate.Count
+	return &tailMap{m: make(map[string]int64), max: max, interval: iv, burst: iv * r.Burst, origin: time.Now()}
+}
+
+func (m *tailMap) check(key string) error {
+	now := int64(time.Since(m.origin))
+	m.mu.Lock()
+	tat, ok := m.m[key]
+	if !ok && len(m.m) >= m.max {
+		for k := range m.m {
+			delete(m.m, k)
+			break
+		}
+	}
+	tat = max(tat, now) + m.interval
+	if tat-now <= m.burst {
+		m.m[key] = tat
+	}
+	m.mu.Unlock()
+	return nil
+}
