@@ -49,7 +49,9 @@ func drawRule(t *rapid.T) ratelimit.Rule {
 		case 1:
 			r = ratelimit.GCRA{Rate: ratelimit.Rate{Count: drawCount(t, "count"), Per: drawPeriod(t, "per")}, Burst: drawCount(t, "burst"), Name: "g"}
 		case 2:
-			r = ratelimit.LeakyBucket{Rate: ratelimit.Rate{Count: drawCount(t, "count"), Per: drawPeriod(t, "per")}, Capacity: drawCount(t, "capacity")}
+			c := drawCount(t, "capacity")
+			delay := rapid.OneOf(rapid.Just(int64(0)), rapid.Just(c), rapid.Int64Range(0, c)).Draw(t, "delay")
+			r = ratelimit.LeakyBucket{Rate: ratelimit.Rate{Count: drawCount(t, "count"), Per: drawPeriod(t, "per")}, Capacity: c, Delay: delay}
 		case 3:
 			r = ratelimit.FixedWindow{Limit: drawCount(t, "limit"), Window: drawPeriod(t, "window")}
 		case 4:

@@ -16,10 +16,24 @@ func TestRulesWithoutAScriptAreRefused(t *testing.T) {
 	for name, rule := range map[string]ratelimit.Rule{
 		"sub window":           ratelimit.SubWindow{Limit: 10, Window: time.Minute, Buckets: 6},
 		"counting refusals":    ratelimit.SlidingCounter{Limit: 10, Window: time.Minute, CountRefused: true},
-		"leaky with a delay":   ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(5), Capacity: 13, Delay: 8},
 		"sub window, refusals": ratelimit.SubWindow{Limit: 10, Window: time.Minute, Buckets: 6, CountRefused: true},
 	} {
 		_, err := New(rdb, rule)
 		require.ErrorIs(t, err, ratelimit.ErrInvalidRule, name)
 	}
+}
+
+// TestLeakyDelayKeys: a leaky bucket's Delay is named in its keys, so that
+// a rule with another Delay starts its keys fresh; without a Delay the keys
+// are those the rule always had.
+func TestLeakyDelayKeys(t *testing.T) {
+	rdb := needRedis(t)
+	key := func(delay int64) string {
+		s, err := New(rdb, ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(5), Capacity: 13, Delay: delay})
+		require.NoError(t, err)
+		return s.Key("k")
+	}
+	require.NotEqual(t, key(0), key(8))
+	require.NotEqual(t, key(8), key(9))
+	require.Equal(t, key(8), key(8))
 }

@@ -151,7 +151,7 @@ func drawEverydayRule(t *rapid.T) ratelimit.Rule {
 		case 1:
 			r = ratelimit.GCRA{Rate: ratelimit.Rate{Count: count, Per: per}, Burst: max(1, count/2)}
 		case 2:
-			r = ratelimit.LeakyBucket{Rate: ratelimit.Rate{Count: count, Per: per}, Capacity: count}
+			r = ratelimit.LeakyBucket{Rate: ratelimit.Rate{Count: count, Per: per}, Capacity: count, Delay: rapid.Int64Range(0, count).Draw(t, "delay")}
 		case 3:
 			r = ratelimit.FixedWindow{Limit: count, Window: per}
 		case 4:

@@ -117,10 +117,12 @@ func New(rdb redis.UniversalClient, rule ratelimit.Rule, opts ...Option) (*Store
 	default:
 		return nil, fmt.Errorf("%w: algorithm %q has no Redis script", ratelimit.ErrInvalidRule, p.Algorithm)
 	}
-	if p.CountRefused || p.DelayNanos != 0 || p.DelayFrac != 0 {
-		// The scripts know neither option: refuse rather than decide
+	// A leaky bucket's Delay changes only the Decision's Delay, which the
+	// Machine computes in Go: its state, and so the script, are the same.
+	if p.CountRefused {
+		// The scripts do not know the option: refuse rather than decide
 		// without it.
-		return nil, fmt.Errorf("%w: %s with CountRefused or a Delay has no Redis script", ratelimit.ErrInvalidRule, p.Algorithm)
+		return nil, fmt.Errorf("%w: %s with CountRefused has no Redis script", ratelimit.ErrInvalidRule, p.Algorithm)
 	}
 	if s.alg != "m" {
 		s.ruleArgs = []any{strconv.FormatInt(p.WindowNanos, 10), strconv.FormatInt(int64(p.Capacity), 10)}
@@ -133,10 +135,14 @@ func u(v uint64) string { return strconv.FormatUint(v, 10) }
 
 // ruleTag names the rule's numbers (not its Name) in every key, so that
 // a rule with other numbers never reads a state written under this one: it
-// starts its keys fresh instead.
+// starts its keys fresh instead. The options are named only when set, so
+// that a rule without them keeps the keys it always had.
 func ruleTag(p ratelimit.Params) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s %d %d %d %d %d %d", p.Algorithm, p.Capacity, p.RateUnits, p.RateNanos, p.TauNanos, p.TauFrac, p.WindowNanos)
+	if p.DelayNanos != 0 || p.DelayFrac != 0 {
+		fmt.Fprintf(h, " delay %d %d", p.DelayNanos, p.DelayFrac)
+	}
 	return hex.EncodeToString(h.Sum(nil)[:4])
 }
 
