@@ -127,6 +127,10 @@ func NewComposite(rdb redis.UniversalClient, layers []Layer, opts ...Option) (*C
 		if err != nil {
 			return nil, fmt.Errorf("redisstore: layer %d: %w", i, err)
 		}
+		if m.Params().CountRefused {
+			// The layers' script writes nothing for a refused request.
+			return nil, fmt.Errorf("redisstore: layer %d: %w: CountRefused has no script for a Composite", i, ratelimit.ErrInvalidRule)
+		}
 		c.layers[i] = compLayer{Layer: l, m: m, p: m.Params(), alg: s.alg, ruleArg: s.ruleArgs,
 			head: o.prefix + "L" + strconv.Itoa(i) + ":" + ruleTag(m.Params()) + ":"}
 		if !l.Shadow {

@@ -57,9 +57,20 @@ func drawRule(t *rapid.T) ratelimit.Rule {
 		case 4:
 			r = ratelimit.SlidingLog{Limit: drawCount(t, "limit"), Window: drawPeriod(t, "window"), Name: "log"}
 		default:
-			r = ratelimit.SlidingCounter{Limit: drawCount(t, "limit"), Window: drawPeriod(t, "window")}
+			r = ratelimit.SlidingCounter{Limit: drawCount(t, "limit"), Window: drawPeriod(t, "window"), CountRefused: rapid.Bool().Draw(t, "countRefused")}
 		}
 		if _, err := ratelimit.NewMachine(r); err == nil {
+			return r
+		}
+	}
+}
+
+// drawLayerRule draws a rule a Composite takes: one that does not count
+// refusals.
+func drawLayerRule(t *rapid.T) ratelimit.Rule {
+	for {
+		r := drawRule(t)
+		if m, _ := ratelimit.NewMachine(r); !m.Params().CountRefused {
 			return r
 		}
 	}

@@ -282,6 +282,12 @@ local function fast(key, alg, old, tm)
         if used <= cap and fleq(prev, w - e, cap - used, w) then
           admitted, cur = 1, used
           sws, sps, scs = string.format('%d', win), string.format('%d', prev), string.format('%d', cur)
+        elseif ARGV[7] == '1' then
+          -- CountRefused: the refusal spends too, the count capped at the
+          -- capacity.
+          if used > cap then used = cap end
+          cur = used
+          sws, sps, scs = string.format('%d', win), string.format('%d', prev), string.format('%d', cur)
         end
         if cur ~= 0 then
           ttl = w + w - e

@@ -85,6 +85,12 @@ if alg == 'f' or alg == 'c' or alg == 'l' then
     if cmp(used, cap) <= 0 and cmp(mul(prev, sub(w, e)), mul(sub(cap, used), w)) <= 0 then
       admitted, cur = 1, used
       sw, sp, sc = win, prev, cur
+    elseif ARGV[7] == '1' then
+      -- CountRefused: the refusal spends too, the count capped at the
+      -- capacity.
+      if cmp(used, cap) > 0 then used = cap end
+      cur = used
+      sw, sp, sc = win, prev, cur
     end
     if not iszero(cur) then
       ttl = sub(add(w, w), e)

@@ -15,7 +15,6 @@ func TestRulesWithoutAScriptAreRefused(t *testing.T) {
 	rdb := needRedis(t)
 	for name, rule := range map[string]ratelimit.Rule{
 		"sub window":           ratelimit.SubWindow{Limit: 10, Window: time.Minute, Buckets: 6},
-		"counting refusals":    ratelimit.SlidingCounter{Limit: 10, Window: time.Minute, CountRefused: true},
 		"sub window, refusals": ratelimit.SubWindow{Limit: 10, Window: time.Minute, Buckets: 6, CountRefused: true},
 	} {
 		_, err := New(rdb, rule)
@@ -36,4 +35,12 @@ func TestLeakyDelayKeys(t *testing.T) {
 	require.NotEqual(t, key(0), key(8))
 	require.NotEqual(t, key(8), key(9))
 	require.Equal(t, key(8), key(8))
+}
+
+// TestCountRefusedInAComposite: a layer that counts refusals is refused
+// when a Composite is built, as its script writes nothing on a refusal.
+func TestCountRefusedInAComposite(t *testing.T) {
+	rdb := needRedis(t)
+	_, err := NewComposite(rdb, []Layer{{Layer: ratelimit.Layer{Rule: ratelimit.SlidingCounter{Limit: 10, Window: time.Minute, CountRefused: true}}}})
+	require.ErrorIs(t, err, ratelimit.ErrInvalidRule)
 }

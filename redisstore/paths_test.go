@@ -157,7 +157,7 @@ func drawEverydayRule(t *rapid.T) ratelimit.Rule {
 		case 4:
 			r = ratelimit.SlidingLog{Limit: min(count, 20), Window: per}
 		default:
-			r = ratelimit.SlidingCounter{Limit: count, Window: per}
+			r = ratelimit.SlidingCounter{Limit: count, Window: per, CountRefused: rapid.Bool().Draw(t, "countRefused")}
 		}
 		if _, err := ratelimit.NewMachine(r); err == nil {
 			return r
@@ -210,6 +210,10 @@ func TestRangeCheckEdges(t *testing.T) {
 			[]step{{0, ratelimit.Unit, true}, {0, 2 * ratelimit.Unit, true}, {0, 3 * ratelimit.Unit, true}, {time.Second - 1, ratelimit.Unit, true}, {1, ratelimit.Unit, true}}},
 		{"times below one second", ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(10), Capacity: 3}, 5,
 			[]step{{0, ratelimit.Unit, true}, {0, ratelimit.Unit, true}, {0, 2 * ratelimit.Unit, true}, {50 * time.Millisecond, ratelimit.Unit, true}}},
+		{"a counter counting refusals", ratelimit.SlidingCounter{Limit: 3, Window: time.Second, CountRefused: true}, unixNow,
+			[]step{{0, 2 * ratelimit.Unit, true}, {0, 2 * ratelimit.Unit, true}, {0, ratelimit.Unit, true}, {time.Second, ratelimit.Unit, true}, {time.Second / 2, 2 * ratelimit.Unit, true}, {time.Second, ratelimit.Unit, true}}},
+		{"a counter counting refusals, exactly", ratelimit.SlidingCounter{Limit: 3, Window: 1500 * time.Nanosecond, CountRefused: true}, unixNow,
+			[]step{{0, 2 * ratelimit.Unit, false}, {0, 2 * ratelimit.Unit, false}, {0, ratelimit.Unit, false}, {1500, ratelimit.Unit, false}, {700, 2 * ratelimit.Unit, false}, {1500, ratelimit.Unit, false}}},
 		{"MaxTime", ratelimit.SlidingCounter{Limit: 2, Window: time.Second}, ratelimit.MaxTime,
 			[]step{{0, ratelimit.Unit, true}, {0, ratelimit.Unit, true}, {0, ratelimit.Unit, true}}},
 		{"a window dividing a second at MaxTime, index below 2^51", ratelimit.SlidingCounter{Limit: 2, Window: time.Millisecond}, ratelimit.MaxTime,

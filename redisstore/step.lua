@@ -12,7 +12,9 @@
 --          good as a fresh key's
 -- meter:   ARGV[5] n (the pace's milli-units), ARGV[6..7] the capacity's
 --          span (ns, frac/n), ARGV[8..9] the cost's span (ns, frac/n)
--- windows: ARGV[5] window (ns), ARGV[6] capacity (milli-units)
+-- windows: ARGV[5] window (ns), ARGV[6] capacity (milli-units); for the
+--          sliding counter, ARGV[7] '1' counts a refused cost too
+--          (CountRefused), each window's count capped at the capacity
 --
 -- Returns {old state or '', now used before clamping, new state, 1 if
 -- admitted else 0}. A state that is not well formed, or that no sequence of

@@ -119,13 +119,19 @@ func New(rdb redis.UniversalClient, rule ratelimit.Rule, opts ...Option) (*Store
 	}
 	// A leaky bucket's Delay changes only the Decision's Delay, which the
 	// Machine computes in Go: its state, and so the script, are the same.
-	if p.CountRefused {
-		// The scripts do not know the option: refuse rather than decide
-		// without it.
+	if p.CountRefused && s.alg != "c" {
+		// The scripts do not know the option here: refuse rather than
+		// decide without it.
 		return nil, fmt.Errorf("%w: %s with CountRefused has no Redis script", ratelimit.ErrInvalidRule, p.Algorithm)
 	}
 	if s.alg != "m" {
 		s.ruleArgs = []any{strconv.FormatInt(p.WindowNanos, 10), strconv.FormatInt(int64(p.Capacity), 10)}
+	}
+	if p.CountRefused {
+		// A refusal spends: the script writes it, and the deny cache, which
+		// answers refusals without telling Redis, would lose it.
+		s.ruleArgs = append(s.ruleArgs, "1")
+		s.deny = nil
 	}
 	s.keyHead = o.prefix + ruleTag(p) + ":{"
 	return s, nil
@@ -142,6 +148,9 @@ func ruleTag(p ratelimit.Params) string {
 	fmt.Fprintf(h, "%s %d %d %d %d %d %d", p.Algorithm, p.Capacity, p.RateUnits, p.RateNanos, p.TauNanos, p.TauFrac, p.WindowNanos)
 	if p.DelayNanos != 0 || p.DelayFrac != 0 {
 		fmt.Fprintf(h, " delay %d %d", p.DelayNanos, p.DelayFrac)
+	}
+	if p.CountRefused {
+		fmt.Fprint(h, " refused")
 	}
 	return hex.EncodeToString(h.Sum(nil)[:4])
 }
