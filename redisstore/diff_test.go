@@ -43,7 +43,7 @@ func drawPeriod(t *rapid.T, label string) time.Duration {
 func drawRule(t *rapid.T) ratelimit.Rule {
 	for {
 		var r ratelimit.Rule
-		switch rapid.IntRange(0, 5).Draw(t, "algorithm") {
+		switch rapid.IntRange(0, 6).Draw(t, "algorithm") {
 		case 0:
 			r = ratelimit.TokenBucket{Rate: ratelimit.Rate{Count: drawCount(t, "count"), Per: drawPeriod(t, "per")}, Burst: drawCount(t, "burst")}
 		case 1:
@@ -56,8 +56,12 @@ func drawRule(t *rapid.T) ratelimit.Rule {
 			r = ratelimit.FixedWindow{Limit: drawCount(t, "limit"), Window: drawPeriod(t, "window")}
 		case 4:
 			r = ratelimit.SlidingLog{Limit: drawCount(t, "limit"), Window: drawPeriod(t, "window"), Name: "log"}
-		default:
+		case 5:
 			r = ratelimit.SlidingCounter{Limit: drawCount(t, "limit"), Window: drawPeriod(t, "window"), CountRefused: rapid.Bool().Draw(t, "countRefused")}
+		default:
+			k := rapid.OneOf(rapid.SampledFrom([]int{1, 2, 6, 60}), rapid.IntRange(1, 60)).Draw(t, "buckets")
+			w := drawPeriod(t, "window")
+			r = ratelimit.SubWindow{Limit: drawCount(t, "limit"), Window: w - w%time.Duration(k), Buckets: k, CountRefused: rapid.Bool().Draw(t, "countRefused")}
 		}
 		if _, err := ratelimit.NewMachine(r); err == nil {
 			return r

@@ -10,15 +10,28 @@ import (
 )
 
 // TestRulesWithoutAScriptAreRefused: rules the scripts do not know are
-// refused when the store is built, never decided without their options.
+// refused when the store is built, never decided without their options. A
+// Store has a script for every rule; a Composite's script writes nothing on
+// a refusal, so it refuses layers that count refusals.
 func TestRulesWithoutAScriptAreRefused(t *testing.T) {
 	rdb := needRedis(t)
 	for name, rule := range map[string]ratelimit.Rule{
-		"sub window":           ratelimit.SubWindow{Limit: 10, Window: time.Minute, Buckets: 6},
+		"counting refusals":    ratelimit.SlidingCounter{Limit: 10, Window: time.Minute, CountRefused: true},
 		"sub window, refusals": ratelimit.SubWindow{Limit: 10, Window: time.Minute, Buckets: 6, CountRefused: true},
 	} {
 		_, err := New(rdb, rule)
+		require.NoError(t, err, name)
+		_, err = NewComposite(rdb, []Layer{{Layer: ratelimit.Layer{Rule: rule}}})
 		require.ErrorIs(t, err, ratelimit.ErrInvalidRule, name)
+	}
+	for name, rule := range map[string]ratelimit.Rule{
+		"sub window":         ratelimit.SubWindow{Limit: 10, Window: time.Minute, Buckets: 6},
+		"leaky with a delay": ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(5), Capacity: 13, Delay: 8},
+	} {
+		_, err := New(rdb, rule)
+		require.NoError(t, err, name)
+		_, err = NewComposite(rdb, []Layer{{Layer: ratelimit.Layer{Rule: rule}}})
+		require.NoError(t, err, name)
 	}
 }
 
@@ -35,12 +48,4 @@ func TestLeakyDelayKeys(t *testing.T) {
 	require.NotEqual(t, key(0), key(8))
 	require.NotEqual(t, key(8), key(9))
 	require.Equal(t, key(8), key(8))
-}
-
-// TestCountRefusedInAComposite: a layer that counts refusals is refused
-// when a Composite is built, as its script writes nothing on a refusal.
-func TestCountRefusedInAComposite(t *testing.T) {
-	rdb := needRedis(t)
-	_, err := NewComposite(rdb, []Layer{{Layer: ratelimit.Layer{Rule: ratelimit.SlidingCounter{Limit: 10, Window: time.Minute, CountRefused: true}}}})
-	require.ErrorIs(t, err, ratelimit.ErrInvalidRule)
 }

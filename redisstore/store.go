@@ -52,7 +52,7 @@ type Store struct {
 	rdb      redis.UniversalClient
 	m        *ratelimit.Machine
 	p        ratelimit.Params
-	alg      string // the script's algorithm: m, f, c or l
+	alg      string // the script's algorithm: m, f, c, l or s
 	keyHead  string // prefix and rule tag
 	clock    ratelimit.Clock
 	o        options
@@ -114,12 +114,14 @@ func New(rdb redis.UniversalClient, rule ratelimit.Rule, opts ...Option) (*Store
 		s.alg = "c"
 	case "sliding_log":
 		s.alg = "l"
+	case "sub_window":
+		s.alg = "s"
 	default:
 		return nil, fmt.Errorf("%w: algorithm %q has no Redis script", ratelimit.ErrInvalidRule, p.Algorithm)
 	}
 	// A leaky bucket's Delay changes only the Decision's Delay, which the
 	// Machine computes in Go: its state, and so the script, are the same.
-	if p.CountRefused && s.alg != "c" {
+	if p.CountRefused && s.alg != "c" && s.alg != "s" {
 		// The scripts do not know the option here: refuse rather than
 		// decide without it.
 		return nil, fmt.Errorf("%w: %s with CountRefused has no Redis script", ratelimit.ErrInvalidRule, p.Algorithm)
@@ -132,6 +134,11 @@ func New(rdb redis.UniversalClient, rule ratelimit.Rule, opts ...Option) (*Store
 		// answers refusals without telling Redis, would lose it.
 		s.ruleArgs = append(s.ruleArgs, "1")
 		s.deny = nil
+	} else if s.alg == "s" {
+		s.ruleArgs = append(s.ruleArgs, "0")
+	}
+	if s.alg == "s" {
+		s.ruleArgs = append(s.ruleArgs, strconv.FormatInt(p.Buckets, 10))
 	}
 	s.keyHead = o.prefix + ruleTag(p) + ":{"
 	return s, nil
@@ -151,6 +158,9 @@ func ruleTag(p ratelimit.Params) string {
 	}
 	if p.CountRefused {
 		fmt.Fprint(h, " refused")
+	}
+	if p.Buckets != 0 {
+		fmt.Fprintf(h, " buckets %d", p.Buckets)
 	}
 	return hex.EncodeToString(h.Sum(nil)[:4])
 }
