@@ -42,7 +42,7 @@ func TestCompositeSameDecisionsAsInProcess(t *testing.T) {
 		local := make([]ratelimit.Layer, n)
 		remote := make([]Layer, n)
 		for i := range n {
-			rule := drawLayerRule(t)
+			rule := drawRule(t)
 			keyFn := keyFns[rapid.IntRange(0, 2).Draw(t, "key")]
 			shadow := rapid.IntRange(0, 3).Draw(t, "shadow") == 0
 			local[i] = ratelimit.Layer{Rule: rule, Key: keyFn, Shadow: shadow,

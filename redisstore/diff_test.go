@@ -69,17 +69,6 @@ func drawRule(t *rapid.T) ratelimit.Rule {
 	}
 }
 
-// drawLayerRule draws a rule a Composite takes: one that does not count
-// refusals.
-func drawLayerRule(t *rapid.T) ratelimit.Rule {
-	for {
-		r := drawRule(t)
-		if m, _ := ratelimit.NewMachine(r); !m.Params().CountRefused {
-			return r
-		}
-	}
-}
-
 // drawCost draws a cost within the capacity: mostly one unit, sometimes a
 // bulk or fractional cost, sometimes the whole capacity.
 func drawCost(t *rapid.T, capacity ratelimit.Units) ratelimit.Units {

@@ -91,9 +91,8 @@
 // Cluster all the keys of one script must share a slot: layers whose keys
 // share a hash tag ([WithHashTag]) work anywhere, while a global key beside
 // per-customer keys cannot, and is refused when the Composite is built on
-// a Cluster client (see [Layer]). A layer whose rule counts refusals
-// (CountRefused) is refused when the Composite is built: the composite's
-// script writes nothing for a refused request.
+// a Cluster client (see [Layer]). As in process, a Composite never spends
+// a refusal, CountRefused or not.
 //
 // # When Redis fails
 //

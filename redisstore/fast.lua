@@ -259,7 +259,9 @@ local function fast(key, alg, old, tm)
       local g = w / k
       local win, e = fwindow(H, L, g)
       if not win then return nil end
-      local refused = ARGV[7] == '1'
+      -- '1' counts refusals; '2' (a composite's step, which never spends
+      -- a refusal) counts none but reads the states of a rule that does.
+      local refused, counts = ARGV[7] ~= '0', ARGV[7] == '1'
       local sc, a = 0, {}
       for i = 1, k do a[i] = 0 end
       if nf > 1 then
@@ -288,7 +290,7 @@ local function fast(key, alg, old, tm)
       local put = nil
       if sum + cost <= cap then
         admitted, put = 1, b[k] + cost
-      elseif refused then
+      elseif counts then
         local nc = b[k] + cost
         if nc > cap then nc = cap end
         if nc > b[k] then put = nc end

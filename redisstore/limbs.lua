@@ -54,7 +54,9 @@ if alg == 's' then
   if not (w and cap and kk) or iszero(w) or iszero(kk) or #kk > 1 or kk[1] > 60 then
     return fail('invalid argument')
   end
-  local k, refused = kk[1], ARGV[7] == '1'
+  -- '1' counts refusals; '2' (a composite's step, which never spends a
+  -- refusal) counts none but reads the states of a rule that does.
+  local k, refused, counts = kk[1], ARGV[7] ~= '0', ARGV[7] == '1'
   local g, gr = divmod(w, kk)
   if not iszero(gr) then return fail('invalid argument') end
   local win, e = divmod(now, g)
@@ -86,7 +88,7 @@ if alg == 's' then
   local put = nil
   if cmp(add(sum, cost), cap) <= 0 then
     admitted, put = 1, add(b[k], cost)
-  elseif refused then
+  elseif counts then
     local nc = add(b[k], cost)
     if cmp(nc, cap) > 0 then nc = cap end
     if cmp(nc, b[k]) > 0 then put = nc end

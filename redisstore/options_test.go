@@ -9,24 +9,17 @@ import (
 	"github.com/ratekit/ratelimit"
 )
 
-// TestRulesWithoutAScriptAreRefused: rules the scripts do not know are
-// refused when the store is built, never decided without their options. A
-// Store has a script for every rule; a Composite's script writes nothing on
-// a refusal, so it refuses layers that count refusals.
+// TestRulesWithoutAScriptAreRefused: rules the scripts do not know would
+// be refused when the store is built, never decided without their options.
+// Every rule and option now has a script, in a Store and in a Composite
+// (which, as in process, never spends a refusal).
 func TestRulesWithoutAScriptAreRefused(t *testing.T) {
 	rdb := needRedis(t)
 	for name, rule := range map[string]ratelimit.Rule{
 		"counting refusals":    ratelimit.SlidingCounter{Limit: 10, Window: time.Minute, CountRefused: true},
+		"sub window":           ratelimit.SubWindow{Limit: 10, Window: time.Minute, Buckets: 6},
 		"sub window, refusals": ratelimit.SubWindow{Limit: 10, Window: time.Minute, Buckets: 6, CountRefused: true},
-	} {
-		_, err := New(rdb, rule)
-		require.NoError(t, err, name)
-		_, err = NewComposite(rdb, []Layer{{Layer: ratelimit.Layer{Rule: rule}}})
-		require.ErrorIs(t, err, ratelimit.ErrInvalidRule, name)
-	}
-	for name, rule := range map[string]ratelimit.Rule{
-		"sub window":         ratelimit.SubWindow{Limit: 10, Window: time.Minute, Buckets: 6},
-		"leaky with a delay": ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(5), Capacity: 13, Delay: 8},
+		"leaky with a delay":   ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(5), Capacity: 13, Delay: 8},
 	} {
 		_, err := New(rdb, rule)
 		require.NoError(t, err, name)

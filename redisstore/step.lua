@@ -18,7 +18,9 @@
 --          (CountRefused), each window's count capped at the capacity;
 --          for the sub-window counter, ARGV[7] '1' or '0' (CountRefused,
 --          each bucket's count capped at the capacity) and ARGV[8] the
---          number of buckets, from 1 to 60, which divides the window
+--          number of buckets, from 1 to 60, which divides the window.
+--          A composite's step passes '2' for a rule with CountRefused: it
+--          never spends a refusal (see layers.lua)
 --
 -- Returns {old state or '', now used before clamping, new state, 1 if
 -- admitted else 0}. A state that is not well formed, or that no sequence of
