@@ -22,6 +22,7 @@ func benchRules() []ratelimit.Rule {
 		ratelimit.FixedWindow{Limit: 1000, Window: time.Second},
 		ratelimit.SlidingLog{Limit: 10, Window: time.Second},
 		ratelimit.SlidingCounter{Limit: 1000, Window: time.Second},
+		ratelimit.SubWindow{Limit: 1000, Window: time.Second, Buckets: 10},
 	}
 }
 

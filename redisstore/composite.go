@@ -127,7 +127,14 @@ func NewComposite(rdb redis.UniversalClient, layers []Layer, opts ...Option) (*C
 		if err != nil {
 			return nil, fmt.Errorf("redisstore: layer %d: %w", i, err)
 		}
-		c.layers[i] = compLayer{Layer: l, m: m, p: m.Params(), alg: s.alg, ruleArg: s.ruleArgs,
+		args := s.ruleArgs
+		if m.Params().CountRefused {
+			// A composite never spends a refusal, as in process: the step
+			// reads the rule's states but counts no refused cost.
+			args = append([]any(nil), args...)
+			args[2] = "2"
+		}
+		c.layers[i] = compLayer{Layer: l, m: m, p: m.Params(), alg: s.alg, ruleArg: args,
 			head: o.prefix + "L" + strconv.Itoa(i) + ":" + ruleTag(m.Params()) + ":"}
 		if !l.Shadow {
 			c.enforced++

@@ -43,19 +43,25 @@ func drawPeriod(t *rapid.T, label string) time.Duration {
 func drawRule(t *rapid.T) ratelimit.Rule {
 	for {
 		var r ratelimit.Rule
-		switch rapid.IntRange(0, 5).Draw(t, "algorithm") {
+		switch rapid.IntRange(0, 6).Draw(t, "algorithm") {
 		case 0:
 			r = ratelimit.TokenBucket{Rate: ratelimit.Rate{Count: drawCount(t, "count"), Per: drawPeriod(t, "per")}, Burst: drawCount(t, "burst")}
 		case 1:
 			r = ratelimit.GCRA{Rate: ratelimit.Rate{Count: drawCount(t, "count"), Per: drawPeriod(t, "per")}, Burst: drawCount(t, "burst"), Name: "g"}
 		case 2:
-			r = ratelimit.LeakyBucket{Rate: ratelimit.Rate{Count: drawCount(t, "count"), Per: drawPeriod(t, "per")}, Capacity: drawCount(t, "capacity")}
+			c := drawCount(t, "capacity")
+			delay := rapid.OneOf(rapid.Just(int64(0)), rapid.Just(c), rapid.Int64Range(0, c)).Draw(t, "delay")
+			r = ratelimit.LeakyBucket{Rate: ratelimit.Rate{Count: drawCount(t, "count"), Per: drawPeriod(t, "per")}, Capacity: c, Delay: delay}
 		case 3:
 			r = ratelimit.FixedWindow{Limit: drawCount(t, "limit"), Window: drawPeriod(t, "window")}
 		case 4:
 			r = ratelimit.SlidingLog{Limit: drawCount(t, "limit"), Window: drawPeriod(t, "window"), Name: "log"}
+		case 5:
+			r = ratelimit.SlidingCounter{Limit: drawCount(t, "limit"), Window: drawPeriod(t, "window"), CountRefused: rapid.Bool().Draw(t, "countRefused")}
 		default:
-			r = ratelimit.SlidingCounter{Limit: drawCount(t, "limit"), Window: drawPeriod(t, "window")}
+			k := rapid.OneOf(rapid.SampledFrom([]int{1, 2, 6, 60}), rapid.IntRange(1, 60)).Draw(t, "buckets")
+			w := drawPeriod(t, "window")
+			r = ratelimit.SubWindow{Limit: drawCount(t, "limit"), Window: w - w%time.Duration(k), Buckets: k, CountRefused: rapid.Bool().Draw(t, "countRefused")}
 		}
 		if _, err := ratelimit.NewMachine(r); err == nil {
 			return r

@@ -18,9 +18,9 @@
 //     every quantity it touches stays exact: times are split into seconds
 //     and nanoseconds and used only as distances from the key's clamped
 //     now, at most 2^22 s (48 days) away; the rule's constants, costs,
-//     counts and spans are below 2^51; windows are whole microseconds or
-//     divide a second. Rules of everyday sizes (up to weeks, up to
-//     billions of units) run here;
+//     counts and spans are below 2^51; windows (a SubWindow's buckets)
+//     are whole microseconds or divide a second. Rules of everyday sizes
+//     (up to weeks, up to billions of units) run here;
 //   - an exact path for everything else: the buckets (which only add,
 //     subtract and compare) hold each integer as two doubles, h*10^9 + l;
 //     the windows (which also divide and multiply) split integers into
@@ -51,8 +51,9 @@
 // A key's state is one Redis key, named by [Store.Key]: the prefix, a tag of
 // the rule's numbers, and the hex of a hash of the key in braces, which is
 // the Cluster hash tag. Keys of any length or bytes are safe. A rule with
-// other numbers uses other Redis keys, so a changed rule starts its keys
-// fresh. The state is written with an expiry at the instant it becomes as
+// other numbers (a leaky bucket's Delay, CountRefused and a SubWindow's
+// Buckets included) uses other Redis keys, so a changed rule starts its
+// keys fresh. The state is written with an expiry at the instant it becomes as
 // good as a fresh key's (the Decision's ResetAfter, rounded up to the
 // millisecond) plus a margin for clock skew ([WithExpiryMargin]); losing it
 // then loses nothing. A missing key, and a key holding the empty string,
@@ -90,7 +91,8 @@
 // Cluster all the keys of one script must share a slot: layers whose keys
 // share a hash tag ([WithHashTag]) work anywhere, while a global key beside
 // per-customer keys cannot, and is refused when the Composite is built on
-// a Cluster client (see [Layer]).
+// a Cluster client (see [Layer]). As in process, a Composite never spends
+// a refusal, CountRefused or not.
 //
 // # When Redis fails
 //

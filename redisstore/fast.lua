@@ -131,13 +131,17 @@ local function fast(key, alg, old, tm)
   local cost, margin = farg(ARGV[3]), farg(ARGV[4])
   if not cost or cost == 0 or not margin then return nil end
   -- The rule's constants first, so that a rule beyond range declines at once.
-  local n, tau, tauf, cn, cf, w, cap
+  local n, tau, tauf, cn, cf, w, cap, k
   if alg == 'm' then
     n, tau, tauf, cn, cf = farg(ARGV[5]), farg(ARGV[6]), farg(ARGV[7]), farg(ARGV[8]), farg(ARGV[9])
     if not (n and tau and tauf and cn and cf) then return nil end
-  elseif alg == 'f' or alg == 'c' or alg == 'l' then
+  elseif alg == 'f' or alg == 'c' or alg == 'l' or alg == 's' then
     w, cap = farg(ARGV[5]), farg(ARGV[6])
     if not (w and cap) or w == 0 then return nil end
+    if alg == 's' then
+      k = farg(ARGV[8])
+      if not k or k < 1 or k > 60 or math.fmod(w, k) ~= 0 then return nil end
+    end
   else
     return nil
   end
@@ -158,7 +162,7 @@ local function fast(key, alg, old, tm)
   -- The state's fields: f1..f4 for the fixed shapes, fs for a log.
   local fs, nf, f1, f2, f3, f4 = nil, 0, nil, nil, nil, nil
   if old and #old > 0 then
-    if alg == 'l' then
+    if alg == 'l' or alg == 's' then
       if string.find(old, '[^ 0-9]') or string.find(old, '  ') or string.byte(old, 1) == 32 or string.byte(old, -1) == 32 then
         return nil
       end
@@ -247,6 +251,65 @@ local function fast(key, alg, old, tm)
         ttl = rt[nf - 1] + w
       end
       new = table.concat(parts, ' ')
+    elseif alg == 's' then
+      -- Buckets of g ns: the state is the latest bucket's index sc and the
+      -- counts of buckets sc-k+1 to sc; a bucket before the origin holds
+      -- nothing. Each sum below stays under 2^52: the window's count is
+      -- capped at cap + 1, as the Machine caps it.
+      local g = w / k
+      local win, e = fwindow(H, L, g)
+      if not win then return nil end
+      -- '1' counts refusals; '2' (a composite's step, which never spends
+      -- a refusal) counts none but reads the states of a rule that does.
+      local refused, counts = ARGV[7] ~= '0', ARGV[7] == '1'
+      local sc, a = 0, {}
+      for i = 1, k do a[i] = 0 end
+      if nf > 1 then
+        if nf ~= k + 2 then return nil end
+        sc = fdig(fs[2])
+        if not sc or sc > win then return nil end
+        local sum = 0
+        for i = 1, k do
+          local ci = fdig(fs[i + 2])
+          if not ci or ci > cap or (ci ~= 0 and sc + i < k) then return nil end
+          sum = sum + ci
+          if sum > cap then
+            if not refused then return nil end
+            sum = cap + 1
+          end
+          a[i] = ci
+        end
+      end
+      -- The counts seen from bucket win: shifted on by win - sc buckets.
+      local d, b, sum = win - sc, {}, 0
+      for i = 1, k do
+        b[i] = a[i + d] or 0
+        sum = sum + b[i]
+        if sum > cap then sum = cap + 1 end
+      end
+      local put = nil
+      if sum + cost <= cap then
+        admitted, put = 1, b[k] + cost
+      elseif counts then
+        local nc = b[k] + cost
+        if nc > cap then nc = cap end
+        if nc > b[k] then put = nc end
+      end
+      local last, out = sc, a
+      if put then
+        b[k] = put
+        last, out = win, b
+      end
+      local parts, any = {now, string.format('%d', last)}, false
+      for i = 1, k do
+        parts[i + 2] = string.format('%d', out[i])
+        if out[i] ~= 0 then any = true end
+      end
+      -- The newest bucket that may hold anything leaves the window at
+      -- bucket last + k: (last + k - win) buckets of g, at most the window.
+      local m = last + k - win
+      if any and m > 0 then ttl = m * g - e end
+      new = table.concat(parts, ' ')
     else
       local win, e = fwindow(H, L, w)
       if not win then return nil end
@@ -281,6 +344,12 @@ local function fast(key, alg, old, tm)
         local used = cur + cost
         if used <= cap and fleq(prev, w - e, cap - used, w) then
           admitted, cur = 1, used
+          sws, sps, scs = string.format('%d', win), string.format('%d', prev), string.format('%d', cur)
+        elseif ARGV[7] == '1' then
+          -- CountRefused: the refusal spends too, the count capped at the
+          -- capacity.
+          if used > cap then used = cap end
+          cur = used
           sws, sps, scs = string.format('%d', win), string.format('%d', prev), string.format('%d', cur)
         end
         if cur ~= 0 then

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratelimit"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -54,6 +55,9 @@ func TestTamperedState(t *testing.T) {
 		"fixed":  ratelimit.FixedWindow{Limit: 5, Window: time.Second},
 		"window": ratelimit.SlidingCounter{Limit: 5, Window: time.Second},
 		"log":    ratelimit.SlidingLog{Limit: 5, Window: time.Second},
+		"sub":    ratelimit.SubWindow{Limit: 5, Window: 3 * time.Second, Buckets: 3},
+		"subr":   ratelimit.SubWindow{Limit: 5, Window: 3 * time.Second, Buckets: 3, CountRefused: true},
+		"subx":   ratelimit.SubWindow{Limit: 5, Window: 4500, Buckets: 3}, // the exact path's windows
 	}
 	tests := []struct {
 		rule, state string
@@ -85,6 +89,19 @@ func TestTamperedState(t *testing.T) {
 		{"log", "1780000000000000000 1780000000000000001 1000"},                          // later than the latest instant
 		{"log", "1780000000000000000 1779999999999999999 6000"},                          // above the limit
 		{"log", "1780000000000000000 1779999999999999998 3000 1779999999999999999 3000"}, // inside above the limit
+		{"sub", "1780000000000000000 1780000000 0 0"},                                    // a count short
+		{"sub", "1780000000000000000 1780000000 0 0 0 0"},                                // a count over
+		{"sub", "1780000000000000000 1780000001 0 0 0"},                                  // a later bucket
+		{"sub", "1780000000000000000 01 0 0 0"},                                          // not canonical
+		{"sub", "1780000000000000000 1780000000 0 0 5001"},                               // a bucket above the limit
+		{"sub", "1780000000000000000 1780000000 3000 3000 0"},                            // the window above the limit
+		{"sub", "5 1 1000 0 0"},                                                          // a bucket before the origin
+		{"subr", "1780000000000000000 1780000000 5001 0 0"},                              // a bucket above the limit
+		{"subr", "5 1 1000 0 0"},                                                         // a bucket before the origin
+		{"subx", "1780000000000000000 1186666666666667 0 0 0"},                           // a later bucket
+		{"subx", "1780000000000000000 1186666666666666 3000 3000 0"},
+		{"subx", "1780000000000000000 1186666666666666 0 5001 0"},
+		{"subx", "5 1 1000 0 0"},
 	}
 	for _, mode := range []FailureMode{FailOpen, FailClosed} {
 		for _, tc := range tests {
@@ -149,4 +166,34 @@ func TestExpiry(t *testing.T) {
 	require.NoError(t, err)
 	assert.LessOrEqual(t, ttl, d.ResetAfter+2*time.Second)
 	assert.Greater(t, ttl, d.ResetAfter+time.Second)
+}
+
+// TestSubWindowExpiry: on either path, a sub-window state's TTL covers its
+// ResetAfter plus the margin, admitted or refused.
+func TestSubWindowExpiry(t *testing.T) {
+	rdb := needRedis(t)
+	ctx := context.Background()
+	for _, w := range []time.Duration{3 * time.Second, 4500} {
+		for _, script := range []*redis.Script{fastScript, exactScript} {
+			clk := ratelimit.NewManualClock(unixNow + w/7)
+			s, err := New(rdb, ratelimit.SubWindow{Limit: 3, Window: w, Buckets: 3}, WithClock(clk), WithPrefix(testPrefix()), WithExpiryMargin(2*time.Second), WithDenyCache(0))
+			require.NoError(t, err)
+			s.script = script
+			for i := range 6 {
+				d, err := s.Check("k", ratelimit.Unit)
+				if err != nil {
+					require.ErrorContains(t, err, declined)
+					continue
+				}
+				assert.Equal(t, i < 3, d.Allowed, "check %d", i)
+				ttl, err := rdb.PTTL(ctx, s.Key("k")).Result()
+				require.NoError(t, err)
+				assert.GreaterOrEqual(t, ttl, d.ResetAfter+time.Second, "check %d", i)
+				assert.LessOrEqual(t, ttl, d.ResetAfter+3*time.Second, "check %d", i)
+				if i >= 3 {
+					clk.Advance(w / 3)
+				}
+			}
+		}
+	}
 }

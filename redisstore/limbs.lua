@@ -46,7 +46,70 @@ local fresh = #f <= 1
 
 local admitted, new, ttl = 0, nil, nil
 
-if alg == 'f' or alg == 'c' or alg == 'l' then
+if alg == 's' then
+  -- Buckets of g = W/k ns: the state is the latest bucket's index sc and
+  -- the counts of buckets sc-k+1 to sc, oldest first; a bucket before the
+  -- origin holds nothing.
+  local w, cap, kk = N(ARGV[5]), N(ARGV[6]), N(ARGV[8])
+  if not (w and cap and kk) or iszero(w) or iszero(kk) or #kk > 1 or kk[1] > 60 then
+    return fail('invalid argument')
+  end
+  -- '1' counts refusals; '2' (a composite's step, which never spends a
+  -- refusal) counts none but reads the states of a rule that does.
+  local k, refused, counts = kk[1], ARGV[7] ~= '0', ARGV[7] == '1'
+  local g, gr = divmod(w, kk)
+  if not iszero(gr) then return fail('invalid argument') end
+  local win, e = divmod(now, g)
+  local sc, a = Z, {}
+  for i = 1, k do a[i] = Z end
+  if not fresh then
+    if #f ~= k + 2 then return fail('invalid state') end
+    sc = f[2]
+    if cmp(sc, win) > 0 then return fail('invalid state') end
+    local sum = Z
+    for i = 1, k do
+      local n = f[i + 2]
+      if cmp(n, cap) > 0 or (not iszero(n) and cmp(add(sc, {i}), kk) < 0) then
+        return fail('invalid state')
+      end
+      sum = add(sum, n)
+      if not refused and cmp(sum, cap) > 0 then return fail('invalid state') end
+      a[i] = n
+    end
+  end
+  -- The counts seen from bucket win: shifted on by win - sc buckets.
+  local d = sub(win, sc)
+  local b, sum = {}, Z
+  for i = 1, k do
+    b[i] = Z
+    if cmp(d, kk) < 0 then b[i] = a[i + d[1]] or Z end
+    sum = add(sum, b[i])
+  end
+  local put = nil
+  if cmp(add(sum, cost), cap) <= 0 then
+    admitted, put = 1, add(b[k], cost)
+  elseif counts then
+    local nc = add(b[k], cost)
+    if cmp(nc, cap) > 0 then nc = cap end
+    if cmp(nc, b[k]) > 0 then put = nc end
+  end
+  local last, out = sc, a
+  if put then
+    b[k] = put
+    last, out = win, b
+  end
+  local parts, any = {S(now), S(last)}, false
+  for i = 1, k do
+    parts[i + 2] = S(out[i])
+    if not iszero(out[i]) then any = true end
+  end
+  -- The newest bucket that may hold anything leaves the window at bucket
+  -- last + k.
+  ttl = Z
+  local gone = mul(add(last, kk), g)
+  if any and cmp(gone, now) > 0 then ttl = sub(gone, now) end
+  new = table.concat(parts, ' ')
+elseif alg == 'f' or alg == 'c' or alg == 'l' then
   local w, cap = N(ARGV[5]), N(ARGV[6])
   if not (w and cap) or iszero(w) then return fail('invalid argument') end
   if alg == 'f' then
@@ -84,6 +147,12 @@ if alg == 'f' or alg == 'c' or alg == 'l' then
     local used = add(cur, cost)
     if cmp(used, cap) <= 0 and cmp(mul(prev, sub(w, e)), mul(sub(cap, used), w)) <= 0 then
       admitted, cur = 1, used
+      sw, sp, sc = win, prev, cur
+    elseif ARGV[7] == '1' then
+      -- CountRefused: the refusal spends too, the count capped at the
+      -- capacity.
+      if cmp(used, cap) > 0 then used = cap end
+      cur = used
       sw, sp, sc = win, prev, cur
     end
     if not iszero(cur) then

@@ -117,6 +117,8 @@ func WithCircuit(failures int, pause time.Duration) Option {
 // since: a reset, a refund, or a Redis that lost it (eviction, a restart
 // without persistence), in which cases the cache keeps refusing until its
 // own instant. Turn it off if those matter more than the round trips saved.
+// A rule with CountRefused has no deny cache: each of its refusals spends,
+// so each goes to Redis.
 func WithDenyCache(n int) Option { return func(o *options) { o.denyCache = n } }
 
 // WithObserver tells o of every check's outcome (see [ratelimit.Observer]):

@@ -145,19 +145,22 @@ func drawEverydayRule(t *rapid.T) ratelimit.Rule {
 	}).Draw(t, "per")
 	for {
 		var r ratelimit.Rule
-		switch rapid.IntRange(0, 5).Draw(t, "algorithm") {
+		switch rapid.IntRange(0, 6).Draw(t, "algorithm") {
 		case 0:
 			r = ratelimit.TokenBucket{Rate: ratelimit.Rate{Count: count, Per: per}, Burst: count}
 		case 1:
 			r = ratelimit.GCRA{Rate: ratelimit.Rate{Count: count, Per: per}, Burst: max(1, count/2)}
 		case 2:
-			r = ratelimit.LeakyBucket{Rate: ratelimit.Rate{Count: count, Per: per}, Capacity: count}
+			r = ratelimit.LeakyBucket{Rate: ratelimit.Rate{Count: count, Per: per}, Capacity: count, Delay: rapid.Int64Range(0, count).Draw(t, "delay")}
 		case 3:
 			r = ratelimit.FixedWindow{Limit: count, Window: per}
 		case 4:
 			r = ratelimit.SlidingLog{Limit: min(count, 20), Window: per}
+		case 5:
+			r = ratelimit.SlidingCounter{Limit: count, Window: per, CountRefused: rapid.Bool().Draw(t, "countRefused")}
 		default:
-			r = ratelimit.SlidingCounter{Limit: count, Window: per}
+			k := rapid.SampledFrom([]int{1, 2, 4, 5, 6, 10, 60}).Draw(t, "buckets")
+			r = ratelimit.SubWindow{Limit: count, Window: per, Buckets: k, CountRefused: rapid.Bool().Draw(t, "countRefused")}
 		}
 		if _, err := ratelimit.NewMachine(r); err == nil {
 			return r
@@ -210,6 +213,18 @@ func TestRangeCheckEdges(t *testing.T) {
 			[]step{{0, ratelimit.Unit, true}, {0, 2 * ratelimit.Unit, true}, {0, 3 * ratelimit.Unit, true}, {time.Second - 1, ratelimit.Unit, true}, {1, ratelimit.Unit, true}}},
 		{"times below one second", ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(10), Capacity: 3}, 5,
 			[]step{{0, ratelimit.Unit, true}, {0, ratelimit.Unit, true}, {0, 2 * ratelimit.Unit, true}, {50 * time.Millisecond, ratelimit.Unit, true}}},
+		{"a counter counting refusals", ratelimit.SlidingCounter{Limit: 3, Window: time.Second, CountRefused: true}, unixNow,
+			[]step{{0, 2 * ratelimit.Unit, true}, {0, 2 * ratelimit.Unit, true}, {0, ratelimit.Unit, true}, {time.Second, ratelimit.Unit, true}, {time.Second / 2, 2 * ratelimit.Unit, true}, {time.Second, ratelimit.Unit, true}}},
+		{"a counter counting refusals, exactly", ratelimit.SlidingCounter{Limit: 3, Window: 1500 * time.Nanosecond, CountRefused: true}, unixNow,
+			[]step{{0, 2 * ratelimit.Unit, false}, {0, 2 * ratelimit.Unit, false}, {0, ratelimit.Unit, false}, {1500, ratelimit.Unit, false}, {700, 2 * ratelimit.Unit, false}, {1500, ratelimit.Unit, false}}},
+		{"sub-windows of whole microseconds", ratelimit.SubWindow{Limit: 3, Window: 3 * time.Second, Buckets: 3}, unixNow,
+			[]step{{0, 2 * ratelimit.Unit, true}, {time.Second, ratelimit.Unit, true}, {0, ratelimit.Unit, true}, {time.Second, ratelimit.Unit, true}, {time.Second, 2 * ratelimit.Unit, true}, {time.Second, ratelimit.Unit, true}, {10 * time.Second, 3 * ratelimit.Unit, true}}},
+		{"sub-windows counting refusals", ratelimit.SubWindow{Limit: 3, Window: 3 * time.Second, Buckets: 3, CountRefused: true}, unixNow,
+			[]step{{0, 2 * ratelimit.Unit, true}, {time.Second, 2 * ratelimit.Unit, true}, {0, 3 * ratelimit.Unit, true}, {time.Second, ratelimit.Unit, true}, {time.Second, ratelimit.Unit, true}, {time.Second, ratelimit.Unit, true}}},
+		{"sub-windows neither whole microseconds nor dividing a second", ratelimit.SubWindow{Limit: 3, Window: 4500, Buckets: 3, CountRefused: true}, unixNow,
+			[]step{{0, 2 * ratelimit.Unit, false}, {1500, 2 * ratelimit.Unit, false}, {0, 3 * ratelimit.Unit, false}, {1500, ratelimit.Unit, false}, {1500, ratelimit.Unit, false}, {1500, ratelimit.Unit, false}}},
+		{"sub-windows near the origin", ratelimit.SubWindow{Limit: 3, Window: 60 * time.Second, Buckets: 60}, 5,
+			[]step{{0, 2 * ratelimit.Unit, true}, {time.Second, ratelimit.Unit, true}, {0, ratelimit.Unit, true}, {59 * time.Second, ratelimit.Unit, true}, {time.Second, ratelimit.Unit, true}}},
 		{"MaxTime", ratelimit.SlidingCounter{Limit: 2, Window: time.Second}, ratelimit.MaxTime,
 			[]step{{0, ratelimit.Unit, true}, {0, ratelimit.Unit, true}, {0, ratelimit.Unit, true}}},
 		{"a window dividing a second at MaxTime, index below 2^51", ratelimit.SlidingCounter{Limit: 2, Window: time.Millisecond}, ratelimit.MaxTime,

@@ -5,14 +5,22 @@
 --
 -- KEYS[1]  the key's state
 -- ARGV[1]  algorithm: 'm' meter (token bucket, GCRA, leaky bucket),
---          'f' fixed window, 'c' sliding counter, 'l' sliding log
+--          'f' fixed window, 'c' sliding counter, 'l' sliding log,
+--          's' sub-window counter
 -- ARGV[2]  now in ns since the Unix epoch, or '' for the server's TIME
 -- ARGV[3]  cost in milli-units
 -- ARGV[4]  expiry margin in ms, added to the time until the state is as
 --          good as a fresh key's
 -- meter:   ARGV[5] n (the pace's milli-units), ARGV[6..7] the capacity's
 --          span (ns, frac/n), ARGV[8..9] the cost's span (ns, frac/n)
--- windows: ARGV[5] window (ns), ARGV[6] capacity (milli-units)
+-- windows: ARGV[5] window (ns), ARGV[6] capacity (milli-units); for the
+--          sliding counter, ARGV[7] '1' counts a refused cost too
+--          (CountRefused), each window's count capped at the capacity;
+--          for the sub-window counter, ARGV[7] '1' or '0' (CountRefused,
+--          each bucket's count capped at the capacity) and ARGV[8] the
+--          number of buckets, from 1 to 60, which divides the window.
+--          A composite's step passes '2' for a rule with CountRefused: it
+--          never spends a refusal (see layers.lua)
 --
 -- Returns {old state or '', now used before clamping, new state, 1 if
 -- admitted else 0}. A state that is not well formed, or that no sequence of

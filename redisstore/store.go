@@ -52,7 +52,7 @@ type Store struct {
 	rdb      redis.UniversalClient
 	m        *ratelimit.Machine
 	p        ratelimit.Params
-	alg      string // the script's algorithm: m, f, c or l
+	alg      string // the script's algorithm: m, f, c, l or s
 	keyHead  string // prefix and rule tag
 	clock    ratelimit.Clock
 	o        options
@@ -114,16 +114,31 @@ func New(rdb redis.UniversalClient, rule ratelimit.Rule, opts ...Option) (*Store
 		s.alg = "c"
 	case "sliding_log":
 		s.alg = "l"
+	case "sub_window":
+		s.alg = "s"
 	default:
 		return nil, fmt.Errorf("%w: algorithm %q has no Redis script", ratelimit.ErrInvalidRule, p.Algorithm)
 	}
-	if p.CountRefused || p.DelayNanos != 0 || p.DelayFrac != 0 {
-		// The scripts know neither option: refuse rather than decide
-		// without it.
-		return nil, fmt.Errorf("%w: %s with CountRefused or a Delay has no Redis script", ratelimit.ErrInvalidRule, p.Algorithm)
+	// A leaky bucket's Delay changes only the Decision's Delay, which the
+	// Machine computes in Go: its state, and so the script, are the same.
+	if p.CountRefused && s.alg != "c" && s.alg != "s" {
+		// The scripts do not know the option here: refuse rather than
+		// decide without it.
+		return nil, fmt.Errorf("%w: %s with CountRefused has no Redis script", ratelimit.ErrInvalidRule, p.Algorithm)
 	}
 	if s.alg != "m" {
 		s.ruleArgs = []any{strconv.FormatInt(p.WindowNanos, 10), strconv.FormatInt(int64(p.Capacity), 10)}
+	}
+	if p.CountRefused {
+		// A refusal spends: the script writes it, and the deny cache, which
+		// answers refusals without telling Redis, would lose it.
+		s.ruleArgs = append(s.ruleArgs, "1")
+		s.deny = nil
+	} else if s.alg == "s" {
+		s.ruleArgs = append(s.ruleArgs, "0")
+	}
+	if s.alg == "s" {
+		s.ruleArgs = append(s.ruleArgs, strconv.FormatInt(p.Buckets, 10))
 	}
 	s.keyHead = o.prefix + ruleTag(p) + ":{"
 	return s, nil
@@ -133,10 +148,20 @@ func u(v uint64) string { return strconv.FormatUint(v, 10) }
 
 // ruleTag names the rule's numbers (not its Name) in every key, so that
 // a rule with other numbers never reads a state written under this one: it
-// starts its keys fresh instead.
+// starts its keys fresh instead. The options are named only when set, so
+// that a rule without them keeps the keys it always had.
 func ruleTag(p ratelimit.Params) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s %d %d %d %d %d %d", p.Algorithm, p.Capacity, p.RateUnits, p.RateNanos, p.TauNanos, p.TauFrac, p.WindowNanos)
+	if p.DelayNanos != 0 || p.DelayFrac != 0 {
+		fmt.Fprintf(h, " delay %d %d", p.DelayNanos, p.DelayFrac)
+	}
+	if p.CountRefused {
+		fmt.Fprint(h, " refused")
+	}
+	if p.Buckets != 0 {
+		fmt.Fprintf(h, " buckets %d", p.Buckets)
+	}
 	return hex.EncodeToString(h.Sum(nil)[:4])
 }
 
@@ -185,7 +210,13 @@ func (s *Store) Check(key string, cost ratelimit.Units) (ratelimit.Decision, err
 // error, whatever the policy: no admission is ever made on a state that
 // cannot be trusted.
 func (s *Store) CheckContext(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
-	d, err := s.check(ctx, key, cost)
+	return s.checkContext(ctx, key, cost, false)
+}
+
+// checkContext is CheckContext; look says a refusal spends nothing even
+// under CountRefused (Wait's checks, as in process).
+func (s *Store) checkContext(ctx context.Context, key string, cost ratelimit.Units, look bool) (ratelimit.Decision, error) {
+	d, err := s.check(ctx, key, cost, look)
 	if obs := s.o.observer; obs != nil {
 		switch {
 		case err == nil:
@@ -204,7 +235,7 @@ func (s *Store) CheckContext(ctx context.Context, key string, cost ratelimit.Uni
 }
 
 // check is CheckContext without the observer.
-func (s *Store) check(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+func (s *Store) check(ctx context.Context, key string, cost ratelimit.Units, look bool) (ratelimit.Decision, error) {
 	if cost <= 0 || cost > s.p.Capacity {
 		d, _, err := s.m.Step(nil, 0, cost, false)
 		return d, err
@@ -235,7 +266,8 @@ func (s *Store) check(ctx context.Context, key string, cost ratelimit.Units) (ra
 		s.failures.Add(1)
 		return s.degraded(ctx, key, cost, ErrCircuitOpen)
 	}
-	reply, err := s.run(ctx, rk, cost, floor)
+	look = look && s.p.CountRefused
+	reply, err := s.run(ctx, rk, cost, floor, look)
 	if err != nil {
 		if isScriptError(err) {
 			// The server answered: it is up, but the key cannot be used.
@@ -248,7 +280,7 @@ func (s *Store) check(ctx context.Context, key string, cost ratelimit.Units) (ra
 		return s.degraded(ctx, key, cost, fmt.Errorf("%w: %w", ErrUnavailable, err))
 	}
 	s.br.success(probe)
-	d, at, state, err := s.verify(key, cost, reply)
+	d, at, state, err := s.verify(key, cost, reply, look)
 	if s.deny != nil && err == nil {
 		if d.Allowed {
 			s.deny.forget(rk)
@@ -285,8 +317,8 @@ func (s *Store) sharedDeadline(now time.Time) context.Context {
 
 // run sends the script, on a goroutine of its own when the client might
 // not stop at ctx's deadline.
-func (s *Store) run(ctx context.Context, rk string, cost ratelimit.Units, floor int64) ([]any, error) {
-	args := s.args(cost, floor)
+func (s *Store) run(ctx context.Context, rk string, cost ratelimit.Units, floor int64, look bool) ([]any, error) {
+	args := s.args(cost, floor, look)
 	keys := []string{rk}
 	if !s.guard {
 		return s.script.Run(ctx, s.rdb, keys, args...).Slice()
@@ -313,7 +345,10 @@ func (s *Store) run(ctx context.Context, rk string, cost ratelimit.Units, floor 
 // floor is the latest instant the store has used for the key without
 // telling Redis (a refusal the deny cache answered); with a client clock,
 // the instant sent is at least floor, as Redis would have clamped to it.
-func (s *Store) args(cost ratelimit.Units, floor int64) []any {
+//
+// look, for a rule with CountRefused, asks for a check whose refusal spends
+// nothing: the script's '2' for the option.
+func (s *Store) args(cost ratelimit.Units, floor int64, look bool) []any {
 	now := ""
 	if s.clock != nil {
 		now = strconv.FormatInt(max(clamp(s.clock.Now()), floor), 10)
@@ -321,6 +356,9 @@ func (s *Store) args(cost ratelimit.Units, floor int64) []any {
 	args := make([]any, 0, 9)
 	args = append(args, s.alg, now, strconv.FormatInt(int64(cost), 10), strconv.FormatInt(s.marginMs, 10))
 	args = append(args, s.ruleArgs...)
+	if look {
+		args[4+2] = "2"
+	}
 	if s.alg == "m" {
 		ns, frac := s.m.Span(cost)
 		args = append(args, u(ns), u(frac))
@@ -336,7 +374,10 @@ func clamp(t time.Duration) int64 {
 // verify turns the script's reply into the Decision, recomputing it with
 // the rule's Machine and checking the script wrote the same new state.
 // It also returns the instant the script decided at and the state it wrote.
-func (s *Store) verify(key string, cost ratelimit.Units, reply []any) (d ratelimit.Decision, at int64, state string, err error) {
+//
+// A look (see args) that the script refused wrote the old state at the
+// check's instant: the Decision is the Machine's without committing.
+func (s *Store) verify(key string, cost ratelimit.Units, reply []any, look bool) (d ratelimit.Decision, at int64, state string, err error) {
 	old, okOld := str(reply, 0)
 	reading, okNow := str(reply, 1)
 	written, okNew := str(reply, 2)
@@ -346,13 +387,25 @@ func (s *Store) verify(key string, cost ratelimit.Units, reply []any) (d ratelim
 		return s.refused(), 0, "", fmt.Errorf("%w: unexpected reply %v", ErrMismatch, reply)
 	}
 	admitted, _ := reply[3].(int64)
-	d, next, err := s.m.Step([]byte(old), time.Duration(at), cost, true)
+	look = look && admitted != 1
+	d, next, err := s.m.Step([]byte(old), time.Duration(at), cost, !look)
 	if err != nil {
 		if errors.Is(err, ratelimit.ErrInvalidState) {
 			s.invalid.Add(1)
 			return s.refused(), 0, "", fmt.Errorf("key %q: %w", clipKey(key), err)
 		}
 		return d, 0, "", err
+	}
+	if look && err == nil {
+		// The old state, unchanged but for its latest instant.
+		rest, t := "", clamp(time.Duration(at))
+		if i := strings.IndexByte(old, ' '); i >= 0 {
+			rest = old[i:]
+		}
+		if len(old) > 0 {
+			t = max(t, latestOf([]byte(old)))
+		}
+		next = []byte(strconv.FormatInt(t, 10) + rest)
 	}
 	if string(next) != written || d.Allowed != (admitted == 1) {
 		s.mismatches.Add(1)

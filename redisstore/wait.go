@@ -13,11 +13,12 @@ import (
 // denial with an error matching [ratelimit.ErrWouldExceedDeadline] at once,
 // without sleeping). An admitted leaky-bucket request then waits out its
 // Delay; if ctx ends during that, the request stays spent. Every check it
-// makes is a [Store.CheckContext], errors included.
+// makes is a [Store.CheckContext], errors included, except that, as in
+// process, a refusal spends nothing even for a rule with CountRefused.
 func (s *Store) Wait(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
 	clk := s.Clock()
 	for {
-		d, err := s.CheckContext(ctx, key, cost)
+		d, err := s.checkContext(ctx, key, cost, true)
 		if err != nil {
 			return d, err
 		}

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,4 +41,53 @@ func TestWaitOnVirtualTime(t *testing.T) {
 	d, err = s.Wait(short, "k", ratelimit.Unit)
 	assert.ErrorIs(t, err, ratelimit.ErrWouldExceedDeadline)
 	assert.False(t, d.Allowed)
+}
+
+// TestWaitSpendsNoRefusal: as in process, Wait's refused checks spend
+// nothing even for rules that count refusals, on either path.
+func TestWaitSpendsNoRefusal(t *testing.T) {
+	rdb := needRedis(t)
+	for _, rule := range []ratelimit.Rule{
+		ratelimit.SlidingCounter{Limit: 3, Window: 10 * time.Second, CountRefused: true},
+		ratelimit.SlidingCounter{Limit: 3, Window: 10*time.Second + 1, CountRefused: true}, // the exact path
+		ratelimit.SubWindow{Limit: 3, Window: 10 * time.Second, Buckets: 5, CountRefused: true},
+		ratelimit.SubWindow{Limit: 3, Window: 9_999_999_999, Buckets: 3, CountRefused: true}, // the exact path
+	} {
+		clk := ratelimit.NewManualClock(unixNow)
+		paths := newPathStores(t, rdb, rule, WithClock(clk), WithPrefix(testPrefix()))
+		local, err := ratelimit.New(rule, ratelimit.WithClock(clk))
+		require.NoError(t, err)
+		for _, cost := range []ratelimit.Units{2 * ratelimit.Unit} {
+			want, err := local.Check(cost)
+			require.NoError(t, err)
+			got, _, err := paths.check("k", cost)
+			require.NoError(t, err)
+			require.Equal(t, want, got)
+		}
+		// A wait that would outlast its context returns the refusal at once.
+		short, cancel := context.WithTimeout(context.Background(), time.Second)
+		for range 3 {
+			want, werr := local.Wait(short, 2*ratelimit.Unit)
+			require.ErrorIs(t, werr, ratelimit.ErrWouldExceedDeadline)
+			got, gerr := paths.fast.Wait(short, "k", 2*ratelimit.Unit)
+			if gerr != nil && strings.Contains(gerr.Error(), declined) {
+				got, gerr = paths.exact.Wait(short, "k", 2*ratelimit.Unit)
+			}
+			require.ErrorIs(t, gerr, ratelimit.ErrWouldExceedDeadline)
+			require.Equal(t, want, got)
+			clk.Advance(1)
+		}
+		cancel()
+		// Nothing was spent: the next checks decide as in process.
+		for _, cost := range []ratelimit.Units{ratelimit.Unit, ratelimit.Unit} {
+			want, err := local.Check(cost)
+			require.NoError(t, err)
+			got, _, err := paths.check("k", cost)
+			require.NoError(t, err)
+			require.Equal(t, want, got)
+		}
+		for _, s := range []*Store{paths.fast, paths.exact} {
+			require.Zero(t, s.Stats().Mismatches)
+		}
+	}
 }
