@@ -1,0 +1,147 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratelimit"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestClusterMasterLost kills one of three masters (SIGKILL; no replica
+// takes over) and checks keys on it and on the live masters, both before
+// and after the live masters mark it failed. For keys on the lost master
+// each failure policy does what it says: fail open gives a fresh key's
+// Decision, fail closed refuses, a fallback decides locally; keys on the
+// live masters are decided by Redis as before, so none that is spent is
+// admitted; and no check outlasts its deadline.
+//
+// The circuit breaker is set never to open here: it counts failures per
+// Store, not per master, so a run of failures on the lost master's keys
+// would open it for every key, and the live masters' keys would be
+// answered by the failure policy too.
+//
+// A spent key's refusal is not retried against Redis when the deny cache
+// holds it, so the drill turns the cache off to ask the policies.
+func TestClusterMasterLost(t *testing.T) {
+	cl := startCluster(t)
+	rdb := cl.client(t, func(o *redis.ClusterOptions) { o.MaxRetries = -1 })
+	clk := ratelimit.NewManualClock(unixNow)
+	// No deny cache either: it would answer the spent keys without a
+	// round trip, as Redis would, and the policies would not be asked.
+	noCircuit := func(o *options) { WithCircuit(1<<30, time.Second)(o); WithDenyCache(0)(o) }
+	open, err := New(rdb, drillRule, WithPrefix("open:"), WithClock(clk), WithTimeout(drillTimeout), noCircuit)
+	require.NoError(t, err)
+	closed, err := New(rdb, drillRule, WithPrefix("closed:"), WithClock(clk), WithTimeout(drillTimeout), noCircuit, WithFailureMode(FailClosed))
+	require.NoError(t, err)
+	local, err := ratelimit.NewStore(drillRule, ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	twin, err := ratelimit.NewStore(drillRule, ratelimit.WithClock(clk)) // what local should answer
+	require.NoError(t, err)
+	fallback, err := New(rdb, drillRule, WithPrefix("fallback:"), WithClock(clk), WithTimeout(drillTimeout), noCircuit, WithFallback(local))
+	require.NoError(t, err)
+	stores := map[string]*Store{"open": open, "closed": closed, "fallback": fallback}
+
+	victim := cl.nodes[2]
+	// Keys on the victim and on the live masters, for each store (their
+	// Redis keys differ by prefix, so by slot).
+	dead, live := map[string][]string{}, map[string][]string{}
+	for name, s := range stores {
+		for i := 0; len(dead[name]) < 4 || len(live[name]) < 8; i++ {
+			key := fmt.Sprintf("k%d", i)
+			if cl.owner(t, cl.slot(t, s.Key(key))) == victim {
+				if len(dead[name]) < 4 {
+					dead[name] = append(dead[name], key)
+				}
+			} else if len(live[name]) < 8 {
+				live[name] = append(live[name], key)
+			}
+		}
+	}
+	// Spend every key's burst while all masters are up.
+	for name, s := range stores {
+		for _, key := range append(append([]string{}, dead[name]...), live[name]...) {
+			for i := range 4 {
+				d, err := timed(t, s, key)
+				require.NoError(t, err)
+				require.Equal(t, i < 3, d.Allowed, "%s %s check %d", name, key, i)
+			}
+		}
+	}
+	fresh := func() ratelimit.Decision {
+		l, err := ratelimit.New(drillRule, ratelimit.WithClock(clk))
+		require.NoError(t, err)
+		d, err := l.Check(ratelimit.Unit)
+		require.NoError(t, err)
+		return d
+	}
+
+	victim.kill()
+	round := func(when string) {
+		clk.Advance(time.Second)
+		for name, s := range stores {
+			for _, key := range live[name] {
+				d, err := timed(t, s, key)
+				require.NoError(t, err, "%s: %s key %s on a live master", when, name, key)
+				require.False(t, d.Allowed, "%s: %s admitted spent key %s on a live master", when, name, key)
+			}
+			for _, key := range dead[name] {
+				d, err := timed(t, s, key)
+				require.ErrorIs(t, err, ErrUnavailable, "%s: %s key %s on the lost master", when, name, key)
+				switch name {
+				case "open":
+					require.Equal(t, fresh(), d, "%s: fail open is not a fresh key's Decision", when)
+				case "closed":
+					require.False(t, d.Allowed, "%s: fail closed admitted", when)
+				case "fallback":
+					w, werr := twin.Check(key, ratelimit.Unit)
+					require.NoError(t, werr)
+					require.Equal(t, w, d, "%s: fallback is not the local limiter's Decision", when)
+				}
+			}
+		}
+	}
+	for i := range 3 {
+		round(fmt.Sprintf("round %d before the failure is noticed", i))
+	}
+	// Wait, with a deadline, until a live master marks the victim failed,
+	// then check again.
+	c := cl.nodes[0].client(nil)
+	defer c.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		nodes, err := c.ClusterNodes(context.Background()).Result()
+		require.NoError(t, err)
+		if marked(nodes, victim.addr()) {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the victim was never marked failed:\n%s", nodes)
+		time.Sleep(50 * time.Millisecond) // polling a real server's view
+	}
+	for i := range 4 {
+		round(fmt.Sprintf("round %d after the failure is noticed", i))
+	}
+	for name, s := range stores {
+		st := s.Stats()
+		assert.Zero(t, st.Mismatches+st.InvalidStates, name)
+		assert.Equal(t, uint64(7*len(dead[name])), st.Failures, "%s: failures", name)
+		assert.Zero(t, st.CircuitRefusals, name)
+	}
+}
+
+// marked reports whether CLUSTER NODES output flags the node at addr as
+// failed.
+func marked(nodes, addr string) bool {
+	for _, line := range strings.Split(nodes, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 2 && strings.HasPrefix(f[1], addr+"@") && strings.Contains(f[2], "fail") && !strings.Contains(f[2], "fail?") {
+			return true
+		}
+	}
+	return false
+}
