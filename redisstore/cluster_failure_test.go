@@ -145,3 +145,45 @@ func marked(nodes, addr string) bool {
 	}
 	return false
 }
+
+// TestClusterCircuitSpansMasters pins what the circuit breaker does in
+// Cluster: it counts a Store's failures whatever master they came from, so
+// failures on a lost master's keys open it for the keys of the live masters
+// as well, which are then answered by the failure policy (here fail open: a
+// fresh key's Decision, admitting a spent key) until a probe succeeds.
+func TestClusterCircuitSpansMasters(t *testing.T) {
+	cl := startCluster(t)
+	rdb := cl.client(t, func(o *redis.ClusterOptions) { o.MaxRetries = -1 })
+	clk := ratelimit.NewManualClock(unixNow)
+	s, err := New(rdb, drillRule, WithPrefix(testPrefix()), WithClock(clk), WithTimeout(drillTimeout),
+		WithCircuit(3, time.Hour), WithDenyCache(0))
+	require.NoError(t, err)
+	victim := cl.nodes[2]
+	var dead []string
+	liveKey := ""
+	for i := 0; len(dead) < 3 || liveKey == ""; i++ {
+		key := fmt.Sprintf("k%d", i)
+		if cl.owner(t, cl.slot(t, s.Key(key))) == victim {
+			dead = append(dead, key)
+		} else if liveKey == "" {
+			liveKey = key
+		}
+	}
+	for range 3 {
+		_, err := timed(t, s, liveKey)
+		require.NoError(t, err)
+	}
+	d, err := timed(t, s, liveKey)
+	require.NoError(t, err)
+	require.False(t, d.Allowed, "spent")
+
+	victim.kill()
+	for _, key := range dead[:3] {
+		_, err := timed(t, s, key)
+		require.ErrorIs(t, err, ErrUnavailable)
+		require.NotErrorIs(t, err, ErrCircuitOpen)
+	}
+	d, err = timed(t, s, liveKey)
+	require.ErrorIs(t, err, ErrCircuitOpen, "the live master's key")
+	require.True(t, d.Allowed, "fail open answers a fresh key's Decision")
+}
