@@ -187,3 +187,43 @@ func TestClusterCircuitSpansMasters(t *testing.T) {
 	require.ErrorIs(t, err, ErrCircuitOpen, "the live master's key")
 	require.True(t, d.Allowed, "fail open answers a fresh key's Decision")
 }
+
+// TestClusterFullCoverage pins Redis's default, cluster-require-full-
+// coverage yes: once the live masters mark a lost master failed they
+// refuse every key (CLUSTERDOWN, which go-redis retries until the
+// deadline), so every check gets the failure policy's answer, within its
+// deadline.
+func TestClusterFullCoverage(t *testing.T) {
+	cl := startClusterCoverage(t, true)
+	rdb := cl.client(t, func(o *redis.ClusterOptions) { o.MaxRetries = -1 })
+	s, err := New(rdb, drillRule, WithPrefix(testPrefix()), WithTimeout(drillTimeout),
+		WithFailureMode(FailClosed), WithCircuit(1<<30, time.Second), WithDenyCache(0))
+	require.NoError(t, err)
+	victim := cl.nodes[2]
+	liveKey := ""
+	for i := 0; liveKey == ""; i++ {
+		if key := fmt.Sprintf("k%d", i); cl.owner(t, cl.slot(t, s.Key(key))) != victim {
+			liveKey = key
+		}
+	}
+	d, err := timed(t, s, liveKey)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+
+	victim.kill()
+	c := cl.nodes[0].client(nil)
+	defer c.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		info, err := c.ClusterInfo(context.Background()).Result()
+		require.NoError(t, err)
+		if strings.Contains(info, "cluster_state:fail") {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the cluster never failed:\n%s", info)
+		time.Sleep(50 * time.Millisecond) // polling a real server's view
+	}
+	d, err = timed(t, s, liveKey)
+	require.ErrorIs(t, err, ErrUnavailable, "a live master's key")
+	require.False(t, d.Allowed, "fail closed")
+}

@@ -28,6 +28,15 @@ type testCluster struct {
 // redis-server or redis-cli is missing, unless the opt-out is set.
 func startCluster(t testing.TB) *testCluster {
 	t.Helper()
+	return startClusterCoverage(t, false)
+}
+
+// startClusterCoverage is startCluster with cluster-require-full-coverage
+// set to fullCoverage: when yes (Redis's default), every master refuses
+// every key once a slot is unserved; startCluster sets no, so that the
+// live masters keep serving their slots when one is lost.
+func startClusterCoverage(t testing.TB, fullCoverage bool) *testCluster {
+	t.Helper()
 	needRedis(t)
 	if _, err := exec.LookPath("redis-cli"); err != nil {
 		t.Fatalf("cluster tests need redis-cli on PATH (or %s=1 to skip every Redis test): %v", noRedisEnv, err)
@@ -36,7 +45,7 @@ func startCluster(t testing.TB) *testCluster {
 	c := &testCluster{}
 	t.Cleanup(c.stop) // runs before TempDir's removal
 	for range 3 {
-		s, err := startClusterNode(dir)
+		s, err := startClusterNode(dir, fullCoverage)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -138,7 +147,7 @@ func (c *testCluster) stop() {
 
 // startClusterNode starts a cluster-enabled redis-server on a free port
 // whose cluster bus port (the port plus 10000) is free too.
-func startClusterNode(dir string) (*server, error) {
+func startClusterNode(dir string, fullCoverage bool) (*server, error) {
 	port, err := freeClusterPort()
 	if err != nil {
 		return nil, err
@@ -147,9 +156,8 @@ func startClusterNode(dir string) (*server, error) {
 	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes-"+strconv.Itoa(port)+".conf"),
 		"--dir", dir, "--save", "", "--appendonly", "no", "--protected-mode", "no",
-		// The live masters keep serving their slots when one master is
-		// lost, as the failure tests need.
-		"--cluster-require-full-coverage", "no", "--cluster-node-timeout", "1000")
+		"--cluster-require-full-coverage", map[bool]string{true: "yes", false: "no"}[fullCoverage],
+		"--cluster-node-timeout", "1000")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err

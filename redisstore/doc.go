@@ -114,8 +114,8 @@
 // from: a run of failures on the lost master's keys opens it for every
 // key, and until a probe succeeds the live masters' keys get the failure
 // policy's answer too. Where that matters (fail open admits them as fresh
-// keys), raise the circuit's failure count or give each master's share of
-// keys a Store of its own.
+// keys), raise the circuit's failure count ([WithCircuit]) so that it
+// opens only when far more checks fail than one master's share.
 //
 // A check that missed its deadline may still reach the server and run
 // there (a paused server runs what it finds queued when it wakes): it then
