@@ -100,21 +100,25 @@ func (c *testCluster) client(t testing.TB, edit func(*redis.ClusterOptions)) *re
 	return cl
 }
 
-// owner returns the node that serves slot, by the slot ranges node 0
-// reports (which every node agrees on once the cluster is ok).
+// owner returns the node that serves slot, by the shards node 0 reports
+// (which every node agrees on once the cluster is ok).
 func (c *testCluster) owner(t testing.TB, slot int64) *server {
 	t.Helper()
 	cl := c.nodes[0].client(nil)
 	defer cl.Close()
-	slots, err := cl.ClusterSlots(context.Background()).Result()
+	shards, err := cl.ClusterShards(context.Background()).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range slots {
-		if int64(r.Start) <= slot && slot <= int64(r.End) {
-			for _, n := range c.nodes {
-				if r.Nodes[0].Addr == n.addr() {
-					return n
+	for _, sh := range shards {
+		for _, r := range sh.Slots {
+			if r.Start <= slot && slot <= r.End {
+				for _, nd := range sh.Nodes {
+					for _, n := range c.nodes {
+						if nd.Role == "master" && int(nd.Port) == n.port {
+							return n
+						}
+					}
 				}
 			}
 		}
