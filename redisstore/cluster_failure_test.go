@@ -19,7 +19,8 @@ import (
 // each failure policy does what it says: fail open gives a fresh key's
 // Decision, fail closed refuses, a fallback decides locally; keys on the
 // live masters are decided by Redis as before, so none that is spent is
-// admitted; and no check outlasts its deadline.
+// admitted; and no check outlasts its deadline (the drill's 50 ms for the
+// lost master's keys, a second for the live masters').
 //
 // The circuit breaker is set never to open here: it counts failures per
 // Store, not per master, so a run of failures on the lost master's keys
@@ -86,7 +87,7 @@ func TestClusterMasterLost(t *testing.T) {
 		clk.Advance(time.Second)
 		for name, s := range stores {
 			for _, key := range live[name] {
-				d, err := timed(t, s, key)
+				d, err := liveCheck(t, key, s.CheckContext)
 				require.NoError(t, err, "%s: %s key %s on a live master", when, name, key)
 				require.False(t, d.Allowed, "%s: %s admitted spent key %s on a live master", when, name, key)
 			}
@@ -226,4 +227,99 @@ func TestClusterFullCoverage(t *testing.T) {
 	d, err = timed(t, s, liveKey)
 	require.ErrorIs(t, err, ErrUnavailable, "a live master's key")
 	require.False(t, d.Allowed, "fail closed")
+}
+
+// TestClusterCompositeMasterLost is TestClusterMasterLost for a Composite
+// of a per-customer and a per-customer-and-route layer under one hash tag:
+// requests whose tag is on the lost master get the failure policy's answer
+// (fail open: the Decision on fresh keys; fail closed: a refusal), those
+// on the live masters are decided by Redis, and no check outlasts its
+// deadline.
+func TestClusterCompositeMasterLost(t *testing.T) {
+	cl := startCluster(t)
+	rdb := cl.client(t, func(o *redis.ClusterOptions) { o.MaxRetries = -1 })
+	clk := ratelimit.NewManualClock(unixNow)
+	customer := ratelimit.Layer{Rule: ratelimit.GCRA{Rate: ratelimit.Every(year), Burst: 3, Name: "customer"}, Key: firstField}
+	route := ratelimit.Layer{Rule: ratelimit.FixedWindow{Limit: 2, Window: year, Name: "route"}}
+	layers := []Layer{{Layer: customer}, {Layer: route}}
+	opts := []Option{WithHashTag(firstField), WithClock(clk), WithTimeout(drillTimeout)}
+	open, err := NewComposite(rdb, layers, append(opts, WithPrefix(testPrefix()))...)
+	require.NoError(t, err)
+	closed, err := NewComposite(rdb, layers, append(opts, WithPrefix(testPrefix()), WithFailureMode(FailClosed))...)
+	require.NoError(t, err)
+	comps := map[string]*Composite{"open": open, "closed": closed}
+	check := func(c *Composite, req string) (ratelimit.Decision, error) {
+		start := time.Now()
+		d, err := c.Check(req, ratelimit.Unit)
+		assert.Less(t, time.Since(start), drillTimeout+slack, "a check waited past its deadline")
+		return d, err
+	}
+
+	victim := cl.nodes[2]
+	dead, live := map[string][]string{}, map[string][]string{}
+	for name, c := range comps {
+		for i := 0; len(dead[name]) < 3 || len(live[name]) < 6; i++ {
+			req := fmt.Sprintf("c%d /r", i)
+			if cl.owner(t, cl.slot(t, c.Key(0, req))) == victim {
+				if len(dead[name]) < 3 {
+					dead[name] = append(dead[name], req)
+				}
+			} else if len(live[name]) < 6 {
+				live[name] = append(live[name], req)
+			}
+		}
+		for _, req := range append(append([]string{}, dead[name]...), live[name]...) {
+			for i := range 3 {
+				d, err := check(c, req)
+				require.NoError(t, err)
+				require.Equal(t, i < 2, d.Allowed, "%s %s check %d", name, req, i)
+			}
+		}
+	}
+	fresh := func() ratelimit.Decision {
+		l, err := ratelimit.Compose([]ratelimit.Layer{customer, route}, ratelimit.WithClock(clk))
+		require.NoError(t, err)
+		d, err := l.Check("x /r", ratelimit.Unit)
+		require.NoError(t, err)
+		return d
+	}
+
+	victim.kill()
+	for round := range 5 {
+		clk.Advance(time.Second)
+		for name, c := range comps {
+			for _, req := range live[name] {
+				d, err := liveCheck(t, req, c.CheckContext)
+				require.NoError(t, err, "round %d: %s %s on a live master", round, name, req)
+				require.False(t, d.Allowed, "round %d: %s admitted spent %s on a live master", round, name, req)
+			}
+			for _, req := range dead[name] {
+				d, err := check(c, req)
+				require.ErrorIs(t, err, ErrUnavailable, "round %d: %s %s on the lost master", round, name, req)
+				if name == "open" {
+					require.Equal(t, fresh(), d, "round %d: fail open is not the Decision on fresh keys", round)
+				} else {
+					require.False(t, d.Allowed, "round %d: fail closed admitted", round)
+				}
+			}
+		}
+	}
+}
+
+// liveMargin is the deadline of checks on the live masters in the drills:
+// long enough that a loaded machine (three servers and the race detector
+// on two cores, the client reloading the cluster's layout) does not turn a
+// check Redis would decide into the failure policy's answer.
+const liveMargin = time.Second
+
+// liveCheck runs one check of key on a live master with a deadline of
+// liveMargin, and requires that it end by then.
+func liveCheck(t *testing.T, key string, check func(context.Context, string, ratelimit.Units) (ratelimit.Decision, error)) (ratelimit.Decision, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), liveMargin)
+	defer cancel()
+	start := time.Now()
+	d, err := check(ctx, key, ratelimit.Unit)
+	assert.Less(t, time.Since(start), liveMargin+slack, "a check waited past its deadline")
+	return d, err
 }
