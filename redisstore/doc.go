@@ -108,6 +108,17 @@
 // corrupted is denied with an error matching [ratelimit.ErrInvalidState],
 // whatever the policy; deleting the key resets it.
 //
+// In Redis Cluster a lost master fails only the checks of keys in its
+// slots: the other masters' keys are decided as before (with
+// cluster-require-full-coverage no; with the default, the live masters
+// refuse every key once the cluster marks the master failed). The circuit
+// breaker, though, counts a Store's failures whatever master they came
+// from: a run of failures on the lost master's keys opens it for every
+// key, and until a probe succeeds the live masters' keys get the failure
+// policy's answer too. Where that matters (fail open admits them as fresh
+// keys), raise the circuit's failure count ([WithCircuit]) so that it
+// opens only when far more checks fail than one master's share.
+//
 // A check that missed its deadline may still reach the server and run
 // there (a paused server runs what it finds queued when it wakes): it then
 // spends, although its caller got the failure policy's answer. Likewise

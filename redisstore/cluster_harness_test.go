@@ -1,0 +1,224 @@
+package redisstore
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// testCluster is a Redis Cluster of three masters and no replicas, each a
+// redis-server on a free loopback port, joined by redis-cli --cluster
+// create. The test that starts it owns it: the servers are killed and their
+// directory removed when the test ends.
+type testCluster struct {
+	nodes []*server
+}
+
+// startCluster starts a three-master cluster and waits until every node
+// reports cluster_state:ok. Like the single-node tests it fails when
+// redis-server or redis-cli is missing, unless the opt-out is set.
+func startCluster(t testing.TB) *testCluster {
+	t.Helper()
+	return startClusterCoverage(t, false)
+}
+
+// startClusterCoverage is startCluster with cluster-require-full-coverage
+// set to fullCoverage: when yes (Redis's default), every master refuses
+// every key once a slot is unserved; startCluster sets no, so that the
+// live masters keep serving their slots when one is lost.
+func startClusterCoverage(t testing.TB, fullCoverage bool) *testCluster {
+	t.Helper()
+	needRedis(t)
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		t.Fatalf("cluster tests need redis-cli on PATH (or %s=1 to skip every Redis test): %v", noRedisEnv, err)
+	}
+	dir := t.TempDir()
+	c := &testCluster{}
+	t.Cleanup(c.stop) // runs before TempDir's removal
+	for range 3 {
+		s, err := startClusterNode(dir, fullCoverage)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.nodes = append(c.nodes, s)
+	}
+	args := []string{"--cluster", "create"}
+	for _, n := range c.nodes {
+		args = append(args, n.addr())
+	}
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, n := range c.nodes {
+		cl := n.client(nil)
+		for {
+			info, err := cl.ClusterInfo(context.Background()).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				cl.Close()
+				t.Fatalf("cluster node %s not ok: %v %q", n.addr(), err, info)
+			}
+			time.Sleep(20 * time.Millisecond) // polling a real server's readiness
+		}
+		cl.Close()
+	}
+	return c
+}
+
+// client returns a new Cluster client of c, with opts adjusted by edit.
+func (c *testCluster) client(t testing.TB, edit func(*redis.ClusterOptions)) *redis.ClusterClient {
+	t.Helper()
+	o := &redis.ClusterOptions{ContextTimeoutEnabled: true}
+	for _, n := range c.nodes {
+		o.Addrs = append(o.Addrs, n.addr())
+	}
+	if edit != nil {
+		edit(o)
+	}
+	cl := redis.NewClusterClient(o)
+	t.Cleanup(func() { cl.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := cl.ForEachShard(ctx, func(ctx context.Context, sh *redis.Client) error { return sh.Ping(ctx).Err() }); err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
+// owner returns the node that serves slot, by the shards node 0 reports
+// (which every node agrees on once the cluster is ok).
+func (c *testCluster) owner(t testing.TB, slot int64) *server {
+	t.Helper()
+	cl := c.nodes[0].client(nil)
+	defer cl.Close()
+	shards, err := cl.ClusterShards(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sh := range shards {
+		for _, r := range sh.Slots {
+			if r.Start <= slot && slot <= r.End {
+				for _, nd := range sh.Nodes {
+					for _, n := range c.nodes {
+						if nd.Role == "master" && int(nd.Port) == n.port {
+							return n
+						}
+					}
+				}
+			}
+		}
+	}
+	t.Fatalf("no node serves slot %d", slot)
+	return nil
+}
+
+// slot returns the cluster slot of key, as a node computes it.
+func (c *testCluster) slot(t testing.TB, key string) int64 {
+	t.Helper()
+	cl := c.nodes[0].client(nil)
+	defer cl.Close()
+	s, err := cl.ClusterKeySlot(context.Background(), key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func (c *testCluster) stop() {
+	for _, n := range c.nodes {
+		select {
+		case <-n.done:
+		default:
+			n.kill()
+		}
+	}
+}
+
+// startClusterNode starts a cluster-enabled redis-server on a free port
+// whose cluster bus port (the port plus 10000) is free too.
+func startClusterNode(dir string, fullCoverage bool) (*server, error) {
+	port, err := freeClusterPort()
+	if err != nil {
+		return nil, err
+	}
+	s := &server{port: port}
+	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes-"+strconv.Itoa(port)+".conf"),
+		"--dir", dir, "--save", "", "--appendonly", "no", "--protected-mode", "no",
+		"--cluster-require-full-coverage", map[bool]string{true: "yes", false: "no"}[fullCoverage],
+		"--cluster-node-timeout", "1000")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(out)
+		signalled := false
+		for sc.Scan() {
+			if !signalled && strings.Contains(sc.Text(), "Ready to accept connections") {
+				close(ready)
+				signalled = true
+			}
+		}
+		cmd.Wait()
+		if !signalled {
+			close(ready)
+		}
+		close(done)
+	}()
+	s.cmd, s.done = cmd, done
+	select {
+	case <-ready:
+	case <-time.After(10 * time.Second):
+		s.kill()
+		return nil, fmt.Errorf("cluster node on port %d did not start", port)
+	}
+	select {
+	case <-done:
+		return nil, fmt.Errorf("cluster node on port %d exited at start", port)
+	default:
+	}
+	return s, nil
+}
+
+func freeClusterPort() (int, error) {
+	for range 50 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		if port+10000 > 65535 {
+			l.Close()
+			continue
+		}
+		bus, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000))
+		l.Close()
+		if err != nil {
+			continue
+		}
+		bus.Close()
+		return port, nil
+	}
+	return 0, fmt.Errorf("no free port pair for a cluster node")
+}
