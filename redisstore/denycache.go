@@ -133,10 +133,3 @@ func (c *denyCache) forget(rk string) {
 	delete(c.entries, rk)
 	c.mu.Unlock()
 }
-
-// len returns how many refusals are cached.
-func (c *denyCache) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.entries)
-}
