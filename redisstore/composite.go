@@ -309,24 +309,7 @@ func (c *Composite) check(ctx context.Context, key string, cost ratelimit.Units)
 // run sends the script, on a goroutine of its own when the client might
 // not stop at ctx's deadline.
 func (c *Composite) run(ctx context.Context, keys []string, args []any) ([]any, error) {
-	if !c.guard {
-		return c.script.Run(ctx, c.rdb, keys, args...).Slice()
-	}
-	type result struct {
-		v   []any
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		v, err := c.script.Run(ctx, c.rdb, keys, args...).Slice()
-		ch <- result{v, err}
-	}()
-	select {
-	case r := <-ch:
-		return r.v, r.err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	return runScript(ctx, c.rdb, c.script, c.guard, keys, args)
 }
 
 // verify recomputes the Decision with the layered machine from the old

@@ -320,8 +320,15 @@ func (s *Store) sharedDeadline(now time.Time) context.Context {
 func (s *Store) run(ctx context.Context, rk string, cost ratelimit.Units, floor int64, look bool) ([]any, error) {
 	args := s.args(cost, floor, look)
 	keys := []string{rk}
-	if !s.guard {
-		return s.script.Run(ctx, s.rdb, keys, args...).Slice()
+	return runScript(ctx, s.rdb, s.script, s.guard, keys, args)
+}
+
+// runScript runs script on rdb, on a goroutine of its own when guard says
+// the client might not stop at ctx's deadline, so that the caller never
+// waits past it.
+func runScript(ctx context.Context, rdb redis.UniversalClient, script *redis.Script, guard bool, keys []string, args []any) ([]any, error) {
+	if !guard {
+		return script.Run(ctx, rdb, keys, args...).Slice()
 	}
 	type result struct {
 		v   []any
@@ -329,7 +336,7 @@ func (s *Store) run(ctx context.Context, rk string, cost ratelimit.Units, floor 
 	}
 	ch := make(chan result, 1)
 	go func() {
-		v, err := s.script.Run(ctx, s.rdb, keys, args...).Slice()
+		v, err := script.Run(ctx, rdb, keys, args...).Slice()
 		ch <- result{v, err}
 	}()
 	select {
