@@ -36,7 +36,8 @@ type SlidingLog struct {
 // slEvent is one log entry: an admission instant and the cumulative cost
 // admitted up to and including it. Cumulative costs are kept modulo 2^64:
 // only differences between entries in the log are used, and those never
-// exceed Limit*1000 < 2^63, so the wrap-around is harmless.
+// exceed 2*Limit*1000 < 2^63 (Limit, and as much again of debt: see
+// [Store.Settle]), so the wrap-around is harmless.
 type slEvent struct {
 	t   int64  // ns
 	cum uint64 // milli-units, modulo 2^64
@@ -141,7 +142,7 @@ func (a *slAlgo) step(s *slState, now, cost int64, commit bool) Decision {
 	// Denied: inside > 0, so entries k..n-1 are live. Wait until the first
 	// entry j whose expiry leaves room: cum(newest) - cum(j) + cost <= cap,
 	// that is cum(j) - prev >= need. Entry n-1 always qualifies, as cost <=
-	// capMilli.
+	// capMilli. inside <= 2 capMilli, in debt: no overflow.
 	need := uint64(inside + cost - a.capMilli)
 	lo, hi := k, n-1
 	for lo < hi {
@@ -153,7 +154,7 @@ func (a *slAlgo) step(s *slState, now, cost int64, commit bool) Decision {
 		}
 	}
 	d.RetryAfter = time.Duration(s.at(lo).t + a.window - now)
-	d.Remaining = (a.capMilli - inside) / int64(Unit)
+	d.Remaining = max(a.capMilli-inside, 0) / int64(Unit) // none in debt (Store.Settle)
 	d.ResetAfter = time.Duration(s.at(n-1).t + a.window - now)
 	return d
 }
