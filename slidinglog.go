@@ -14,7 +14,8 @@ import (
 // until the newest admitted request leaves it.
 //
 // It is the exact sliding window, with no burst at window boundaries and no
-// estimate, at a price: unlike every other rule its per-key state grows with
+// estimate (what [Store.Settle] charges past the limit counts in the window
+// too, and admits nothing while it does), at a price: unlike every other rule its per-key state grows with
 // the traffic. It keeps one entry (16 bytes) per distinct instant at which
 // something was admitted within the last Window: at most min(Limit*1000,
 // admissions in one Window) entries (at most Limit with whole-unit costs),
