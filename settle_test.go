@@ -494,3 +494,30 @@ func TestSettleConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkSettle settles a request at half as much again as it was
+// charged, on a single-key limiter and on a Store, for every algorithm.
+func BenchmarkSettle(b *testing.B) {
+	for _, br := range benchRules() {
+		b.Run(br.name+"/Limiter", func(b *testing.B) {
+			lim, err := ratelimit.New(br.rule, ratelimit.WithClock(ratelimit.NewManualClock(0)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				_, _, _ = ratelimit.Settle(lim, ratelimit.Unit, ratelimit.Unit*3/2, 0)
+			}
+		})
+		b.Run(br.name+"/Store", func(b *testing.B) {
+			store, err := ratelimit.NewStore(br.rule, ratelimit.WithClock(ratelimit.NewManualClock(0)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				_, _, _ = store.Settle("k", ratelimit.Unit, ratelimit.Unit*3/2, 0)
+			}
+		})
+	}
+}
