@@ -521,3 +521,34 @@ func BenchmarkSettle(b *testing.B) {
 		})
 	}
 }
+
+// TestSettlePlansMovedKey settles a key whose plan changed since its check:
+// it moves to its new plan's store first, as its next check would move it,
+// and settles there.
+func TestSettlePlansMovedKey(t *testing.T) {
+	u := ratelimit.Unit
+	clk := ratelimit.NewManualClock(0)
+	var plan atomic.Value
+	plan.Store("small")
+	set := ratelimit.PlanSet{
+		Plans: map[string]ratelimit.Plan{
+			"small": {Rule: ratelimit.FixedWindow{Limit: 10, Window: time.Second}},
+			"big":   {Rule: ratelimit.FixedWindow{Limit: 100, Window: time.Second}},
+		},
+		Default: "small",
+	}
+	p, err := ratelimit.NewPlans(set, func(string) string { return plan.Load().(string) }, ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	d, err := p.Check("c", 5*u)
+	require.NoError(t, err)
+	plan.Store("big") // half spent moves as half spent: 50 of 100
+	got, settled, err := p.Settle("c", 5*u, 30*u, d.At)
+	require.NoError(t, err)
+	assert.Equal(t, 30*u, settled)
+	// 75 of 100 spent: a request of 5 passes, leaving 20.
+	assert.Equal(t, ratelimit.Decision{Allowed: true, Limit: 100, Remaining: 20, ResetAfter: time.Second, Policy: "big", Window: time.Second}, got)
+	d, err = p.Check("c", 26*u)
+	require.NoError(t, err)
+	assert.False(t, d.Allowed, "75 spent")
+	assert.Equal(t, int64(25), d.Remaining)
+}
