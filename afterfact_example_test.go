@@ -31,3 +31,35 @@ func ExampleStore_Refund() {
 	// given back: 2
 	// admitted: true remaining after it: 17
 }
+
+// An API call is admitted on an estimate of what it will use, and settled
+// at its real cost when it ends. One that used more leaves the key in debt,
+// which the key waits off before its next call passes; one that used less
+// is refunded.
+func ExampleStore_Settle() {
+	clk := ratelimit.NewManualClock(0)
+	// 1,000 tokens at once, 100 a second after that.
+	store, _ := ratelimit.NewStore(ratelimit.TokenBucket{Rate: ratelimit.PerSecond(100), Burst: 1000},
+		ratelimit.WithClock(clk))
+
+	estimate := 1000 * ratelimit.Unit
+	d, _ := store.Check("client", estimate)
+	fmt.Println("admitted:", d.Allowed)
+
+	clk.Advance(5 * time.Second) // the call runs; the bucket earns 500 meanwhile
+	d, settled, _ := store.Settle("client", estimate, 2400*ratelimit.Unit, d.At)
+	// The bucket holds 500 - 1400 = -900: another call of 1,000 waits
+	// until it has earned 1,900.
+	fmt.Println("settled:", settled, "remaining:", d.Remaining, "next call in:", d.RetryAfter)
+
+	clk.Advance(d.RetryAfter)
+	d, _ = store.Check("client", estimate)
+	fmt.Println("admitted:", d.Allowed)
+	d, settled, _ = store.Settle("client", estimate, 300*ratelimit.Unit, d.At) // it used 300
+	fmt.Println("settled:", settled, "remaining:", d.Remaining)
+	// Output:
+	// admitted: true
+	// settled: 2400 remaining: 0 next call in: 19s
+	// admitted: true
+	// settled: 300 remaining: 700
+}

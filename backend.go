@@ -19,8 +19,9 @@ type ContextChecker interface {
 }
 
 // ErrInvalidState is returned by [Machine.Step] for an encoded state that
-// is malformed, or that no sequence of checks under the machine's rule
-// could have produced (a count above the limit, a fraction out of range).
+// is malformed, or that no sequence of checks and settlements under the
+// machine's rule could have produced (a count above twice the limit, the
+// most a key in debt holds: see [Store.Settle]; a fraction out of range).
 // A backend that stores states should treat it as a corrupted key: report
 // it, and never admit on it.
 var ErrInvalidState = errors.New("ratelimit: invalid limiter state")
@@ -80,7 +81,10 @@ type Params struct {
 // separated by single spaces. The empty state is a fresh key. The first
 // integer is the latest instant (ns) the key was checked at; Step clamps
 // an earlier now to it, as the in-process limiters clamp their clocks, so
-// a key never sees time go back. The rest depends on the algorithm:
+// a key never sees time go back. A key in debt (see [Store.Settle]) may
+// hold up to twice its capacity: its arrival time may run up to twice the
+// capacity's span ahead, its counts reach twice the limit. The rest depends
+// on the algorithm:
 //
 //   - token_bucket, gcra and leaky_bucket: "t f", the theoretical arrival
 //     time (the instant the key's spent allowance has all come back, or for

@@ -3,7 +3,8 @@ package ratelimit
 // State codecs for [Machine]: each algorithm reads and writes its state as
 // the integers Machine documents, and checks that a state read is one its
 // rule could have produced, so that a corrupted state is an error rather
-// than a decision.
+// than a decision. Those include states in debt (see [Store.Settle]): a key
+// may have up to twice its capacity in use.
 
 func (p *policy) params(capMilli int64) Params {
 	return Params{Policy: p.name, Limit: p.limit, Window: p.window, Capacity: Units(capMilli)}
@@ -24,9 +25,14 @@ func (m *meter) decodeAt(fields []int64, s *vtime, now int64) error {
 		return badState("bucket", "fraction is not below RateUnits")
 	}
 	// Every state was written at an instant no later than now, and runs at
-	// most the capacity's span ahead of the instant it was written at.
-	if t > now && (uint64(t-now) > m.tauNs || (uint64(t-now) == m.tauNs && uint64(f) > m.tauFrac)) {
-		return badState("bucket", "arrival time is more than the capacity's span ahead of the key's latest instant")
+	// most twice the capacity's span ahead of the instant it was written
+	// at (once in debt).
+	tn, tf := 2*m.tauNs, 2*m.tauFrac // < 2^63, and < 2n
+	if tf >= m.n {
+		tn, tf = tn+1, tf-m.n
+	}
+	if t > now && (uint64(t-now) > tn || (uint64(t-now) == tn && uint64(f) > tf)) {
+		return badState("bucket", "arrival time is more than twice the capacity's span ahead of the key's latest instant")
 	}
 	*s = vtime{t: t, frac: uint64(f)}
 	return nil
@@ -57,8 +63,8 @@ func (a *fwAlgo) decodeAt(fields []int64, s *fwState, now int64) error {
 	switch {
 	case w > now/a.w:
 		return badState("fixed_window", "window is later than the key's latest instant")
-	case c > a.capMilli:
-		return badState("fixed_window", "count is above the limit")
+	case c > 2*a.capMilli:
+		return badState("fixed_window", "count is above twice the limit")
 	}
 	*s = fwState{win: w, count: c}
 	return nil
@@ -86,8 +92,8 @@ func (a *scAlgo) decodeAt(fields []int64, s *scState, now int64) error {
 	switch {
 	case w > now/a.w:
 		return badState("sliding_counter", "window is later than the key's latest instant")
-	case p > a.capMilli || c > a.capMilli:
-		return badState("sliding_counter", "a count is above the limit")
+	case p > 2*a.capMilli || c > 2*a.capMilli:
+		return badState("sliding_counter", "a count is above twice the limit")
 	}
 	*s = scState{win: w, prev: p, cur: c}
 	return nil
@@ -128,14 +134,14 @@ func (a *slAlgo) decodeAt(fields []int64, s *slState, now int64) error {
 			return badState("sliding_log", "an entry is later than the key's latest instant")
 		case i > 0 && t <= buf[i-1].t:
 			return badState("sliding_log", "entries are not in strictly increasing time order")
-		case c <= 0 || c > a.capMilli:
-			return badState("sliding_log", "an entry's cost is not from 1 to the limit")
+		case c <= 0 || c > 2*a.capMilli:
+			return badState("sliding_log", "an entry's cost is not from 1 to twice the limit")
 		}
 		cum += uint64(c)
 		buf[i] = slEvent{t: t, cum: cum}
 		if t+a.window > now {
-			if live += c; live > a.capMilli {
-				return badState("sliding_log", "the cost inside the window is above the limit")
+			if live += c; live > 2*a.capMilli {
+				return badState("sliding_log", "the cost inside the window is above twice the limit")
 			}
 		}
 	}
@@ -178,16 +184,16 @@ func (a *swAlgo[A]) decodeAt(fields []int64, s *swState[A], now int64) error {
 	t.last = c
 	var sum int64
 	for i, n := range fields[1:] {
-		if n > a.capMilli {
-			return badState("sub_window", "a count is above the limit")
+		if n > 2*a.capMilli {
+			return badState("sub_window", "a count is above twice the limit")
 		}
 		j := c - a.k + 1 + int64(i)
 		if j < 0 && n != 0 {
 			return badState("sub_window", "a bucket before the clock's origin holds a count")
 		}
-		sum += n // k counts of at most capMilli: checked one by one
-		if !a.refused && sum > a.capMilli {
-			return badState("sub_window", "the window's count is above the limit")
+		sum += n // k counts of at most 2 capMilli: checked one by one
+		if !a.refused && sum > 2*a.capMilli {
+			return badState("sub_window", "the window's count is above twice the limit")
 		}
 		if j >= 0 {
 			t.n[j%a.k] = n

@@ -66,7 +66,8 @@ type Decision struct {
 	Limit int64
 
 	// Remaining is the largest cost, in whole units rounded down, that could
-	// be admitted at this same instant after this decision.
+	// be admitted at this same instant after this decision: 0 while the key
+	// is in debt, having been charged past its limit by [Store.Settle].
 	Remaining int64
 
 	// RetryAfter is, for a denied request, the exact wait until this same

@@ -131,7 +131,8 @@
 //     counts refusals on purpose (CountRefused of [SlidingCounter] and
 //     [SubWindow]), where the other fields then describe the key after it.
 //   - Remaining: the largest cost, in whole units rounded down, that could
-//     be admitted at the same instant after this decision.
+//     be admitted at the same instant after this decision: 0 while the key
+//     is in debt (see [Settle]).
 //   - RetryAfter (refused only): the smallest wait after which this same
 //     request would be admitted if nothing else arrives, rounded up to the
 //     nanosecond. A request sent exactly RetryAfter later passes; one sent
@@ -199,9 +200,10 @@
 //
 // # After the fact
 //
-// Three things can be done besides checking, on every limiter of this
-// package: the single-key limiter through [Peek], [Reset] and [Refund], and
-// a [Store], [Composite] or [Plans] through its methods of those names.
+// Four things can be done besides checking, on every limiter of this
+// package: the single-key limiter through [Peek], [Reset], [Refund] and
+// [Settle], and a [Store], [Composite] or [Plans] through its methods of
+// those names.
 //
 //   - Peek returns the Decision a cost would get now, spending nothing: the
 //     same Decision as a Check at that instant, with nothing changed and no
@@ -213,6 +215,13 @@
 //     Check(c) followed at once by Refund(c) leaves the key exactly as it
 //     was, and no refund leaves a key with more allowance than if the cost
 //     had never been admitted. See [Store.Refund] for each algorithm.
+//   - Settle charges the real cost of a request admitted on an estimate,
+//     once it is known: the difference is spent at once, even past the
+//     limit, or refunded by Refund's rules. A key can go into debt by at
+//     most one capacity (twice its capacity in use), which its next
+//     requests wait off; what that bound stops is not charged, and the
+//     cost Settle reports as settled says so. See [Store.Settle] for where
+//     each algorithm keeps the debt.
 //
 // # Errors
 //

@@ -28,7 +28,7 @@ type FixedWindow struct {
 // fresh key: window 0 with nothing counted.
 type fwState struct {
 	win   int64 // window index: the window is [win*W, (win+1)*W)
-	count int64 // milli-units admitted in that window
+	count int64 // milli-units admitted in that window: up to 2 Limit, with debt
 }
 
 // fwAlgo is a compiled FixedWindow rule.
@@ -96,7 +96,7 @@ func (a *fwAlgo) step(s *fwState, now, cost int64, commit bool) Decision {
 	// the limit, so the count was already above zero), and falls to zero
 	// only when the window ends.
 	d.ResetAfter = time.Duration(left)
-	d.Remaining = (a.capMilli - count) / int64(Unit)
+	d.Remaining = max(a.capMilli-count, 0) / int64(Unit) // none in debt (Store.Settle)
 	return d
 }
 

@@ -76,12 +76,12 @@ func (m *meter) debt(s *vtime, now int64) (uint64, uint64) {
 // is how far the schedule ran ahead of now before this request: for an
 // admitted request, how long it queues.
 func (m *meter) schedule(d *Decision, s *vtime, now, cost int64, commit bool) (waitNs, waitFrac uint64) {
-	dn, df := m.debt(s, now)
+	dn, df := m.debt(s, now) // <= 2 tau (see Store.Settle)
 	cn, cf := m.unitNs, m.unitFrac
 	if cost != int64(Unit) {
 		cn, cf, _ = m.span(uint64(cost)) // cost <= capacity: fits
 	}
-	nn, nf := dn+cn, df+cf
+	nn, nf := dn+cn, df+cf // <= 3 tau < 2^64
 	if nf >= m.n {
 		nn, nf = nn+1, nf-m.n
 	}
@@ -102,9 +102,10 @@ func (m *meter) schedule(d *Decision, s *vtime, now, cost int64, commit bool) (w
 		d.RetryAfter = ceilNs(rn, rf-m.tauFrac)
 	}
 	d.ResetAfter = ceilNs(dn, df)
-	// Spent milli-units = debt*n/p, rounded up: what is left is rounded down.
-	spent := m.milliCeil(dn, df) // <= capMilli
-	d.Remaining = (m.capMilli - int64(spent)) / int64(Unit)
+	// Spent milli-units = debt*n/p, rounded up: what is left is rounded
+	// down, and nothing while the key is in debt.
+	spent := m.milliCeil(dn, df) // <= 2 capMilli (see Store.Settle)
+	d.Remaining = max(m.capMilli-int64(spent), 0) / int64(Unit)
 	return waitNs, waitFrac
 }
 
@@ -168,11 +169,18 @@ func (b gcraBinding) newLimiter(o *options) Limiter {
 //
 // The clock is read once per Check, before the loop. A Check that was
 // overtaken by one that read a later time must not judge itself at its own,
-// earlier reading (its debt could then exceed the burst's span). Every TAT
-// was written by a Check at a time no earlier than TAT minus that span, so
-// each attempt clamps now to at least TAT - span: a time the limiter has
-// already used, which keeps the debt within the burst and orders this Check
-// after the one it lost to. Sequential use never needs the clamp.
+// earlier reading (its debt could then exceed the burst's span). A TAT
+// written by a Check is at most the burst's span (tau) ahead of the time it
+// was written at; one written by a [Settle] may be up to 2 tau ahead (a key
+// in debt: see [Store.Settle]). So a TAT more than tau ahead of an
+// attempt's reading means that the attempt was overtaken, or that the key
+// is in debt, and the state alone cannot tell which: the attempt reads the
+// clock again (judgedAt). The clock is monotonic, and that reading comes
+// after the TAT was written, so it is no earlier than the time it was
+// written at: at least TAT - tau for a Check's, which keeps the debt within
+// the burst and orders this attempt after the one it lost to, and at least
+// TAT - 2 tau for a Settle's. Sequential use without debt never reads
+// twice.
 type atomicGCRA struct {
 	alg  *gcraAlgo
 	mono *monotonic // nil for the system clock, which is monotonic already
@@ -192,6 +200,26 @@ func (l *atomicGCRA) now() int64 {
 	return l.mono.now()
 }
 
+// judgedAt is the instant an operation that read now decides at, on a TAT
+// it loaded: now, or a fresh reading of the clock if the TAT runs more
+// than tau ahead of now (see atomicGCRA). The fresh reading is recorded,
+// as now was.
+func (l *atomicGCRA) judgedAt(now, tat int64) int64 {
+	if tat-int64(l.alg.tauNs) > now {
+		now = l.now()
+	}
+	return l.floor(now, tat)
+}
+
+// floor clamps now to TAT - 2 tau, the earliest time any TAT was written at:
+// a fresh reading is never earlier than that, but a clock that is not
+// monotonic across goroutines must not make the debt exceed its bound.
+// TAT - 2 tau does not overflow: the TAT is at least 0 and 2 tau below
+// 2^63.
+func (l *atomicGCRA) floor(now, tat int64) int64 {
+	return max(now, tat-2*int64(l.alg.tauNs))
+}
+
 // spend admits cost at now if the TAT allows it, moving the TAT on. It
 // returns the TAT it decided on and the time it decided at (now, clamped as
 // the type's comment says), from which step (without committing) builds
@@ -204,9 +232,9 @@ func (l *atomicGCRA) spend(now, cost int64) (tat, at int64, admitted bool) {
 	}
 	for {
 		tat = l.tat.Load()
-		at = max(now, tat-int64(l.alg.tauNs))
+		at = l.judgedAt(now, tat)
 		base := max(tat, at)
-		// base-at <= tau, and span <= tau: the sum cannot overflow.
+		// base-at <= 2 tau, and span <= tau: the sum cannot overflow.
 		if uint64(base-at)+span > l.alg.tauNs {
 			return tat, at, false
 		}

@@ -148,6 +148,19 @@ func runModel(t *rapid.T, mc modelCase) {
 		want.Policy, want.Window = mc.name, mc.window
 		require.Equal(t, want, got, "rule %+v at %d cost %d", mc.rule, clk.seen, cost)
 	}
+	// A settlement charges past the limit or refunds (see settle_test.go):
+	// what follows a key in debt must match the model too.
+	actions["settle"] = func(t *rapid.T) {
+		charged := ratelimit.Units(rapid.Int64Range(1, capMilli).Draw(t, "charged"))
+		at := time.Duration(rapid.Int64Range(0, clk.seen).Draw(t, "at"))
+		actual := drawActual(t, capMilli)
+		got, settled, err := ratelimit.Settle(lim, charged, actual, at)
+		require.NoError(t, err)
+		want, wantSettled := settleModel(mc.model, clk.modelNow(), int64(charged), int64(actual), int64(at))
+		want.Policy, want.Window = mc.name, mc.window
+		require.Equal(t, wantSettled, int64(settled), "settled")
+		require.Equal(t, want, got, "rule %+v at %d charged %d actual %d", mc.rule, clk.seen, charged, actual)
+	}
 	t.Repeat(actions)
 }
 

@@ -2,10 +2,11 @@ package ratelimit
 
 // LeakyBucket is the leaky bucket as a queue, the way NGINX's limit_req and
 // traffic shapers use it: admitted requests leave at Rate, one after another,
-// and at most Capacity units may be waiting or leaving at once. A request of
-// cost c is admitted iff the queued work plus c fits in Capacity; it goes on
-// when the work queued before it has drained, and [Decision].Delay says how
-// long that is. An admitted request must wait out its Delay before it
+// and at most Capacity units may be waiting or leaving at once (a request
+// settled at more than it was charged may push that to twice Capacity: see
+// [Store.Settle]). A request of cost c is admitted iff the queued work plus
+// c fits in Capacity; it goes on when the work queued before it has
+// drained, and [Decision].Delay says how long that is. An admitted request must wait out its Delay before it
 // proceeds; that is what makes this a shaper rather than a meter.
 //
 // Delay makes the limiting two-stage, as NGINX's delay= does: an admitted

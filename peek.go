@@ -46,20 +46,26 @@ func (l *single[S, A]) peek(cost Units) (Decision, error) {
 	return d, nil
 }
 
+// look reads the clock as l.now() does, without recording the reading.
+func (l *atomicGCRA) look() int64 {
+	if l.mono == nil {
+		return clampTime(systemClock{}.Now())
+	}
+	return max(clampTime(l.mono.clock.Now()), l.mono.last.Load())
+}
+
 func (l *atomicGCRA) peek(cost Units) (Decision, error) {
 	if d, err := checkCost(cost, l.alg.capMilli, &l.alg.pol); err != nil {
 		return d, err
 	}
-	var now int64
-	if l.mono == nil {
-		now = clampTime(systemClock{}.Now())
-	} else {
-		// As l.now(), without recording the reading.
-		now = max(clampTime(l.mono.clock.Now()), l.mono.last.Load())
-	}
+	now := l.look()
 	tat := l.tat.Load()
-	// The instant a Check would decide at: see atomicGCRA.
-	at := max(now, tat-int64(l.alg.tauNs))
+	// The instant a Check would decide at (see atomicGCRA), without
+	// recording the reading.
+	if tat-int64(l.alg.tauNs) > now {
+		now = l.look()
+	}
+	at := l.floor(now, tat)
 	var d Decision
 	l.alg.schedule(&d, &vtime{t: tat}, at, int64(cost), false)
 	return d, nil

@@ -468,21 +468,44 @@ func (p *Plans) tryIn(g *planGen, bp *builtPlan, key string, cost int64, budget 
 	var buf [inlineLayers]layerTurn
 	turns := prepareTurns(layers, key, cost, buf[:0])
 	var lbuf [inlineLayers]shardLock
-	locks := lbuf[:0]
+	locks, now, ok := p.lockPlan(g, bp, key, turns, lbuf[:0], budget == peekOnly)
+	if !ok {
+		return attempt{}, false
+	}
+	if budget == peekOnly {
+		a := attempt{now: now, d: peekLocked(layers, turns, bp.comp.enforced, now, cost)}
+		unlockAll(locks)
+		return a, true
+	}
+	a := decideLocked(layers, turns, bp.comp.enforced, now, cost, budget)
+	unlockAll(locks)
+	if a.err == nil {
+		reportShadows(layers, turns, bp.comp.enforced, &a)
+	}
+	return a, true
+}
+
+// lockPlan locks the shards of plan bp's layers for turns, appending them
+// to locks, as tryIn describes: with every store a layer that lacks the key
+// may have moved it from, moving it. It returns the locks to release with
+// unlockAll and the agreed instant, which look (a Peek) records nowhere; ok
+// is false, with nothing locked, if g was replaced first.
+func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTurn, locks []shardLock, look bool) ([]shardLock, int64, bool) {
+	layers := bp.comp.layers
 	for i := range turns {
 		if turns[i].err == nil {
 			locks = append(locks, shardLock{store: layers[i].store, shard: turns[i].shard})
 		}
 	}
 	var now int64
-	if budget == peekOnly {
+	if look {
 		now = lookAll(locks, clampTime(p.clock.Now()))
 	} else {
 		now = lockAll(locks, clampTime(p.clock.Now()))
 	}
 	if p.gen.Load() != g {
 		unlockAll(locks)
-		return attempt{}, false
+		return nil, 0, false
 	}
 	if lacks := p.missing(g, bp, turns); lacks != nil {
 		// Relock with every store the missing keys may be in.
@@ -501,7 +524,7 @@ func (p *Plans) tryIn(g *planGen, bp *builtPlan, key string, cost int64, budget 
 		now = lockAll(locks, now)
 		if p.gen.Load() != g {
 			unlockAll(locks)
-			return attempt{}, false
+			return nil, 0, false
 		}
 		for i := range turns {
 			t := &turns[i]
@@ -522,17 +545,7 @@ func (p *Plans) tryIn(g *planGen, bp *builtPlan, key string, cost int64, budget 
 			}
 		}
 	}
-	if budget == peekOnly {
-		a := attempt{now: now, d: peekLocked(layers, turns, bp.comp.enforced, now, cost)}
-		unlockAll(locks)
-		return a, true
-	}
-	a := decideLocked(layers, turns, bp.comp.enforced, now, cost, budget)
-	unlockAll(locks)
-	if a.err == nil {
-		reportShadows(layers, turns, bp.comp.enforced, &a)
-	}
-	return a, true
+	return locks, now, true
 }
 
 // missing returns, with the layers' shards locked, which layers' stores

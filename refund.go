@@ -10,8 +10,13 @@ import (
 // refunder is an algorithm's refund, in the algorithm interface: it gives
 // back at most cost milli-units (1 <= cost <= capacity) of what was
 // admitted at at, seen from now (at <= now), and returns how many it gave.
+//
+// charge is the other way round, for [Store.Settle]: it spends up to extra
+// milli-units (extra > 0) at now even past the limit, within the debt
+// bound, and returns how many it spent (see settle.go).
 type refunder[S any] interface {
 	refund(s *S, now, at, cost int64) int64
+	charge(s *S, now, extra int64) int64
 }
 
 // Refund gives back up to cost of what lim admitted at the instant at (the
@@ -63,7 +68,7 @@ func (l *atomicGCRA) refund(cost Units, at time.Duration) (Units, error) {
 	for {
 		tat := l.tat.Load()
 		// As Check: never judge earlier than the TAT proves was used.
-		t := max(now, tat-int64(l.alg.tauNs))
+		t := l.judgedAt(now, tat)
 		s := vtime{t: tat}
 		g := l.alg.refund(&s, t, clampAt(at, t), c)
 		if g == 0 || l.tat.CompareAndSwap(tat, s.t) {

@@ -14,12 +14,14 @@ import (
 	"github.com/ratekit/ratelimit/internal/refmodel"
 )
 
-// TestRefundModel checks every algorithm's refund against its reference
-// model: random traces of checks, refunds of earlier admissions (and of
-// instants nothing was admitted at), and checks refunded at once, with the
-// amount given back and every later Decision equal to the model's. A
-// second model never sees the checks refunded at once: the limiter must
-// decide as it does, so such a pair leaves the key exactly as before.
+// TestRefundModel checks every algorithm's refund and settlement against
+// its reference model: random traces of checks, peeks, refunds of earlier
+// admissions (and of instants nothing was admitted at), checks refunded at
+// once, settlements of earlier admissions both ways (charged past the limit
+// into debt, or refunded), and resets, with the amounts given back or
+// charged and every Decision equal to the model's. A second model never
+// sees the checks refunded at once: the limiter must decide as it does, so
+// such a pair leaves the key exactly as before.
 func TestRefundModel(t *testing.T) {
 	for _, a := range testedAlgorithms {
 		t.Run(a.name, func(t *testing.T) {
@@ -73,6 +75,43 @@ func TestRefundModel(t *testing.T) {
 					require.Equal(t, model.(refmodel.Refunder).Refund(now, int64(ad.at), c), int64(g), "given back")
 					require.Equal(t, ghost.(refmodel.Refunder).Refund(now, int64(ad.at), c), int64(g), "given back")
 				}
+				actions["peek"] = func(t *rapid.T) {
+					cost := drawCost(t, capMilli)
+					if int64(cost) > capMilli {
+						return
+					}
+					got, err := ratelimit.Peek(lim, cost)
+					require.NoError(t, err)
+					// A look records no instant: judged at the latest one
+					// used, or later.
+					now := max(min(max(int64(clk.Now()), 0), int64(ratelimit.MaxTime)), clk.seen)
+					want := model.(refmodel.Settler).Look(now, int64(cost))
+					want.Window = window
+					require.Equal(t, want, got)
+				}
+				actions["settle"] = func(t *rapid.T) {
+					var ad admission
+					if len(admitted) > 0 && rapid.Bool().Draw(t, "earlier") {
+						ad = rapid.SampledFrom(admitted).Draw(t, "admission")
+					} else {
+						ad.at = time.Duration(rapid.Int64Range(0, clk.seen).Draw(t, "at"))
+						ad.cost = ratelimit.Units(rapid.Int64Range(1, capMilli).Draw(t, "charged"))
+					}
+					actual := drawActual(t, capMilli)
+					got, settled, err := ratelimit.Settle(lim, ad.cost, actual, ad.at)
+					require.NoError(t, err)
+					now := clk.modelNow()
+					for _, m := range []refmodel.Model{model, ghost} {
+						want, wantSettled := settleModel(m, now, int64(ad.cost), int64(actual), int64(ad.at))
+						want.Window = window
+						require.Equal(t, wantSettled, int64(settled), "settled")
+						require.Equal(t, want, got)
+					}
+				}
+				actions["reset"] = func(t *rapid.T) {
+					require.NoError(t, ratelimit.Reset(lim))
+					model, ghost, admitted = a.model(s), a.model(s), nil
+				}
 				actions["checkThenRefund"] = func(t *rapid.T) {
 					cost := drawCost(t, capMilli)
 					if int64(cost) > capMilli {
@@ -99,9 +138,10 @@ func TestRefundModel(t *testing.T) {
 }
 
 // TestRefundKeyedMatchesLimiter checks that a Store, a Composite of one
-// layer and a Plans of one plan check and refund each key exactly as a
-// single-key limiter of the same rule does, and that a refund of a key
-// none of them holds gives nothing and adds nothing.
+// layer and a Plans of one plan check, refund and settle each key exactly
+// as a single-key limiter of the same rule does, that a refund of a key
+// none of them holds gives nothing and adds nothing, and that a settlement
+// of one charges it as a fresh key.
 func TestRefundKeyedMatchesLimiter(t *testing.T) {
 	for _, a := range testedAlgorithms {
 		t.Run(a.name, func(t *testing.T) {
@@ -126,6 +166,7 @@ func TestRefundKeyedMatchesLimiter(t *testing.T) {
 				type keyed interface {
 					Check(key string, cost ratelimit.Units) (ratelimit.Decision, error)
 					Refund(key string, cost ratelimit.Units, at time.Duration) (ratelimit.Units, error)
+					Settle(key string, charged, actual ratelimit.Units, at time.Duration) (ratelimit.Decision, ratelimit.Units, error)
 				}
 				kinds := map[string]keyed{"Store": store, "Composite": comp, "Plans": plans}
 				capMilli := s.capacity * int64(ratelimit.Unit)
@@ -167,6 +208,25 @@ func TestRefundKeyedMatchesLimiter(t *testing.T) {
 						require.Equal(t, want, got, name)
 					}
 					require.LessOrEqual(t, store.Len(), len(afterKeys), "a refund adds no key")
+				}
+				actions["settle"] = func(t *rapid.T) {
+					key := rapid.SampledFrom(afterKeys).Draw(t, "key")
+					at := time.Duration(clk.seen)
+					if len(ats) > 0 {
+						at = rapid.SampledFrom(ats).Draw(t, "at")
+					}
+					charged := drawCost(t, capMilli)
+					actual := drawActual(t, capMilli)
+					want, wantSettled, werr := ratelimit.Settle(lims[key], charged, actual, at)
+					for name, k := range kinds {
+						got, settled, err := k.Settle(key, charged, actual, at)
+						require.Equal(t, werr, err, name)
+						if name == "Plans" && got.Policy == "one" {
+							got.Policy = ""
+						}
+						require.Equal(t, want, got, name)
+						require.Equal(t, wantSettled, settled, name)
+					}
 				}
 				t.Repeat(actions)
 			})

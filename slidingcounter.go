@@ -37,7 +37,8 @@ import (
 // a slice of every new window as the estimate falls, until it slows below
 // the limit. A window's count stops at Limit, refusals included, which
 // bounds the penalty carried into the next window to that of a window
-// filled by admitted requests. Checks that only look ([Store.Peek], the look
+// filled by admitted requests (a count above Limit, a debt left by
+// [Store.Settle], takes no more). Checks that only look ([Store.Peek], the look
 // a [Composite] or a Wait takes before it commits) count nothing: Wait and
 // composites never spend a refusal.
 type SlidingCounter struct {
@@ -102,7 +103,8 @@ func (a *scAlgo) step(s *scState, now, cost int64, commit bool) Decision {
 		}
 	} else {
 		if a.refused {
-			cur = min(cur+cost, c)
+			// Up to the limit; a count above it, in debt, stays.
+			cur = max(cur, min(cur+cost, c))
 			if commit {
 				*s = scState{win: win, prev: prev, cur: cur}
 			}

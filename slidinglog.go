@@ -14,7 +14,8 @@ import (
 // until the newest admitted request leaves it.
 //
 // It is the exact sliding window, with no burst at window boundaries and no
-// estimate, at a price: unlike every other rule its per-key state grows with
+// estimate (what [Store.Settle] charges past the limit counts in the window
+// too, and admits nothing while it does), at a price: unlike every other rule its per-key state grows with
 // the traffic. It keeps one entry (16 bytes) per distinct instant at which
 // something was admitted within the last Window: at most min(Limit*1000,
 // admissions in one Window) entries (at most Limit with whole-unit costs),
@@ -36,7 +37,8 @@ type SlidingLog struct {
 // slEvent is one log entry: an admission instant and the cumulative cost
 // admitted up to and including it. Cumulative costs are kept modulo 2^64:
 // only differences between entries in the log are used, and those never
-// exceed Limit*1000 < 2^63, so the wrap-around is harmless.
+// exceed 2*Limit*1000 < 2^63 (Limit, and as much again of debt: see
+// [Store.Settle]), so the wrap-around is harmless.
 type slEvent struct {
 	t   int64  // ns
 	cum uint64 // milli-units, modulo 2^64
@@ -141,7 +143,7 @@ func (a *slAlgo) step(s *slState, now, cost int64, commit bool) Decision {
 	// Denied: inside > 0, so entries k..n-1 are live. Wait until the first
 	// entry j whose expiry leaves room: cum(newest) - cum(j) + cost <= cap,
 	// that is cum(j) - prev >= need. Entry n-1 always qualifies, as cost <=
-	// capMilli.
+	// capMilli. inside <= 2 capMilli, in debt: no overflow.
 	need := uint64(inside + cost - a.capMilli)
 	lo, hi := k, n-1
 	for lo < hi {
@@ -153,7 +155,7 @@ func (a *slAlgo) step(s *slState, now, cost int64, commit bool) Decision {
 		}
 	}
 	d.RetryAfter = time.Duration(s.at(lo).t + a.window - now)
-	d.Remaining = (a.capMilli - inside) / int64(Unit)
+	d.Remaining = max(a.capMilli-inside, 0) / int64(Unit) // none in debt (Store.Settle)
 	d.ResetAfter = time.Duration(s.at(n-1).t + a.window - now)
 	return d
 }

@@ -49,7 +49,8 @@ import "time"
 // bucket. A denied request then spends, and its Decision (Remaining,
 // RetryAfter, ResetAfter) describes the key after that. A bucket's count
 // stops at Limit, since a bucket at Limit refuses everything while it is in
-// the window whatever more it holds. Checks that only look ([Store.Peek],
+// the window whatever more it holds (and a count above Limit, a debt left
+// by [Store.Settle], takes no more). Checks that only look ([Store.Peek],
 // the look a [Composite] or a Wait takes before it commits) count nothing:
 // Wait and composites never spend a refusal.
 //
@@ -138,13 +139,13 @@ func (a *swAlgo[A]) count(s *swState[A], c, j int64) int64 {
 	return s.n[j%a.k]
 }
 
-// sum returns the window's count at bucket c, or capMilli+1 if it is
-// larger (k counts of up to capMilli each could overflow).
+// sum returns the window's count at bucket c, or 2 capMilli+1 if it is
+// larger (k counts of up to 2 capMilli each, in debt, could overflow).
 func (a *swAlgo[A]) sum(s *swState[A], c int64) int64 {
 	var t int64
 	for j := max(c-a.k+1, s.last-a.k+1, 0); j <= min(c, s.last); j++ {
-		if t += s.n[j%a.k]; t > a.capMilli {
-			return a.capMilli + 1
+		if t += s.n[j%a.k]; t > 2*a.capMilli {
+			return 2*a.capMilli + 1
 		}
 	}
 	return t
@@ -161,12 +162,13 @@ func (a *swAlgo[A]) step(s *swState[A], now, cost int64, commit bool) Decision {
 		d.Allowed = true
 		add = cost
 	} else if a.refused {
-		add = min(cur+cost, a.capMilli) - cur
+		// Up to the limit; a count above it, in debt, takes no more.
+		add = max(min(cur+cost, a.capMilli)-cur, 0)
 	}
 	if add > 0 && commit {
 		a.put(s, c, cur+add)
 	}
-	sum, cur = min(sum+add, a.capMilli+1), cur+add
+	sum, cur = min(sum+add, 2*a.capMilli+1), cur+add
 	if sum < a.capMilli {
 		d.Remaining = (a.capMilli - sum) / int64(Unit)
 	}
@@ -185,7 +187,7 @@ func (a *swAlgo[A]) step(s *swState[A], now, cost int64, commit bool) Decision {
 		if n > 0 && reset < 0 {
 			reset = j
 		}
-		acc += n // <= capMilli before, <= 2*capMilli after: fits
+		acc += n // <= capMilli before, <= 3*capMilli after (a bucket in debt holds up to 2): fits
 		if !d.Allowed && acc+cost > a.capMilli {
 			d.RetryAfter = time.Duration((j+a.k)*a.g - now)
 			break

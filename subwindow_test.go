@@ -189,10 +189,10 @@ func TestSubWindowMachine(t *testing.T) {
 	assert.Equal(t, 400*time.Millisecond, d.RetryAfter)
 	assert.Equal(t, "1100000000 2 0 0 0 3000", string(state), "a denial changes nothing but the instant")
 	for _, bad := range []string{
-		"1100000000 5 0 0 0 0",       // a bucket after the instant
-		"1100000000 4 0 3000 0",      // too few counts
-		"1100000000 4 0 8000 0 8000", // the window above the limit
-		"1100000000 4 0 3000 0 11000",
+		"1100000000 5 0 0 0 0",        // a bucket after the instant
+		"1100000000 4 0 3000 0",       // too few counts
+		"1100000000 4 0 12000 0 9000", // the window above twice the limit
+		"1100000000 4 0 3000 0 21000",
 		"1100000000 1 1000 0 0 0", // a count before the clock's origin
 	} {
 		_, _, err := m.Step([]byte(bad), 1100*time.Millisecond, ratelimit.Unit, true)

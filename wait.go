@@ -269,7 +269,7 @@ func (l *atomicGCRA) try(cost int64, budget time.Duration) attempt {
 	now := l.now()
 	if budget < 0 {
 		tat := l.tat.Load()
-		now = max(now, tat-int64(l.alg.tauNs)) // as in spend
+		now = l.judgedAt(now, tat) // as in spend
 		d := l.alg.step(&vtime{t: tat}, now, cost, false)
 		return attempt{d: d, now: now, goOn: d.RetryAfter}
 	}

@@ -92,7 +92,7 @@ func (b *Bucket) Step(now, cost int64) ratelimit.Decision {
 		need := new(big.Rat).Sub(c, tokens)
 		d.RetryAfter = dur(need.Quo(need, b.rate))
 	}
-	d.Remaining = units(tokens)
+	d.Remaining = max(units(tokens), 0) // none in debt
 	missing := new(big.Rat).Sub(b.burst, tokens)
 	d.ResetAfter = dur(missing.Quo(missing, b.rate))
 	return d
@@ -146,7 +146,7 @@ func (q *Queue) Step(now, cost int64) ratelimit.Decision {
 		over := new(big.Rat).Sub(new(big.Rat).Add(queued, c), q.capacity)
 		d.RetryAfter = dur(over.Quo(over, q.rate))
 	}
-	d.Remaining = units(new(big.Rat).Sub(q.capacity, queued))
+	d.Remaining = max(units(new(big.Rat).Sub(q.capacity, queued)), 0) // none in debt
 	d.ResetAfter = dur(new(big.Rat).Quo(queued, q.rate))
 	return d
 }

@@ -72,7 +72,7 @@ func (l *Log) Step(now, cost int64) ratelimit.Decision {
 			panic("refmodel: a cost within capacity never fits")
 		}
 	}
-	d.Remaining = (capMilli - inside) / 1000
+	d.Remaining = max(capMilli-inside, 0) / 1000 // none in debt
 	// ResetAfter: when the last event that still counts stops counting.
 	for _, e := range l.events {
 		if l.counts(e, now) {

@@ -22,7 +22,7 @@ type windows struct {
 	w      uint64
 	counts map[uint64]int64
 	// refused counts a denied request's cost too, in now's window, up to
-	// the limit (CountRefused).
+	// the limit (CountRefused); a count above it, in debt, stays as it is.
 	refused bool
 }
 
@@ -80,7 +80,8 @@ func (m *windows) decide(now, cost int64, n uint64, est func(t uint64) *big.Rat)
 		m.counts[t/m.w] += cost
 	} else {
 		if m.refused {
-			m.counts[t/m.w] = min(m.counts[t/m.w]+cost, m.Capacity())
+			// Up to the limit; a count above it, in debt, stays.
+			m.counts[t/m.w] = max(m.counts[t/m.w], min(m.counts[t/m.w]+cost, m.Capacity()))
 		}
 		// With the refused cost counted, if it is: the key as it is after.
 		d.RetryAfter = m.wait(t, n, admits)
