@@ -32,6 +32,10 @@ import (
 // [ratelimit.SlidingLog]; under the buckets, less whatever the bucket
 // earned back while the request ran.
 //
+// Only requests that reach the handler are given back: one admitted but
+// answered by the middleware itself (its context ended while it waited
+// its Delay) stays charged, as without the option.
+//
 // The status is the first one the handler writes, other than an
 // informational 1xx: 200 if it writes a body or flushes without one, and
 // if it writes nothing at all. A request whose handler panics or hijacks
