@@ -198,6 +198,20 @@
 // leaky bucket and the fixed window and 56.3 for the sliding counter (see
 // [Store]), plus the bytes of the key strings it keeps.
 //
+// # Lockouts
+//
+// A [Lockout] blocks keys that fail too often, the pattern of fail2ban and
+// account lockouts: [Lockout.Fail] counts a failure the caller saw (a
+// wrong password), and a key with [LockoutRule].Failures of them within
+// any span of Within is blocked for Block, Growth times longer for each
+// repeat that comes less than Forget after the previous block ended, up to
+// MaxBlock. [Lockout.Check] tells whether a key is blocked, with RetryAfter
+// exactly the time left. Failures are counted by a sliding log, and keys
+// are kept in a bounded [Store] of their own. Attempts that run at once
+// all pass Check before any of their failures counts, so bound the
+// attempts too: httplimit's WithCountOnly charges only the requests whose
+// responses count, before they run.
+//
 // # After the fact
 //
 // Four things can be done besides checking, on every limiter of this

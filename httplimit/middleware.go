@@ -200,6 +200,9 @@ type config struct {
 	legacy   bool
 	maxDelay time.Duration
 	plan     func(*http.Request) string
+	// countOnly chooses the responses that count (WithCountOnly); nil:
+	// all of them.
+	countOnly func(status int) bool
 }
 
 // WithKey sets how requests are keyed. The default is [ClientIP]{}.Key: the
@@ -407,12 +410,13 @@ func Middleware(lim ratelimit.KeyedLimiter, opts ...Option) func(http.Handler) h
 	if c.logger == nil {
 		c.logger = slog.Default()
 	}
+	refund := c.refunderOf(lim)
 	if c.shadow {
 		// ShadowKeyed keeps the forms lim offers: CheckContext, and
 		// CheckWithin and Clock where lim has them.
 		lim = ratelimit.ShadowKeyed(lim, c.report)
 	}
-	base := handler{config: c, lim: lim, clock: ratelimit.SystemClock(), errs: newErrorLog()}
+	base := handler{config: c, lim: lim, clock: ratelimit.SystemClock(), errs: newErrorLog(), refund: refund}
 	base.withCtx, _ = lim.(ratelimit.ContextChecker)
 	if c.maxDelay > 0 {
 		base.within, _ = lim.(withinChecker)
@@ -466,6 +470,7 @@ type handler struct {
 	clock   ratelimit.Clock          // the clock a Delay is waited out on
 	errs    *errorLog
 	next    http.Handler
+	refund  refunder // lim's Refund, for WithCountOnly; nil: every request counts
 }
 
 // ask asks the limiter, in the most exact form it offers.
@@ -544,6 +549,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	setFields(w.Header(), d, h.legacy, d.Delay)
+	if h.refund != nil {
+		h.serveCounted(w, r, key, cost, d)
+		return
+	}
 	h.next.ServeHTTP(w, r)
 }
 

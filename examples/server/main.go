@@ -7,8 +7,10 @@
 //     with bursts of 20;
 //   - POST /labels:batch spends the same per-key allowance, at 10 units a
 //     call;
-//   - POST /login is limited per client address by a sliding log of 5
-//     attempts per minute, successful or not;
+//   - POST /login checks a form field "password" against -password: only
+//     failed logins count, 5 a minute per client address, and 5 failures
+//     within a minute lock the address out for 15 minutes (429 with the
+//     exact Retry-After);
 //   - GET / lists these routes and their limits, as the server prints them
 //     when it starts.
 //
@@ -19,7 +21,7 @@
 //
 // Usage:
 //
-//	go run ./examples/server [-addr 127.0.0.1:8080] [-trust 10.0.0.0/8,...] [-rules rules.json]
+//	go run ./examples/server [-addr 127.0.0.1:8080] [-trust 10.0.0.0/8,...] [-rules rules.json] [-password letmein]
 //
 // -rules reads the plans, and which API keys are on which plan, from a file
 // (examples/server/rules.json is one):
@@ -35,7 +37,7 @@
 // keyed by the address they connect from. Try it:
 //
 //	for i in $(seq 25); do curl -s -o /dev/null -w '%{http_code} ' localhost:8080/quote; done
-//	curl -si -X POST localhost:8080/login
+//	curl -si -d password=guess localhost:8080/login
 package main
 
 import (
@@ -84,6 +86,7 @@ func run(ctx context.Context, args []string, logw io.Writer, ready func(net.Addr
 	addr := fs.String("addr", "127.0.0.1:8080", "`address` to listen on")
 	trust := fs.String("trust", "", "comma-separated `networks` of trusted reverse proxies, such as 10.0.0.0/8")
 	rulesFile := fs.String("rules", "", "`file` of plans and the API keys on them (JSON); SIGHUP reads it again")
+	password := fs.String("password", "letmein", "the `password` POST /login accepts")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -110,7 +113,7 @@ func run(ctx context.Context, args []string, logw io.Writer, ready func(net.Addr
 		}
 	}
 	logger := slog.New(slog.NewTextHandler(logw, nil))
-	a, err := newAPI(logger, proxies, rules)
+	a, err := newAPI(logger, proxies, rules, loginConfig{verify: passwordIs(*password), clock: ratelimit.SystemClock()})
 	if err != nil {
 		return err
 	}
@@ -229,7 +232,7 @@ type api struct {
 const batchCost = 10
 
 // newAPI builds the API with its limits.
-func newAPI(logger *slog.Logger, proxies []netip.Prefix, rules rulesFile) (*api, error) {
+func newAPI(logger *slog.Logger, proxies []netip.Prefix, rules rulesFile, login loginConfig) (*api, error) {
 	a := &api{logger: logger}
 	a.keys.Store(limiterKeys(rules.Keys))
 	plans, err := ratelimit.NewPlans(rules.Rules, func(key string) string { return (*a.keys.Load())[key] })
@@ -237,13 +240,6 @@ func newAPI(logger *slog.Logger, proxies []netip.Prefix, rules rulesFile) (*api,
 		return nil, err
 	}
 	a.plans = plans
-	loginRule := ratelimit.SlidingLog{Limit: 5, Window: time.Minute, Name: "login"}
-	logins, err := ratelimit.NewStore(loginRule)
-	if err != nil {
-		return nil, err
-	}
-	a.loginL = fmt.Sprintf("%q: sliding log, %d per %v, per client address", loginRule.Name, loginRule.Limit, loginRule.Window)
-	a.table.Store(a.routes(rules.Rules))
 
 	client := httplimit.ClientIP{TrustedProxies: proxies}
 	byAPIKey := httplimit.WithKey(httplimit.HeaderKey("X-API-Key", client.Key))
@@ -251,12 +247,17 @@ func newAPI(logger *slog.Logger, proxies []netip.Prefix, rules rulesFile) (*api,
 	logTo := httplimit.WithLogger(logger)
 	perKey := httplimit.Middleware(plans, byAPIKey, logTo)
 	perKeyBatch := httplimit.Middleware(plans, byAPIKey, logTo, httplimit.WithCost(httplimit.FixedCost(batchCost*ratelimit.Unit)))
-	perAddr := httplimit.Middleware(logins, httplimit.WithKey(client.Key), logTo)
+	loginH, loginL, err := newLogin(login, client, logTo, logger)
+	if err != nil {
+		return nil, err
+	}
+	a.loginL = loginL
+	a.table.Store(a.routes(rules.Rules))
 
 	a.mux = http.NewServeMux()
 	a.mux.Handle("GET /quote", perKey(http.HandlerFunc(quote)))
 	a.mux.Handle("POST /labels:batch", perKeyBatch(http.HandlerFunc(labels)))
-	a.mux.Handle("POST /login", perAddr(http.HandlerFunc(login)))
+	a.mux.Handle("POST /login", loginH)
 	a.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
 		reply(w, map[string]any{"routes": *a.table.Load()})
 	})
@@ -324,12 +325,6 @@ func quote(w http.ResponseWriter, _ *http.Request) {
 
 func labels(w http.ResponseWriter, _ *http.Request) {
 	reply(w, map[string]any{"accepted": 10})
-}
-
-// login stands in for a real one: the limit counts attempts, whether or not
-// the credentials turn out to be right.
-func login(w http.ResponseWriter, _ *http.Request) {
-	reply(w, map[string]any{"ok": true})
 }
 
 func reply(w http.ResponseWriter, v any) {
