@@ -107,7 +107,10 @@
 // between it reads again, a bounded number of times, then fails with
 // [ErrConflict]; it never gives back twice or on a state it did not read.
 // A reset replaces the key's state by a fresh key's that keeps the key's
-// clamp on time. A refund or reset drops the key from this store's deny
+// clamp on time. [Composite.Peek], [Composite.Refund] and [Composite.Reset]
+// are the in-process Composite's in the same way, over every layer's key in
+// one script (the keys share a slot): a composite refund writes every
+// enforced layer's new state, all or none, in one compare-and-set. A refund or reset drops the key from this store's deny
 // cache; another process's deny cache may keep refusing the key until its
 // own cached refusal runs out (see [WithDenyCache]).
 //
