@@ -83,17 +83,17 @@ func (s *Store) op(ctx context.Context, rk string, floor int64, args ...any) (op
 	if s.clock != nil {
 		now = strconv.FormatInt(max(clamp(s.clock.Now()), floor), 10)
 	}
-	t := time.Now()
-	probe, ok := s.br.allow(t, s.o.pause)
+	br := s.br.forKey(ctx, rk)
+	probe, ok := br.allow(time.Now(), s.o.pause)
 	if !ok {
 		return opReply{}, ErrCircuitOpen
 	}
 	reply, err := runScript(ctx, s.rdb, opsScript, s.guard, []string{rk}, append([]any{now}, args...))
 	if err != nil {
-		s.br.failure(time.Now(), probe, s.o.failures, s.o.pause)
+		br.failure(time.Now(), probe, s.o.failures, s.o.pause)
 		return opReply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	s.br.success(probe)
+	br.success(probe)
 	r, err := parseOp(reply, 1)
 	if err != nil {
 		s.mismatches.Add(1)
