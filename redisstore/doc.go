@@ -106,6 +106,8 @@
 // compare-and-set that keeps the key's expiry: if checks changed the key in
 // between it reads again, a bounded number of times, then fails with
 // [ErrConflict]; it never gives back twice or on a state it did not read.
+// On a key that checks write more often than once per round trip most
+// refunds conflict (see [ErrConflict]).
 // A reset replaces the key's state by a fresh key's that keeps the key's
 // clamp on time. [Composite.Peek], [Composite.Refund] and [Composite.Reset]
 // are the in-process Composite's in the same way, over every layer's key in
@@ -126,7 +128,7 @@
 // deadline each, and lets one check probe Redis after a pause; checks
 // resume by themselves once it answers. A key whose stored state is
 // corrupted is denied with an error matching [ratelimit.ErrInvalidState],
-// whatever the policy; deleting the key resets it.
+// whatever the policy; [Store.Reset] (or deleting the key) resets it.
 //
 // In Redis Cluster a lost master fails only the checks of keys in its
 // slots: the other masters' keys are decided as before (with

@@ -14,7 +14,10 @@ import (
 
 // ErrConflict means a refund found its keys changed by other requests
 // between reading and writing them on every one of its attempts; nothing
-// was given back. A hot key may need the refund again later.
+// was given back. Every check writes its key, so a key checked by many
+// processes at once (more often than once per round trip) can refuse most
+// refunds this way: the refund is computed in Go, and its write must find
+// the key as it was read.
 var ErrConflict = errors.New("redisstore: refund conflicted with concurrent requests on every attempt")
 
 // refundAttempts bounds a refund's compare-and-set attempts.
