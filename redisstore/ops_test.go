@@ -293,3 +293,88 @@ func TestOpsWhenRedisFails(t *testing.T) {
 		})
 	}
 }
+
+// TestCompositeRefundConcurrent: checks and refunds from many goroutines
+// on a two-layer Composite spend no layer past its limit, and each layer
+// holds exactly what was admitted and not given back: a refund writes
+// every layer or none.
+func TestCompositeRefundConcurrent(t *testing.T) {
+	rdb := needRedis(t)
+	clk := ratelimit.NewManualClock(unixNow) // time stands still
+	layers := []Layer{
+		{Layer: ratelimit.Layer{Rule: ratelimit.FixedWindow{Limit: 5, Window: time.Hour}, Key: firstField}},
+		{Layer: ratelimit.Layer{Rule: ratelimit.GCRA{Rate: ratelimit.PerHour(1), Burst: 3}}},
+	}
+	c, err := NewComposite(rdb, layers, WithClock(clk), WithPrefix(testPrefix()), WithHashTag(firstField), WithTimeout(5*time.Second))
+	require.NoError(t, err)
+	var admitted, given, conflicts atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 50 {
+				d, err := c.Check("acme /a", ratelimit.Unit)
+				if !assert.NoError(t, err) {
+					return
+				}
+				if !d.Allowed {
+					continue
+				}
+				admitted.Add(1)
+				if (w+i)%3 == 0 {
+					continue
+				}
+				g, err := c.Refund("acme /a", ratelimit.Unit, d.At)
+				if errors.Is(err, ErrConflict) {
+					conflicts.Add(1)
+					continue
+				}
+				if !assert.NoError(t, err) {
+					return
+				}
+				given.Add(int64(g))
+			}
+		}()
+	}
+	wg.Wait()
+	spent := admitted.Load()*int64(ratelimit.Unit) - given.Load()
+	require.LessOrEqual(t, spent, 3*int64(ratelimit.Unit), "more spent than the tighter limit")
+	t.Logf("%d admitted, %d milli-units given back, %d refunds conflicted", admitted.Load(), given.Load(), conflicts.Load())
+	// Both layers hold exactly the net spend: the tighter one refuses
+	// exactly when it is all spent, and the looser one has the rest.
+	left := 3 - spent/int64(ratelimit.Unit)
+	d, err := c.Peek("acme /a", ratelimit.Unit)
+	require.NoError(t, err)
+	assert.Equal(t, left > 0, d.Allowed)
+	if left > 0 {
+		assert.Equal(t, left-1, d.Remaining)
+	}
+	wide, err := NewComposite(rdb, layers[:1], WithClock(clk), WithPrefix(c.o.prefix), WithHashTag(firstField))
+	require.NoError(t, err)
+	d, err = wide.Peek("acme /a", ratelimit.Unit)
+	require.NoError(t, err)
+	assert.Equal(t, 5-spent/int64(ratelimit.Unit)-1, d.Remaining, "the per-customer layer")
+}
+
+// TestCompositeOpsWhenRedisFails: a Composite's Peek, Refund and Reset
+// return an error wrapping ErrUnavailable by their deadline when Redis is
+// down.
+func TestCompositeOpsWhenRedisFails(t *testing.T) {
+	srv := drillServer(t)
+	rdb := srv.client(func(o *redis.Options) { o.MaxRetries = -1 })
+	defer rdb.Close()
+	c, err := NewComposite(rdb, []Layer{{Layer: ratelimit.Layer{Rule: drillRule}}}, WithTimeout(drillTimeout))
+	require.NoError(t, err)
+	d, err := c.Check("k", ratelimit.Unit)
+	require.NoError(t, err)
+	srv.signal(syscall.SIGSTOP)
+	defer srv.signal(syscall.SIGCONT)
+	start := time.Now()
+	_, err = c.Refund("k", ratelimit.Unit, d.At)
+	assert.ErrorIs(t, err, ErrUnavailable)
+	_, err = c.Peek("k", ratelimit.Unit)
+	assert.ErrorIs(t, err, ErrUnavailable)
+	assert.ErrorIs(t, c.Reset("k"), ErrUnavailable)
+	assert.Less(t, time.Since(start), 3*drillTimeout+slack, "waited past the deadlines")
+}
