@@ -129,7 +129,7 @@ func (s *Store) Peek(key string, cost ratelimit.Units) (ratelimit.Decision, erro
 // [ErrUnavailable] and the Decision is the failure policy's, spending
 // nothing: fail open's fresh key, fail closed's refusal, or the
 // fallback's Peek(key, cost) if it has one (a [ratelimit.Store] does),
-// else fail open's.
+// else the failure mode's.
 func (s *Store) PeekContext(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
 	if cost <= 0 || cost > s.p.Capacity {
 		d, _, err := s.m.Step(nil, 0, cost, false)
@@ -165,7 +165,7 @@ func (s *Store) degradedPeek(key string, cost ratelimit.Units, cause error) (rat
 		}
 		return d, cause
 	}
-	if s.o.fallback == nil && s.o.mode == FailClosed {
+	if s.o.mode == FailClosed {
 		d := s.refused()
 		d.RetryAfter = s.o.pause
 		return d, cause

@@ -259,6 +259,14 @@ func TestOpsWhenRedisFails(t *testing.T) {
 			defer rdb.Close()
 			s, err := New(rdb, drillRule, WithTimeout(drillTimeout), WithCircuit(100, time.Second))
 			require.NoError(t, err)
+			closed, err := New(rdb, drillRule, WithTimeout(drillTimeout), WithFailureMode(FailClosed))
+			require.NoError(t, err)
+			local, err := ratelimit.NewStore(drillRule)
+			require.NoError(t, err)
+			_, err = local.Check("k", 2*ratelimit.Unit)
+			require.NoError(t, err)
+			fallback, err := New(rdb, drillRule, WithTimeout(drillTimeout), WithFallback(local))
+			require.NoError(t, err)
 			d, err := s.Check("k", ratelimit.Unit)
 			require.NoError(t, err)
 			if drill == "hang" {
@@ -284,6 +292,21 @@ func TestOpsWhenRedisFails(t *testing.T) {
 				return err
 			})
 			within("reset", func() error { return s.Reset("k") })
+			within("peek, fail closed", func() error {
+				p, err := closed.Peek("k", ratelimit.Unit)
+				assert.False(t, p.Allowed, "fail closed")
+				return err
+			})
+			within("peek, fallback", func() error {
+				p, err := fallback.Peek("k", ratelimit.Unit)
+				assert.True(t, p.Allowed)
+				assert.Zero(t, p.Remaining, "the fallback's Peek: one of three left before this one")
+				return err
+			})
+			assert.Equal(t, 1, local.Len())
+			lp, err := local.Peek("k", ratelimit.Unit)
+			require.NoError(t, err)
+			assert.Zero(t, lp.Remaining, "a peek spent in the fallback")
 			ctx, cancel := context.WithTimeout(context.Background(), drillTimeout/2)
 			defer cancel()
 			within("refund with the caller's deadline", func() error {
