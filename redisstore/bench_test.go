@@ -2,10 +2,12 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"regexp"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -173,6 +175,85 @@ func BenchmarkComposite(b *testing.B) {
 				b.ReportMetric(float64(usec1-usec0)/float64(calls1-calls0), "server-µs/call")
 			}
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "checks/s")
+		})
+	}
+}
+
+// BenchmarkAfterTheFact measures, from 64 goroutines on the server's clock,
+// a peek, and a check followed by a refund of its cost at its At (the pair
+// is one op), over 1,000 keys and on one hot key, where refunds meet each
+// other's writes. It reports ops/s, p50 and p99 latency, and the share of
+// refunds that failed with ErrConflict.
+func BenchmarkAfterTheFact(b *testing.B) {
+	if shared == nil {
+		b.Skip("no redis-server")
+	}
+	rdb := shared.client(func(o *redis.Options) { o.PoolSize = 64 })
+	defer rdb.Close()
+	rule := ratelimit.GCRA{Rate: ratelimit.PerSecond(1000), Burst: 1000}
+	for _, bc := range []struct {
+		name string
+		keys int
+		peek bool
+	}{{"peek", 1000, true}, {"check+refund", 1000, false}, {"check+refund/hot-key", 1, false}} {
+		b.Run(bc.name, func(b *testing.B) {
+			s, err := New(rdb, rule, WithPrefix(testPrefix()), WithTimeout(time.Second))
+			if err != nil {
+				b.Fatal(err)
+			}
+			var mu sync.Mutex
+			var lat []time.Duration
+			var refunds, conflicts int
+			var next atomic.Int64 // spreads the goroutines over the keys
+			b.SetParallelism(32)
+			b.ResetTimer()
+			start := time.Now()
+			b.RunParallel(func(pb *testing.PB) {
+				own := make([]time.Duration, 0, 1024)
+				var r, c int
+				for pb.Next() {
+					key := "key" + strconv.Itoa(int(next.Add(1)*7)%bc.keys)
+					t0 := time.Now()
+					if bc.peek {
+						if _, err := s.Peek(key, ratelimit.Unit); err != nil {
+							b.Error(err)
+							return
+						}
+						own = append(own, time.Since(t0))
+						continue
+					}
+					d, err := s.Check(key, ratelimit.Unit)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if d.Allowed {
+						r++
+						if _, err := s.Refund(key, ratelimit.Unit, d.At); errors.Is(err, ErrConflict) {
+							c++
+						} else if err != nil {
+							b.Error(err)
+							return
+						}
+					}
+					own = append(own, time.Since(t0))
+				}
+				mu.Lock()
+				lat = append(lat, own...)
+				refunds, conflicts = refunds+r, conflicts+c
+				mu.Unlock()
+			})
+			elapsed := time.Since(start)
+			b.StopTimer()
+			slices.Sort(lat)
+			if len(lat) > 0 {
+				b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "ops/s")
+				b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+				b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+			}
+			if refunds > 0 {
+				b.ReportMetric(float64(conflicts)/float64(refunds), "conflicts/refund")
+			}
 		})
 	}
 }

@@ -131,7 +131,7 @@ func TestTamperedState(t *testing.T) {
 			}
 			assert.Equal(t, uint64(1), s.Stats().InvalidStates)
 			assert.Zero(t, s.Stats().Failures)
-			assert.False(t, s.br.open())
+			assert.False(t, s.br.one.open())
 		}
 	}
 }

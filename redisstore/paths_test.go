@@ -61,9 +61,9 @@ func (p pathStores) check(key string, cost ratelimit.Units) (ratelimit.Decision,
 // TestBothPathsSameDecisions is TestSameDecisionsAsInProcess with each
 // check decided by an explicit path (the fast one wherever its range check
 // passes, else the exact one) and, on a store of its own, by the exact path
-// alone: both must give the in-process Decision. The draws reach both sides
-// of every range check; the test requires that both paths decided some
-// checks.
+// alone: both must give the in-process Decision, also on the states that
+// refunds and resets write. The draws reach both sides of every range
+// check; the test requires that both paths decided some checks.
 func TestBothPathsSameDecisions(t *testing.T) {
 	rdb := needRedis(t)
 	var onFast, onExact atomic.Int64
@@ -88,6 +88,7 @@ func TestBothPathsSameDecisions(t *testing.T) {
 		p := paths.fast.Params()
 		local := map[string]ratelimit.Limiter{}
 		checks := 0
+		var ats []time.Duration
 		span := max(p.Window, time.Duration(p.TauNanos), 2)
 		t.Repeat(map[string]func(*rapid.T){
 			"advance": func(t *rapid.T) {
@@ -120,6 +121,37 @@ func TestBothPathsSameDecisions(t *testing.T) {
 				checks++
 				if want != got || want != alone {
 					t.Fatalf("check %d at %d, key %q, cost %d (fast path %v):\n in-process %+v\n redis      %+v\n exact      %+v", checks, clk.Now(), key, cost, fast, want, got, alone)
+				}
+				if want.Allowed {
+					ats = append(ats, want.At)
+				}
+			},
+			// States written by refunds and resets must read back on
+			// either path (a key no check has touched is left out: it is
+			// not in Redis, and gives back nothing).
+			"refund": func(t *rapid.T) {
+				key := rapid.SampledFrom([]string{"a", "b"}).Draw(t, "key")
+				l, ok := local[key]
+				if !ok || len(ats) == 0 {
+					return
+				}
+				at := rapid.SampledFrom(ats).Draw(t, "at")
+				cost := drawCost(t, p.Capacity)
+				want, err := ratelimit.Refund(l, cost, at)
+				require.NoError(t, err)
+				got, err := paths.fast.Refund(key, cost, at)
+				require.NoError(t, err)
+				alone, err := exact.Refund(key, cost, at)
+				require.NoError(t, err)
+				require.Equal(t, want, got, "refund at %d of %d admitted at %d", clk.Now(), cost, at)
+				require.Equal(t, want, alone, "refund at %d of %d admitted at %d", clk.Now(), cost, at)
+			},
+			"reset": func(t *rapid.T) {
+				key := rapid.SampledFrom([]string{"a", "b"}).Draw(t, "key")
+				if l, ok := local[key]; ok {
+					require.NoError(t, ratelimit.Reset(l))
+					require.NoError(t, paths.fast.Reset(key))
+					require.NoError(t, exact.Reset(key))
 				}
 			},
 		})

@@ -60,7 +60,7 @@ type Store struct {
 	marginMs int64 // expiry margin in ms
 	ruleArgs []any // the arguments after the cost and margin for windows
 	script   *redis.Script
-	br       breaker
+	br       *circuit
 	dl       atomic.Pointer[deadline]
 
 	deny *denyCache // nil when off
@@ -100,6 +100,7 @@ func New(rdb redis.UniversalClient, rule ratelimit.Rule, opts ...Option) (*Store
 		clock:    o.clock,
 		o:        o,
 		guard:    !honoursContext(rdb),
+		br:       newCircuit(rdb, !honoursContext(rdb)),
 		script:   stepScript,
 		deny:     newDenyCache(o.denyCache),
 		marginMs: max(1, (int64(o.margin)+int64(time.Millisecond)-1)/int64(time.Millisecond)),
@@ -242,7 +243,9 @@ func (s *Store) check(ctx context.Context, key string, cost ratelimit.Units, loo
 	}
 	rk := s.Key(key)
 	var floor int64
+	var gen uint64
 	if s.deny != nil {
+		gen = s.deny.generation()
 		d, ok, latest := s.deny.answer(s.m, s.clock, rk, cost)
 		if ok {
 			s.localDenials.Add(1)
@@ -260,7 +263,8 @@ func (s *Store) check(ctx context.Context, key string, cost ratelimit.Units, loo
 			defer cancel()
 		}
 	}
-	probe, ok := s.br.allow(now, s.o.pause)
+	br := s.br.forKey(ctx, rk)
+	probe, ok := br.allow(now, s.o.pause)
 	if !ok {
 		s.circuitRefusals.Add(1)
 		s.failures.Add(1)
@@ -271,21 +275,21 @@ func (s *Store) check(ctx context.Context, key string, cost ratelimit.Units, loo
 	if err != nil {
 		if isScriptError(err) {
 			// The server answered: it is up, but the key cannot be used.
-			s.br.success(probe)
+			br.success(probe)
 			s.invalid.Add(1)
 			return s.refused(), fmt.Errorf("%w: key %q: %v", ratelimit.ErrInvalidState, clipKey(key), err)
 		}
 		s.failures.Add(1)
-		s.br.failure(time.Now(), probe, s.o.failures, s.o.pause)
+		br.failure(time.Now(), probe, s.o.failures, s.o.pause)
 		return s.degraded(ctx, key, cost, fmt.Errorf("%w: %w", ErrUnavailable, err))
 	}
-	s.br.success(probe)
+	br.success(probe)
 	d, at, state, err := s.verify(key, cost, reply, look)
 	if s.deny != nil && err == nil {
 		if d.Allowed {
 			s.deny.forget(rk)
 		} else {
-			s.deny.remember(rk, state, at, now)
+			s.deny.remember(rk, state, at, now, gen)
 		}
 	}
 	return d, err
@@ -483,11 +487,12 @@ type Stats struct {
 	// CircuitRefusals counts the checks among Failures that did not try
 	// Redis because the circuit was open.
 	CircuitRefusals uint64
-	// InvalidStates counts checks denied because the key's stored state
-	// was corrupted.
+	// InvalidStates counts checks denied, and peeks and refunds failed,
+	// because the key's stored state was corrupted.
 	InvalidStates uint64
 	// Mismatches counts checks denied because the script and the Machine
-	// disagreed (see [ErrMismatch]); it should stay zero.
+	// disagreed (see [ErrMismatch]), and peeks, refunds and resets that got
+	// a reply they could not read; it should stay zero.
 	Mismatches uint64
 	// LocalDenials counts checks refused by the deny cache without a round
 	// trip (see [WithDenyCache]).
