@@ -1,0 +1,271 @@
+package redisstore
+
+import (
+	"context"
+	"math/big"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+
+	"github.com/ratekit/ratelimit"
+)
+
+// callCounter is a client hook that counts the scripts the client sends,
+// less the EVALSHAs the server answered NOSCRIPT (go-redis then sends EVAL).
+type callCounter struct{ n atomic.Int64 }
+
+func (c *callCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *callCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (c *callCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		name := cmd.Name()
+		if (name == "evalsha" || name == "eval") && (err == nil || !strings.HasPrefix(err.Error(), "NOSCRIPT")) {
+			c.n.Add(1)
+		}
+		return err
+	}
+}
+
+// replica is one process's Store and Leased on a client of its own.
+type replica struct {
+	rdb   *redis.Client
+	calls *callCounter
+	s     *Store
+	l     *Leased
+}
+
+func newReplicas(t testing.TB, n int, rule ratelimit.Rule, lo LeaseOptions, opts ...Option) []replica {
+	t.Helper()
+	needRedis(t)
+	rs := make([]replica, n)
+	for i := range rs {
+		rdb := shared.client(nil)
+		cc := &callCounter{}
+		rdb.AddHook(cc)
+		s, err := New(rdb, rule, opts...)
+		require.NoError(t, err)
+		l, err := NewLeased(s, lo)
+		require.NoError(t, err)
+		rs[i] = replica{rdb: rdb, calls: cc, s: s, l: l}
+	}
+	return rs
+}
+
+// closeReplicas closes every replica's Leased and client.
+func closeReplicas(rs []replica) {
+	for _, r := range rs {
+		r.l.Close()
+		r.rdb.Close()
+	}
+}
+
+func TestNewLeasedRefuses(t *testing.T) {
+	rdb := needRedis(t)
+	gcra := ratelimit.GCRA{Rate: ratelimit.PerSecond(10), Burst: 10}
+	for _, tc := range []struct {
+		name string
+		rule ratelimit.Rule
+		opts []Option
+		lo   LeaseOptions
+		want error
+	}{
+		{"leaky bucket", ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(10), Capacity: 10}, nil, LeaseOptions{Max: 5 * ratelimit.Unit, Hold: time.Second}, ratelimit.ErrInvalidRule},
+		{"sliding log", ratelimit.SlidingLog{Limit: 10, Window: time.Second}, nil, LeaseOptions{Max: 5 * ratelimit.Unit, Hold: time.Second}, ratelimit.ErrInvalidRule},
+		{"count refused", ratelimit.SlidingCounter{Limit: 10, Window: time.Second, CountRefused: true}, nil, LeaseOptions{Max: 5 * ratelimit.Unit, Hold: time.Second}, ratelimit.ErrInvalidRule},
+		{"fallback", gcra, []Option{WithFallback(mustLocal(t, gcra))}, LeaseOptions{Max: 5 * ratelimit.Unit, Hold: time.Second}, ratelimit.ErrInvalidOption},
+		{"max zero", gcra, nil, LeaseOptions{Hold: time.Second}, ratelimit.ErrInvalidOption},
+		{"max one", gcra, nil, LeaseOptions{Max: 1, Hold: time.Second}, ratelimit.ErrInvalidOption},
+		{"max above capacity", gcra, nil, LeaseOptions{Max: 11 * ratelimit.Unit, Hold: time.Second}, ratelimit.ErrInvalidOption},
+		{"no hold", gcra, nil, LeaseOptions{Max: 5 * ratelimit.Unit}, ratelimit.ErrInvalidOption},
+		{"negative keys", gcra, nil, LeaseOptions{Max: 5 * ratelimit.Unit, Hold: time.Second, Keys: -1}, ratelimit.ErrInvalidOption},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := New(rdb, tc.rule, tc.opts...)
+			require.NoError(t, err)
+			_, err = NewLeased(s, tc.lo)
+			assert.ErrorIs(t, err, tc.want)
+		})
+	}
+	_, err := NewLeased(nil, LeaseOptions{Max: 2, Hold: time.Second})
+	assert.ErrorIs(t, err, ratelimit.ErrInvalidOption)
+}
+
+func mustLocal(t *testing.T, rule ratelimit.Rule) *ratelimit.Store {
+	st, err := ratelimit.NewStore(rule)
+	require.NoError(t, err)
+	return st
+}
+
+// TestMeterStateNeverLate: the state a bucket lease judges its decay by
+// is never fuller than the one Redis wrote, at any later instant, for any
+// cost; so a lease never admits what the real state would refuse it.
+func TestMeterStateNeverLate(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var rule ratelimit.Rule = ratelimit.GCRA{Rate: ratelimit.Rate{Count: drawCount(t, "count"), Per: drawPeriod(t, "per")}, Burst: drawCount(t, "burst")}
+		m, err := ratelimit.NewMachine(rule)
+		if err != nil {
+			t.Skip("rule refused")
+		}
+		capacity := m.Params().Capacity
+		var state []byte
+		now := time.Duration(rapid.Int64Range(0, int64(unixNow)).Draw(t, "start"))
+		for range rapid.IntRange(0, 5).Draw(t, "before") {
+			now += time.Duration(rapid.Int64Range(0, int64(time.Second)).Draw(t, "gap"))
+			_, state, err = m.Step(state, now, drawCost(t, capacity), true)
+			require.NoError(t, err)
+		}
+		d, real, err := m.Step(state, now, drawCost(t, capacity), true)
+		require.NoError(t, err)
+		if !d.Allowed {
+			return
+		}
+		synth := meterState(int64(d.At), d.ResetAfter)
+		later := d.At + time.Duration(rapid.Int64Range(0, int64(d.ResetAfter)+2).Draw(t, "later"))
+		x := drawCost(t, capacity)
+		ds, _, err := m.Step(synth, later, x, false)
+		require.NoError(t, err, "state %q", synth)
+		dr, _, err := m.Step(real, later, x, false)
+		require.NoError(t, err)
+		if dr.Allowed {
+			require.True(t, ds.Allowed, "the synthetic state refills later than Redis's")
+		}
+	})
+}
+
+// admission is one request admitted at an instant.
+type admission struct {
+	at   int64
+	cost int64
+}
+
+// checkBound requires that the admissions never exceed what rule allows:
+// for a bucket, at most the capacity plus the rate times any span between
+// two admissions; for a fixed window, at most the limit in any window; for
+// a sliding counter, the estimate never above the limit at any admission;
+// for a sub-window, at most the limit in any Buckets consecutive buckets.
+// Each is computed directly from the admissions, in exact integers.
+func checkBound(t require.TestingT, p ratelimit.Params, adm []admission) {
+	slices.SortStableFunc(adm, func(a, b admission) int { return int(min(max(a.at-b.at, -1), 1)) })
+	capacity := int64(p.Capacity)
+	switch p.Algorithm {
+	case "token_bucket", "gcra":
+		for i := range adm {
+			sum := big.NewInt(0)
+			for j := i; j < len(adm); j++ {
+				sum.Add(sum, big.NewInt(adm[j].cost))
+				// sum * RateNanos <= capacity * RateNanos + RateUnits * span
+				lhs := new(big.Int).Mul(sum, new(big.Int).SetUint64(p.RateNanos))
+				rhs := new(big.Int).Mul(big.NewInt(capacity), new(big.Int).SetUint64(p.RateNanos))
+				rhs.Add(rhs, new(big.Int).Mul(new(big.Int).SetUint64(p.RateUnits), big.NewInt(adm[j].at-adm[i].at)))
+				require.True(t, lhs.Cmp(rhs) <= 0, "admitted %d milli-units in [%d, %d]: more than the bucket allows", sum, adm[i].at, adm[j].at)
+			}
+		}
+	case "fixed_window", "sub_window":
+		g := p.WindowNanos
+		k := int64(1)
+		if p.Algorithm == "sub_window" {
+			g, k = p.WindowNanos/p.Buckets, p.Buckets
+		}
+		per := map[int64]int64{}
+		for _, a := range adm {
+			per[a.at/g] += a.cost
+		}
+		for j := range per {
+			sum := int64(0)
+			for i := j - k + 1; i <= j; i++ {
+				sum += per[i]
+			}
+			require.LessOrEqual(t, sum, capacity, "admitted in the %d buckets ending with bucket %d", k, j)
+		}
+	case "sliding_counter":
+		w := p.WindowNanos
+		per := map[int64]int64{}
+		for _, a := range adm {
+			per[a.at/w] += a.cost
+			e := a.at % w
+			// prev*(W-e)/W + cur <= Limit, times W.
+			est := new(big.Int).Mul(big.NewInt(per[a.at/w-1]), big.NewInt(w-e))
+			est.Add(est, new(big.Int).Mul(big.NewInt(per[a.at/w]), big.NewInt(w)))
+			require.True(t, est.Cmp(new(big.Int).Mul(big.NewInt(capacity), big.NewInt(w))) <= 0, "estimate above the limit at %d", a.at)
+		}
+	default:
+		panic(p.Algorithm)
+	}
+}
+
+// leaseRule draws a rule that can lease, of everyday sizes.
+func leaseRule(t *rapid.T) ratelimit.Rule {
+	limit := rapid.Int64Range(1, 40).Draw(t, "limit")
+	per := time.Duration(rapid.Int64Range(1, 2000).Draw(t, "per_ms")) * time.Millisecond
+	switch rapid.IntRange(0, 4).Draw(t, "algorithm") {
+	case 0:
+		return ratelimit.GCRA{Rate: ratelimit.Rate{Count: rapid.Int64Range(1, 40).Draw(t, "count"), Per: per}, Burst: limit}
+	case 1:
+		return ratelimit.TokenBucket{Rate: ratelimit.Rate{Count: rapid.Int64Range(1, 40).Draw(t, "count"), Per: per}, Burst: limit}
+	case 2:
+		return ratelimit.FixedWindow{Limit: limit, Window: per}
+	case 3:
+		return ratelimit.SlidingCounter{Limit: limit, Window: per}
+	default:
+		k := rapid.IntRange(1, 6).Draw(t, "buckets")
+		return ratelimit.SubWindow{Limit: limit, Window: per * time.Duration(k), Buckets: k}
+	}
+}
+
+// TestLeasesNeverExceedTheRule: several replicas, each a Store and a
+// Leased on a client of its own, send requests of drawn costs to one key
+// at drawn instants; whatever leases they take, hold, use up or give back,
+// what they admit together is never more than the rule allows over any
+// span (see checkBound).
+func TestLeasesNeverExceedTheRule(t *testing.T) {
+	needRedis(t)
+	var local, takes atomic.Uint64
+	t.Cleanup(func() {
+		t.Logf("%d requests admitted from %d leases", local.Load(), takes.Load())
+		assert.NotZero(t, local.Load(), "no request was admitted from a lease")
+	})
+	rapid.Check(t, func(rt *rapid.T) {
+		rule := leaseRule(rt)
+		m, err := ratelimit.NewMachine(rule)
+		require.NoError(rt, err)
+		p := m.Params()
+		clk := ratelimit.NewManualClock(unixNow + time.Duration(rapid.Int64Range(0, int64(time.Second)).Draw(rt, "phase")))
+		lo := LeaseOptions{
+			Max:  ratelimit.Units(rapid.Int64Range(2, int64(p.Capacity)).Draw(rt, "max")),
+			Hold: time.Duration(rapid.Int64Range(1, 3000).Draw(rt, "hold_ms")) * time.Millisecond,
+		}
+		rs := newReplicas(t, rapid.IntRange(1, 4).Draw(rt, "replicas"), rule, lo, WithClock(clk), WithPrefix(testPrefix()))
+		defer closeReplicas(rs)
+		var adm []admission
+		for range rapid.IntRange(1, 150).Draw(rt, "steps") {
+			clk.Advance(time.Duration(rapid.Int64Range(0, int64(p.Window)/4+1).Draw(rt, "advance")))
+			r := rs[rapid.IntRange(0, len(rs)-1).Draw(rt, "replica")]
+			c := ratelimit.Units(min(rapid.OneOf(rapid.Just(int64(ratelimit.Unit)), rapid.Int64Range(1, 3000)).Draw(rt, "cost"), int64(p.Capacity)))
+			for range rapid.IntRange(1, 20).Draw(rt, "burst") {
+				d, err := r.l.Check("hot", c)
+				require.NoError(rt, err)
+				if d.Allowed {
+					adm = append(adm, admission{at: int64(clk.Now()), cost: int64(c)})
+				}
+			}
+			if rapid.IntRange(0, 20).Draw(rt, "close") == 0 {
+				require.NoError(rt, r.l.Close())
+			}
+		}
+		for _, r := range rs {
+			local.Add(r.l.Stats().LocalAdmits)
+			takes.Add(r.l.Stats().Takes)
+		}
+		checkBound(rt, p, adm)
+	})
+}
