@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -237,9 +238,21 @@ func (l *Leased) take(ctx context.Context, e *leaseKey, old *lease, c, k int64) 
 		return d, err
 	}
 	if !d.Allowed {
+		// Redis has less than k: lease what it has, if that is worth a
+		// lease, else check the request alone. Either costs the round trip
+		// a check of the request alone would.
 		l.takesRefused.Add(1)
-		l.direct.Add(1)
-		return l.s.CheckContext(ctx, e.key, ratelimit.Units(c))
+		if r := d.Remaining * int64(ratelimit.Unit); r >= 2*c && r < k {
+			d, err = l.s.check(ctx, e.key, ratelimit.Units(r), false)
+			k = r
+		}
+		if err != nil || !d.Allowed {
+			if err == nil {
+				l.takesRefused.Add(1)
+			}
+			l.direct.Add(1)
+			return l.s.CheckContext(ctx, e.key, ratelimit.Units(c))
+		}
 	}
 	l.takes.Add(1)
 	ls := &lease{k: k, d: d, at: int64(d.At), sent: sent}
@@ -408,6 +421,10 @@ func (l *Leased) giveBackRest(key string, ls *lease) error {
 	if rest <= 0 {
 		return nil
 	}
+	if l.expired(ls, rest, l.instant(ls)) {
+		l.unreturned.Add(uint64(rest))
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.s.o.timeout)
 	defer cancel()
 	g, err := l.giveBack(ctx, key, rest, ls.at)
@@ -415,6 +432,27 @@ func (l *Leased) giveBackRest(key string, ls *lease) error {
 	l.returned.Add(uint64(g))
 	l.unreturned.Add(uint64(rest - g))
 	return err
+}
+
+// expired reports whether a refund of rest spent at ls.at would give
+// nothing back at t (see [ratelimit.Store.Refund]), so that asking Redis is
+// a wasted round trip: a bucket has refilled rest since, or the window or
+// bucket at is in no longer counts.
+func (l *Leased) expired(ls *lease, rest, t int64) bool {
+	p := l.s.p
+	switch {
+	case l.meter:
+		// rest <= RateUnits/RateNanos x (t - at)
+		hi1, lo1 := bits.Mul64(uint64(rest), p.RateNanos)
+		hi2, lo2 := bits.Mul64(p.RateUnits, uint64(t-ls.at))
+		return hi1 < hi2 || hi1 == hi2 && lo1 <= lo2
+	case p.Algorithm == "fixed_window":
+		return t/l.span != ls.at/l.span
+	case p.Algorithm == "sliding_counter":
+		return t/l.span-ls.at/l.span >= 2
+	default:
+		return t/l.span-ls.at/l.span >= p.Buckets
+	}
 }
 
 // observe tells the Store's observer of a Decision made here.

@@ -52,7 +52,8 @@ func newReplicas(t testing.TB, n int, rule ratelimit.Rule, lo LeaseOptions, opts
 		rdb := shared.client(nil)
 		cc := &callCounter{}
 		rdb.AddHook(cc)
-		s, err := New(rdb, rule, opts...)
+		// A generous timeout: the race detector on a shared machine is slow.
+		s, err := New(rdb, rule, append([]Option{WithTimeout(5 * time.Second)}, opts...)...)
 		require.NoError(t, err)
 		l, err := NewLeased(s, lo)
 		require.NoError(t, err)
@@ -268,4 +269,155 @@ func TestLeasesNeverExceedTheRule(t *testing.T) {
 		}
 		checkBound(rt, p, adm)
 	})
+}
+
+// saturate has every replica, in turn, send requests of one unit until one
+// is refused, and returns how many were admitted.
+func saturate(t *testing.T, check []func() (bool, error)) int {
+	t.Helper()
+	admitted := 0
+	for _, c := range check {
+		for i := 0; ; i++ {
+			require.Less(t, i, 100_000, "never refused")
+			ok, err := c()
+			require.NoError(t, err)
+			if !ok {
+				break
+			}
+			admitted++
+		}
+	}
+	return admitted
+}
+
+// TestLeasesAdmitNearlyTheRule: replicas that always want more admit
+// together, over a run, at least what one in-process limiter under the
+// same demand admits, less at most Max for each replica (allowance that
+// sits in leases when the run ends), and never more.
+func TestLeasesAdmitNearlyTheRule(t *testing.T) {
+	for name, rule := range map[string]ratelimit.Rule{
+		"gcra":            ratelimit.GCRA{Rate: ratelimit.PerSecond(300), Burst: 100},
+		"token bucket":    ratelimit.TokenBucket{Rate: ratelimit.PerSecond(300), Burst: 100},
+		"fixed window":    ratelimit.FixedWindow{Limit: 100, Window: time.Second},
+		"sliding counter": ratelimit.SlidingCounter{Limit: 100, Window: time.Second},
+		"sub-window":      ratelimit.SubWindow{Limit: 100, Window: time.Second, Buckets: 4},
+	} {
+		t.Run(name, func(t *testing.T) {
+			const n, max = 3, 10
+			clk := ratelimit.NewManualClock(unixNow)
+			rs := newReplicas(t, n, rule, LeaseOptions{Max: max * ratelimit.Unit, Hold: 200 * time.Millisecond}, WithClock(clk), WithPrefix(testPrefix()))
+			defer closeReplicas(rs)
+			ref, err := ratelimit.New(rule, ratelimit.WithClock(clk))
+			require.NoError(t, err)
+			var leased []func() (bool, error)
+			for _, r := range rs {
+				leased = append(leased, func() (bool, error) {
+					d, err := r.l.Check("global", ratelimit.Unit)
+					return d.Allowed, err
+				})
+			}
+			plain := []func() (bool, error){func() (bool, error) {
+				d, err := ref.Check(ratelimit.Unit)
+				return d.Allowed, err
+			}}
+			got, want := 0, 0
+			for range 300 {
+				clk.Advance(7 * time.Millisecond)
+				got += saturate(t, leased)
+				want += saturate(t, plain)
+			}
+			var local uint64
+			for _, r := range rs {
+				local += r.l.Stats().LocalAdmits
+			}
+			t.Logf("admitted %d with leases (%d from them), %d in process", got, local, want)
+			assert.LessOrEqual(t, got, want)
+			assert.GreaterOrEqual(t, got, want-n*max)
+			assert.NotZero(t, local)
+		})
+	}
+}
+
+// TestLeaseRoundTrips: a key with steady demand from one replica reaches
+// Redis about once per Max admitted, plus once per lease given back, and
+// the client's own count of scripts sent agrees with the Leased's counts.
+// The bucket is drained first: a lease on a bucket near full decays (see
+// Leased), and that case is the bound test's.
+func TestLeaseRoundTrips(t *testing.T) {
+	for name, rule := range map[string]ratelimit.Rule{
+		"fixed window": ratelimit.FixedWindow{Limit: 100_000, Window: time.Minute},
+		"gcra":         ratelimit.GCRA{Rate: ratelimit.PerSecond(1000), Burst: 1000},
+	} {
+		t.Run(name, func(t *testing.T) {
+			const max = 50
+			clk := ratelimit.NewManualClock(unixNow)
+			rs := newReplicas(t, 1, rule, LeaseOptions{Max: max * ratelimit.Unit, Hold: 100 * time.Millisecond}, WithClock(clk), WithPrefix(testPrefix()))
+			defer closeReplicas(rs)
+			r := rs[0]
+			drain, err := New(r.rdb, rule, WithClock(clk), WithPrefix(r.s.o.prefix))
+			require.NoError(t, err)
+			if _, ok := rule.(ratelimit.GCRA); ok {
+				_, err = drain.Check("global", 1000*ratelimit.Unit)
+				require.NoError(t, err)
+				clk.Advance(10 * time.Millisecond)
+			}
+			c0 := r.calls.n.Load()
+			admitted := 0
+			const requests = 20_000 // 1,000 a second for 20 s
+			for range requests {
+				d, err := r.l.Check("global", ratelimit.Unit)
+				require.NoError(t, err)
+				require.True(t, d.Allowed)
+				admitted++
+				clk.Advance(time.Millisecond)
+			}
+			st := r.l.Stats()
+			calls := r.calls.n.Load() - c0
+			t.Logf("%d admitted, %d scripts sent: %+v", admitted, calls, st)
+			assert.Equal(t, int64(st.Takes+st.TakesRefused+st.Direct+st.Returns), calls, "every script sent is a take, a direct check or a give-back")
+			// The first period of Hold finds the key cold and grows the lease.
+			const warmup = 100
+			assert.LessOrEqual(t, calls, int64(admitted/max)+int64(st.Returns)+warmup)
+			assert.Equal(t, uint64(admitted), st.LocalAdmits+st.Takes+st.Direct)
+		})
+	}
+}
+
+// TestLeaseDecisionsOnOneReplica: at one instant, with one replica, a
+// Leased's Decisions say what the in-process limiter's do (Allowed and
+// Remaining exactly, ResetAfter no less), since nothing else spends: the
+// lease's accounting loses nothing it knows of.
+func TestLeaseDecisionsOnOneReplica(t *testing.T) {
+	for name, rule := range map[string]ratelimit.Rule{
+		"gcra":            ratelimit.GCRA{Rate: ratelimit.PerSecond(10), Burst: 30, Name: "g"},
+		"fixed window":    ratelimit.FixedWindow{Limit: 30, Window: time.Minute, Name: "f"},
+		"sliding counter": ratelimit.SlidingCounter{Limit: 30, Window: time.Minute},
+		"sub-window":      ratelimit.SubWindow{Limit: 30, Window: time.Minute, Buckets: 6},
+	} {
+		t.Run(name, func(t *testing.T) {
+			clk := ratelimit.NewManualClock(unixNow + 1234567)
+			rs := newReplicas(t, 1, rule, LeaseOptions{Max: 7 * ratelimit.Unit, Hold: time.Hour}, WithClock(clk), WithPrefix(testPrefix()))
+			defer closeReplicas(rs)
+			ref, err := ratelimit.New(rule, ratelimit.WithClock(clk))
+			require.NoError(t, err)
+			for i := range 40 {
+				cost := ratelimit.Unit * ratelimit.Units(1+i%2)
+				want, err := ref.Check(cost)
+				require.NoError(t, err)
+				got, err := rs[0].l.Check("k", cost)
+				require.NoError(t, err)
+				assert.Equal(t, want.Allowed, got.Allowed, "request %d", i)
+				assert.Equal(t, want.Remaining, got.Remaining, "request %d", i)
+				assert.GreaterOrEqual(t, got.ResetAfter, want.ResetAfter, "request %d", i)
+				assert.Equal(t, want.Limit, got.Limit)
+				assert.Equal(t, want.Policy, got.Policy)
+				assert.Equal(t, want.Window, got.Window)
+				assert.Equal(t, want.At, got.At)
+				if !want.Allowed {
+					assert.Equal(t, want.RetryAfter, got.RetryAfter, "a refusal is Redis's")
+				}
+			}
+			assert.NotZero(t, rs[0].l.Stats().LocalAdmits)
+		})
+	}
 }
