@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratekit/ratelimit"
@@ -27,14 +28,21 @@ import (
 // goes to Redis and the entry is dropped.
 //
 // Where it does not hold: a key whose state is taken back or cleared
-// elsewhere (a refund, a reset, a Redis that lost the key to eviction or a
-// restart) admits sooner in Redis than the cache knows, and the cache keeps
-// refusing until its own instant. [WithDenyCache](0) turns it off.
+// behind the cache's back admits sooner in Redis than the cache knows, and
+// the cache keeps refusing until its own instant. A refund or a reset made
+// through this store drops the key's entry (see drop), but one made by
+// another process, or a Redis that lost the key to eviction or a restart,
+// is not seen here. [WithDenyCache](0) turns it off.
+//
+// A check in flight while this process refunds or resets its key may carry
+// back a refusal Redis made before the refund: the generation makes remember
+// ignore every refusal from a check sent before the latest drop.
 
 // denyCache holds recent refusals by Redis key, at most max of them.
 type denyCache struct {
 	mu      sync.Mutex
 	max     int
+	gen     atomic.Uint64 // counts drops; changed with mu held
 	entries map[string]denied
 }
 
@@ -109,13 +117,16 @@ func latestOf(state []byte) int64 {
 }
 
 // remember keeps Redis's refusal of rk, made at the instant at, leaving
-// state, for a request sent at sent.
-func (c *denyCache) remember(rk string, state string, at int64, sent time.Time) {
+// state, for a request sent at sent, while the cache was at generation gen.
+func (c *denyCache) remember(rk string, state string, at int64, sent time.Time, gen uint64) {
 	if len(state) > maxCachedState {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if gen != c.gen.Load() {
+		return // a refund or reset since may have made the refusal wrong
+	}
 	if _, found := c.entries[rk]; !found && len(c.entries) >= c.max {
 		// Full: drop one entry (map order: arbitrary). Dropping one costs
 		// a round trip for its key, nothing else.
@@ -132,4 +143,25 @@ func (c *denyCache) forget(rk string) {
 	c.mu.Lock()
 	delete(c.entries, rk)
 	c.mu.Unlock()
+}
+
+// generation returns the count of drops so far, for a check to pass to
+// remember.
+func (c *denyCache) generation() uint64 { return c.gen.Load() }
+
+// drop forgets rk's cached refusal after its key was refunded or reset,
+// and makes remember ignore the refusals of checks sent before.
+func (c *denyCache) drop(rk string) {
+	c.mu.Lock()
+	delete(c.entries, rk)
+	c.gen.Add(1)
+	c.mu.Unlock()
+}
+
+// floor returns the latest instant rk's cached refusal records, or 0: the
+// instant a client clock's reading is raised to for rk, as for a check.
+func (c *denyCache) floor(rk string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.entries[rk].latest
 }

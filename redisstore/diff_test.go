@@ -84,9 +84,11 @@ func drawCost(t *rapid.T, capacity ratelimit.Units) ratelimit.Units {
 
 // TestSameDecisionsAsInProcess runs one trace against the Redis store and
 // against an in-process single-key limiter per key, on one ManualClock, and
-// requires every Decision to be the same, field for field. Times run from 0
-// to MaxTime with leaps of years and readings that go back; capacities and
-// rates reach 1e15, so most quantities are beyond 2^53.
+// requires every Decision, and every amount a refund gives back, to be the
+// same: checks, peeks, refunds (at instants checks admitted at, and at
+// others) and resets. Times run from 0 to MaxTime with leaps of years and
+// readings that go back; capacities and rates reach 1e15, so most
+// quantities are beyond 2^53.
 func TestSameDecisionsAsInProcess(t *testing.T) {
 	rdb := needRedis(t)
 	defer func() { t.Logf("%d checks compared", totalChecks.Load()) }()
@@ -98,23 +100,36 @@ func TestSameDecisionsAsInProcess(t *testing.T) {
 		require.NoError(t, err)
 		p := s.Params()
 		local := map[string]ratelimit.Limiter{}
-		checks := 0
-		check := func(t *rapid.T) {
-			key := rapid.SampledFrom([]string{"a", "b", "{c}"}).Draw(t, "key")
-			cost := drawCost(t, p.Capacity)
+		keys := []string{"a", "b", "{c}"}
+		// limiter returns key's limiter, made when a check first touches
+		// the key (as Redis holds a key from its first check on); keep says
+		// whether to keep one made now.
+		limiter := func(key string, keep bool) ratelimit.Limiter {
 			l, ok := local[key]
 			if !ok {
 				l, err = ratelimit.New(rule, ratelimit.WithClock(clk))
 				require.NoError(t, err)
-				local[key] = l
+				if keep {
+					local[key] = l
+				}
 			}
-			want, werr := l.Check(cost)
+			return l
+		}
+		checks := 0
+		var ats []time.Duration
+		check := func(t *rapid.T) {
+			key := rapid.SampledFrom(keys).Draw(t, "key")
+			cost := drawCost(t, p.Capacity)
+			want, werr := limiter(key, true).Check(cost)
 			got, gerr := s.Check(key, cost)
 			require.NoError(t, werr)
 			require.NoError(t, gerr)
 			checks++
 			if want != got {
 				t.Fatalf("check %d at %d, key %q, cost %d:\n in-process %+v\n redis      %+v", checks, clk.Now(), key, cost, want, got)
+			}
+			if got.Allowed {
+				ats = append(ats, got.At)
 			}
 		}
 		span := max(p.Window, 2)
@@ -135,6 +150,50 @@ func TestSameDecisionsAsInProcess(t *testing.T) {
 				for range rapid.IntRange(1, 10).Draw(t, "checks") {
 					check(t)
 				}
+			},
+			"peek": func(t *rapid.T) {
+				key := rapid.SampledFrom(keys).Draw(t, "key")
+				cost := drawCost(t, p.Capacity)
+				want, werr := ratelimit.Peek(limiter(key, false), cost)
+				got, gerr := s.Peek(key, cost)
+				require.NoError(t, werr)
+				require.NoError(t, gerr)
+				if want != got {
+					t.Fatalf("peek at %d, key %q, cost %d:\n in-process %+v\n redis      %+v", clk.Now(), key, cost, want, got)
+				}
+			},
+			"refund": func(t *rapid.T) {
+				key := rapid.SampledFrom(append(keys, "never")).Draw(t, "key")
+				at := clk.Now()
+				if len(ats) > 0 && rapid.IntRange(0, 3).Draw(t, "admitted") > 0 {
+					at = rapid.SampledFrom(ats).Draw(t, "at")
+				} else {
+					at += time.Duration(rapid.Int64Range(-int64(span), int64(span)).Draw(t, "offset"))
+				}
+				cost := rapid.OneOf(
+					rapid.Just(drawCost(t, p.Capacity)),
+					rapid.Just(p.Capacity+ratelimit.Unit),
+				).Draw(t, "refund")
+				// A key no check has touched is not in Redis and gives back
+				// nothing; the in-process limiter is not asked, so that its
+				// clamp on time stays the one Redis keeps (none).
+				var want ratelimit.Units
+				if l, ok := local[key]; ok {
+					want, err = ratelimit.Refund(l, cost, at)
+					require.NoError(t, err)
+				}
+				got, err := s.Refund(key, cost, at)
+				require.NoError(t, err)
+				if want != got {
+					t.Fatalf("refund at %d, key %q, cost %d admitted at %d: in-process %d, redis %d", clk.Now(), key, cost, at, want, got)
+				}
+			},
+			"reset": func(t *rapid.T) {
+				key := rapid.SampledFrom(append(keys, "never")).Draw(t, "key")
+				if l, ok := local[key]; ok {
+					require.NoError(t, ratelimit.Reset(l))
+				}
+				require.NoError(t, s.Reset(key))
 			},
 		})
 		totalChecks.Add(int64(checks))

@@ -94,6 +94,23 @@
 // a Cluster client (see [Layer]). As in process, a Composite never spends
 // a refusal, CountRefused or not.
 //
+// # After the fact
+//
+// [Store.Peek], [Store.Refund] and [Store.Reset] are the in-process
+// store's (see [ratelimit.Store.Peek], [ratelimit.Store.Refund] and
+// [ratelimit.Store.Reset]), with the same Decisions and amounts, each
+// within a deadline as a check is. A peek reads the key's state and the
+// instant in one round trip and decides in Go with the rule's Machine,
+// writing nothing. A refund reads the same, computes the amount and the new
+// state in Go ([ratelimit.Machine.Refund]), and writes it with a
+// compare-and-set that keeps the key's expiry: if checks changed the key in
+// between it reads again, a bounded number of times, then fails with
+// [ErrConflict]; it never gives back twice or on a state it did not read.
+// A reset replaces the key's state by a fresh key's that keeps the key's
+// clamp on time. A refund or reset drops the key from this store's deny
+// cache; another process's deny cache may keep refusing the key until its
+// own cached refusal runs out (see [WithDenyCache]).
+//
 // # When Redis fails
 //
 // Every check has a deadline: the caller's context's, else [WithTimeout]'s

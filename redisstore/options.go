@@ -113,10 +113,14 @@ func WithCircuit(failures int, pause time.Duration) Option {
 // only when the key's state, as Redis read it when it refused, still
 // refuses it at the instant Redis would decide at now (never earlier), so
 // the answer is the one Redis would give, RetryAfter counted down to the
-// same instant, unless the key's state was taken back or cleared elsewhere
-// since: a reset, a refund, or a Redis that lost it (eviction, a restart
-// without persistence), in which cases the cache keeps refusing until its
-// own instant. Turn it off if those matter more than the round trips saved.
+// same instant, unless the key's state was taken back or cleared behind
+// the store's back since: a refund or reset made by another process (this
+// store's own [Store.Refund] and [Store.Reset] drop the key's entry), or a
+// Redis that lost the key (eviction, a restart without persistence). The
+// cache then keeps refusing requests its cached state refuses, at most
+// until that state would admit them (the RetryAfter of the refusal Redis
+// made, counted from then), although Redis would admit them sooner. Turn
+// it off if those matter more than the round trips saved.
 // A rule with CountRefused has no deny cache: each of its refusals spends,
 // so each goes to Redis.
 func WithDenyCache(n int) Option { return func(o *options) { o.denyCache = n } }

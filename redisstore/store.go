@@ -242,7 +242,9 @@ func (s *Store) check(ctx context.Context, key string, cost ratelimit.Units, loo
 	}
 	rk := s.Key(key)
 	var floor int64
+	var gen uint64
 	if s.deny != nil {
+		gen = s.deny.generation()
 		d, ok, latest := s.deny.answer(s.m, s.clock, rk, cost)
 		if ok {
 			s.localDenials.Add(1)
@@ -285,7 +287,7 @@ func (s *Store) check(ctx context.Context, key string, cost ratelimit.Units, loo
 		if d.Allowed {
 			s.deny.forget(rk)
 		} else {
-			s.deny.remember(rk, state, at, now)
+			s.deny.remember(rk, state, at, now, gen)
 		}
 	}
 	return d, err

@@ -1,0 +1,77 @@
+package ratelimit
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Refund gives back up to cost of what a key whose state is state (see
+// [Machine] for the encoding) admitted at the instant at (the admitting
+// Decision's At), seen from now, exactly as [Store.Refund] does on a key the
+// store holds, and returns how much it gave back and the key's state after
+// it. It is a pure function: a backend reads the state, calls Refund and
+// writes next back only if the key still holds state.
+//
+// now is clamped into [0, [MaxTime]] and raised to the state's latest
+// instant, which next records, even when nothing is given back (as a
+// refused check records its instant); at is clamped into [0, now]. A cost
+// above the rule's capacity is capped at it.
+//
+// The empty state (a fresh key, one the backend does not hold) gives back
+// nothing, and next is the empty state: there is nothing to write. A cost
+// of zero or less is an error matching [ErrInvalidCost]; a state that does
+// not parse, or that the rule could not have produced, is an error matching
+// [ErrInvalidState]. On an error nothing is given back and next is state.
+func (m *Machine) Refund(state []byte, now, at time.Duration, cost Units) (given Units, next []byte, err error) {
+	c, err := refundCost(cost, m.core.capacity(), m.core.policy())
+	if err != nil {
+		return 0, state, err
+	}
+	t, fields, err := splitState(state, now)
+	if err != nil || len(state) == 0 {
+		return 0, state, err
+	}
+	r, ok := m.core.(interface {
+		refund(fields []int64, now, at, cost int64, dst []byte) (int64, []byte, error)
+	})
+	if !ok {
+		return 0, state, fmt.Errorf("%w: %s has no refund", ErrInvalidRule, m.params.Algorithm)
+	}
+	dst := strconv.AppendInt(make([]byte, 0, len(state)+24), t, 10)
+	g, next, err := r.refund(fields, t, clampAt(at, t), c, dst)
+	if err != nil {
+		return 0, state, err
+	}
+	return Units(g), next, nil
+}
+
+// splitState parses an encoded state into the instant a step at now uses
+// (now clamped into [0, MaxTime] and raised to the state's latest instant)
+// and the algorithm's fields after it (none for a fresh key).
+func splitState(state []byte, now time.Duration) (int64, []int64, error) {
+	fields, err := parseState(state)
+	if err != nil {
+		return 0, nil, err
+	}
+	t := clampTime(now)
+	if len(fields) == 0 {
+		return t, nil, nil
+	}
+	last := fields[0]
+	if last > int64(MaxTime) {
+		return 0, nil, fmt.Errorf("%w: latest instant %d is beyond MaxTime", ErrInvalidState, last)
+	}
+	return max(t, last), fields[1:], nil
+}
+
+// refund is Machine.Refund on the decoded fields at the clamped instant,
+// appending the new fields to dst.
+func (m machineOf[S, A]) refund(fields []int64, now, at, cost int64, dst []byte) (int64, []byte, error) {
+	var s S
+	if err := m.alg.decodeAt(fields, &s, now); err != nil {
+		return 0, nil, err
+	}
+	g := m.alg.refund(&s, now, at, cost)
+	return g, m.alg.encode(dst, &s), nil
+}

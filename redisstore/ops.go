@@ -1,0 +1,277 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/ratekit/ratelimit"
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrConflict means a refund found its keys changed by other requests
+// between reading and writing them on every one of its attempts; nothing
+// was given back. A hot key may need the refund again later.
+var ErrConflict = errors.New("redisstore: refund conflicted with concurrent requests on every attempt")
+
+// refundAttempts bounds a refund's compare-and-set attempts.
+const refundAttempts = 8
+
+// opsScript reads, compares and sets, and resets keys (see ops.lua).
+//
+//go:embed ops.lua
+var opsLua string
+
+var opsScript = redis.NewScript(opsLua)
+
+// opReply is the ops script's reply: whether it was done, the instant it
+// read, and the states it read (none when done writing).
+type opReply struct {
+	done    bool
+	instant int64
+	states  [][]byte
+}
+
+// parseOp reads the ops script's reply for n keys.
+func parseOp(reply []any, n int) (opReply, error) {
+	var r opReply
+	status, ok1 := reply0(reply)
+	reading, ok2 := str(reply, 1)
+	at, err := strconv.ParseInt(reading, 10, 64)
+	if !ok1 || !ok2 || err != nil || (len(reply) != 2 && len(reply) != 2+n) {
+		return r, fmt.Errorf("%w: unexpected reply %v", ErrMismatch, reply)
+	}
+	r.done, r.instant = status == 1, at
+	if len(reply) == 2 {
+		return r, nil
+	}
+	r.states = make([][]byte, n)
+	for i := range n {
+		s, ok := str(reply, 2+i)
+		if !ok {
+			return r, fmt.Errorf("%w: unexpected reply %v", ErrMismatch, reply)
+		}
+		r.states[i] = []byte(s)
+	}
+	return r, nil
+}
+
+func reply0(reply []any) (int64, bool) {
+	if len(reply) == 0 {
+		return 0, false
+	}
+	v, ok := reply[0].(int64)
+	return v, ok
+}
+
+// withTimeout gives ctx the deadline d from now if it has none.
+func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+// op runs the ops script on the store's key rk, through the circuit
+// breaker. floor is the latest instant the store used for rk without
+// telling Redis (see args).
+func (s *Store) op(ctx context.Context, rk string, floor int64, args ...any) (opReply, error) {
+	now := ""
+	if s.clock != nil {
+		now = strconv.FormatInt(max(clamp(s.clock.Now()), floor), 10)
+	}
+	t := time.Now()
+	probe, ok := s.br.allow(t, s.o.pause)
+	if !ok {
+		return opReply{}, ErrCircuitOpen
+	}
+	reply, err := runScript(ctx, s.rdb, opsScript, s.guard, []string{rk}, append([]any{now}, args...))
+	if err != nil {
+		s.br.failure(time.Now(), probe, s.o.failures, s.o.pause)
+		return opReply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	s.br.success(probe)
+	r, err := parseOp(reply, 1)
+	if err != nil {
+		s.mismatches.Add(1)
+	}
+	return r, err
+}
+
+// floor is the deny cache's floor for rk (see denyCache.floor).
+func (s *Store) floor(rk string) int64 {
+	if s.deny == nil {
+		return 0
+	}
+	return s.deny.floor(rk)
+}
+
+// Peek is PeekContext with a background context.
+func (s *Store) Peek(key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	return s.PeekContext(context.Background(), key, cost)
+}
+
+// PeekContext returns the Decision that [Store.CheckContext] would give
+// cost for key now, spending nothing and writing nothing: the same
+// Decision, field for field, as a check at the same instant, judged on the
+// key's state as Redis holds it, as [ratelimit.Store.Peek] does. A rule
+// with CountRefused reports a refusal as a check would, and counts
+// nothing. It costs one round trip (a read), and is not reported to the
+// observer.
+//
+// Its errors are CheckContext's. When Redis fails, the error wraps
+// [ErrUnavailable] and the Decision is the failure policy's, spending
+// nothing: fail open's fresh key, fail closed's refusal, or the
+// fallback's Peek(key, cost) if it has one (a [ratelimit.Store] does),
+// else fail open's.
+func (s *Store) PeekContext(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	if cost <= 0 || cost > s.p.Capacity {
+		d, _, err := s.m.Step(nil, 0, cost, false)
+		return d, err
+	}
+	ctx, cancel := withTimeout(ctx, s.o.timeout)
+	defer cancel()
+	rk := s.Key(key)
+	r, err := s.op(ctx, rk, s.floor(rk), "r")
+	if err != nil {
+		if errors.Is(err, ErrUnavailable) {
+			return s.degradedPeek(key, cost, err)
+		}
+		return s.refused(), err
+	}
+	d, _, err := s.m.Step(r.states[0], time.Duration(r.instant), cost, false)
+	if err != nil {
+		s.invalid.Add(1)
+		return s.refused(), fmt.Errorf("key %q: %w", clipKey(key), err)
+	}
+	return d, nil
+}
+
+// degradedPeek is the failure policy's Decision for a Peek, spending
+// nothing anywhere.
+func (s *Store) degradedPeek(key string, cost ratelimit.Units, cause error) (ratelimit.Decision, error) {
+	if p, ok := s.o.fallback.(interface {
+		Peek(string, ratelimit.Units) (ratelimit.Decision, error)
+	}); ok {
+		d, err := p.Peek(key, cost)
+		if err != nil {
+			return d, errors.Join(cause, err)
+		}
+		return d, cause
+	}
+	if s.o.fallback == nil && s.o.mode == FailClosed {
+		d := s.refused()
+		d.RetryAfter = s.o.pause
+		return d, cause
+	}
+	d, _, _ := s.m.Step(nil, time.Duration(clamp(s.Clock().Now())), cost, false)
+	return d, cause
+}
+
+// Refund is RefundContext with a background context.
+func (s *Store) Refund(key string, cost ratelimit.Units, at time.Duration) (ratelimit.Units, error) {
+	return s.RefundContext(context.Background(), key, cost, at)
+}
+
+// RefundContext gives back up to cost of what key was admitted at the
+// instant at (the admitting Decision's At), exactly as
+// [ratelimit.Store.Refund] does (its documentation gives the amounts per
+// algorithm), and returns how much it gave back. A key Redis does not hold
+// gives back nothing and is not created. A cost of zero or less is an error
+// matching [ratelimit.ErrInvalidCost], and reaches no server; a cost above
+// the rule's capacity is capped at it. An at later than the store's time is
+// taken as that time.
+//
+// The refund is computed in Go by the rule's [ratelimit.Machine] on the
+// key's state and the store's instant (the Redis server's TIME, or the
+// client clock, raised to the key's latest instant as for a check), and
+// written back only if the key still holds the state it was computed
+// from, keeping the key's expiry. When checks change the key in between,
+// it reads again and retries, at most a few times; then it gives back
+// nothing and returns [ErrConflict]. A refund is never made twice nor on
+// a state it was not computed from. It takes two round trips, and one more
+// per retry. It drops the key's refusal from this store's deny cache; other
+// processes' caches do not know of it (see [WithDenyCache]).
+//
+// ctx bounds the whole refund; without a deadline, the store's timeout
+// does. When Redis fails the error wraps [ErrUnavailable] and nothing is
+// given back, except that a failure after the write was sent (a missed
+// deadline, a lost connection) leaves it unknown whether the write was
+// made: the refund then returns 0 with the error although it may have
+// been made. Do not retry a failed refund blindly: a refund made twice
+// gives back twice (within the bounds above). A corrupted state is an
+// error matching [ratelimit.ErrInvalidState], and nothing is written.
+func (s *Store) RefundContext(ctx context.Context, key string, cost ratelimit.Units, at time.Duration) (ratelimit.Units, error) {
+	if cost <= 0 {
+		_, _, err := s.m.Refund(nil, 0, 0, cost)
+		return 0, err
+	}
+	ctx, cancel := withTimeout(ctx, s.o.timeout)
+	defer cancel()
+	rk := s.Key(key)
+	r, err := s.op(ctx, rk, s.floor(rk), "r")
+	for attempt := 0; ; attempt++ {
+		switch {
+		case err != nil:
+			return 0, err
+		case len(r.states) != 1:
+			s.mismatches.Add(1)
+			return 0, fmt.Errorf("%w: no state in the reply", ErrMismatch)
+		case attempt == refundAttempts:
+			return 0, fmt.Errorf("%w: key %q", ErrConflict, clipKey(key))
+		}
+		state := r.states[0]
+		g, next, rerr := s.m.Refund(state, time.Duration(r.instant), at, cost)
+		if rerr != nil {
+			s.invalid.Add(1)
+			return 0, fmt.Errorf("key %q: %w", clipKey(key), rerr)
+		}
+		if string(next) == string(state) {
+			return g, nil // nothing to write: a key Redis does not hold
+		}
+		r, err = s.op(ctx, rk, s.floor(rk), "w", string(state), string(next))
+		if err == nil && r.done {
+			if s.deny != nil {
+				s.deny.drop(rk)
+			}
+			return g, nil
+		}
+	}
+}
+
+// Reset is ResetContext with a background context.
+func (s *Store) Reset(key string) error {
+	return s.ResetContext(context.Background(), key)
+}
+
+// ResetContext makes key start again as a fresh key, full, whatever it had
+// spent, as [ratelimit.Store.Reset] does: one round trip that replaces the
+// key's state, if Redis holds one, by a fresh key's state that keeps only
+// the key's clamp on time, its latest instant (a clock that went back is
+// still not trusted), expiring after the expiry margin. Resetting a key Redis does not hold
+// does nothing. It is atomic with the key's checks, and drops the key's
+// refusal from this store's deny cache; other processes' caches do not
+// know of it (see [WithDenyCache]).
+//
+// ctx bounds the call; without a deadline, the store's timeout does. When
+// Redis fails the error wraps [ErrUnavailable], and the key may or may not
+// have been reset.
+func (s *Store) ResetContext(ctx context.Context, key string) error {
+	ctx, cancel := withTimeout(ctx, s.o.timeout)
+	defer cancel()
+	rk := s.Key(key)
+	var floor int64
+	if s.clock != nil {
+		floor = s.floor(rk) // as a check's reading is raised to it
+	}
+	if _, err := s.op(ctx, rk, 0, "z", strconv.FormatInt(s.marginMs, 10), strconv.FormatInt(floor, 10)); err != nil {
+		return err
+	}
+	if s.deny != nil {
+		s.deny.drop(rk)
+	}
+	return nil
+}

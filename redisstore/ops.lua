@@ -1,0 +1,75 @@
+-- The after-the-fact operations (Peek, Refund, Reset) on one key or on a
+-- composite's layer keys, which share a slot: read the keys' states and
+-- the instant, compare and set them, or reset them. The arithmetic is done
+-- in Go by the rules' Machines; this script only reads and writes whole
+-- states, atomically.
+--
+-- KEYS     the keys
+-- ARGV[1]  now in ns since the Unix epoch, or '' for the server's TIME
+-- ARGV[2]  'r' read; 'w' compare and set; 'z' reset
+-- 'w':     ARGV[2 + 2i - 1], ARGV[2 + 2i]: key i's state as it was read
+--          ('' for none) and the state to write ('' to leave the key
+--          alone). Every key is written only if every key still holds
+--          what was read. A written key keeps its expiry: a refund only
+--          brings the instant its state is as good as a fresh key's
+--          nearer, so the expiry the last check set still covers it. A key
+--          that no longer exists is never written (SET KEEPTTL would make
+--          it a key without expiry).
+-- 'z':     ARGV[3] the expiry margin in ms. Every key that exists is
+--          replaced by the state of a fresh key that keeps the key's clamp
+--          on time, its latest instant and nothing else, expiring after the
+--          margin (a check on such a state would set that expiry too); a
+--          key whose state is not well formed has no clamp to keep, and is
+--          deleted. ARGV[4] is an instant the store used for the keys
+--          without telling Redis (its deny cache's), '0' if none: the clamp
+--          kept is at least that.
+--
+-- Returns {1 if done else 0, the instant (before clamping), then each
+-- key's state or '' as read}; 'w' done and 'z' return no states. A 'w'
+-- that was not done returns what a read would, for the next attempt.
+
+local function later(a, b)
+  return #a > #b or (#a == #b and a > b)
+end
+
+local now = ARGV[1]
+if now == '' then
+  local tm = redis.call('TIME')
+  now = string.format('%d%09d', tonumber(tm[1]), tonumber(tm[2]) * 1000)
+end
+local mode = ARGV[2]
+local cur = {}
+for i = 1, #KEYS do cur[i] = redis.call('GET', KEYS[i]) end
+
+if mode == 'w' then
+  local same = true
+  for i = 1, #KEYS do
+    if (cur[i] or '') ~= ARGV[1 + 2 * i] then same = false end
+  end
+  if same then
+    for i = 1, #KEYS do
+      local new = ARGV[2 + 2 * i]
+      if new ~= '' and cur[i] then redis.call('SET', KEYS[i], new, 'KEEPTTL') end
+    end
+    return {1, now}
+  end
+elseif mode == 'z' then
+  for i = 1, #KEYS do
+    if cur[i] then
+      -- The latest instant, if it is a canonical decimal within MaxTime;
+      -- a state that is not well formed keeps no clamp.
+      local last = string.match(cur[i], '^%d+')
+      if last and (#last == 1 or string.byte(last, 1) ~= 48) and not later(last, '4611686018427387904') then
+        if later(ARGV[4], last) then last = ARGV[4] end
+        redis.call('SET', KEYS[i], last, 'PX', ARGV[3])
+      else
+        redis.call('DEL', KEYS[i])
+      end
+    end
+  end
+  return {1, now}
+end
+
+local out = {mode == 'r' and 1 or 0, now}
+for i = 1, #KEYS do out[#out + 1] = cur[i] or '' end
+return out
