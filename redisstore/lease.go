@@ -570,9 +570,8 @@ func (l *Leased) Stats() LeaseStats {
 // giveBack gives rest milli-units of key's allowance, spent at the instant
 // at, back to Redis, and returns how much Redis took back.
 func (l *Leased) giveBack(ctx context.Context, key string, rest, at int64) (int64, error) {
-	// Until the Store can refund, nothing is given back: the rest stays
-	// spent in Redis, which can only refuse more, never admit more.
-	return 0, nil
+	g, err := l.s.RefundContext(ctx, key, ratelimit.Units(rest), time.Duration(at))
+	return int64(g), err
 }
 
 var (

@@ -357,7 +357,7 @@ func TestLeaseRoundTrips(t *testing.T) {
 			drain, err := New(r.rdb, rule, WithClock(clk), WithPrefix(r.s.o.prefix))
 			require.NoError(t, err)
 			if _, ok := rule.(ratelimit.GCRA); ok {
-				_, err = drain.Check("global", 1000*ratelimit.Unit)
+				_, err = drain.Check("global", 500*ratelimit.Unit)
 				require.NoError(t, err)
 				clk.Advance(10 * time.Millisecond)
 			}
@@ -374,10 +374,10 @@ func TestLeaseRoundTrips(t *testing.T) {
 			st := r.l.Stats()
 			calls := r.calls.n.Load() - c0
 			t.Logf("%d admitted, %d scripts sent: %+v", admitted, calls, st)
-			assert.Equal(t, int64(st.Takes+st.TakesRefused+st.Direct+st.Returns), calls, "every script sent is a take, a direct check or a give-back")
+			assert.Equal(t, int64(st.Takes+st.TakesRefused+st.Direct+2*st.Returns), calls, "every script sent is a take, a direct check or one of the two of a give-back")
 			// The first period of Hold finds the key cold and grows the lease.
 			const warmup = 100
-			assert.LessOrEqual(t, calls, int64(admitted/max)+int64(st.Returns)+warmup)
+			assert.LessOrEqual(t, calls, int64(admitted/max)+2*int64(st.Returns)+warmup)
 			assert.Equal(t, uint64(admitted), st.LocalAdmits+st.Takes+st.Direct)
 		})
 	}
