@@ -5,6 +5,7 @@ import (
 	"math/big"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -420,4 +421,161 @@ func TestLeaseDecisionsOnOneReplica(t *testing.T) {
 			assert.NotZero(t, rs[0].l.Stats().LocalAdmits)
 		})
 	}
+}
+
+// leaseOf returns the k of key's live lease on l, or 0.
+func leaseOf(l *Leased, key string) int64 {
+	v, ok := l.keys.Load(key)
+	if !ok {
+		return 0
+	}
+	if ls := v.(*leaseKey).cur.Load(); ls != nil {
+		return ls.k
+	}
+	return 0
+}
+
+// TestLeaseCloseGivesBack: Close gives every lease's rest back, so that
+// Redis then holds exactly what was admitted, as if there had been no
+// lease; and checks after Close go to Redis.
+func TestLeaseCloseGivesBack(t *testing.T) {
+	for name, rule := range map[string]ratelimit.Rule{
+		"gcra":         ratelimit.GCRA{Rate: ratelimit.Every(year), Burst: 100},
+		"fixed window": ratelimit.FixedWindow{Limit: 100, Window: time.Hour},
+		"sub-window":   ratelimit.SubWindow{Limit: 100, Window: time.Hour, Buckets: 4},
+	} {
+		t.Run(name, func(t *testing.T) {
+			clk := ratelimit.NewManualClock(unixNow)
+			rs := newReplicas(t, 1, rule, LeaseOptions{Max: 30 * ratelimit.Unit, Hold: time.Minute}, WithClock(clk), WithPrefix(testPrefix()))
+			defer closeReplicas(rs)
+			l := rs[0].l
+			for range 17 {
+				d, err := l.Check("k", ratelimit.Unit)
+				require.NoError(t, err)
+				require.True(t, d.Allowed)
+			}
+			k := leaseOf(l, "k")
+			require.NotZero(t, k, "the key holds a lease")
+			d, err := rs[0].s.Peek("k", ratelimit.Unit)
+			require.NoError(t, err)
+			require.Less(t, d.Remaining, int64(100-17-1), "the lease is spent in Redis")
+			require.NoError(t, l.Close())
+			d, err = rs[0].s.Peek("k", ratelimit.Unit)
+			require.NoError(t, err)
+			assert.Equal(t, int64(100-17-1), d.Remaining, "all but what was admitted is back (Peek counts its own cost)")
+			st := l.Stats()
+			assert.Equal(t, ratelimit.Units(0), st.Unreturned)
+			assert.NotZero(t, st.Returned)
+			before := rs[0].calls.n.Load()
+			d, err = l.Check("k", ratelimit.Unit)
+			require.NoError(t, err)
+			assert.True(t, d.Allowed)
+			assert.Equal(t, before+1, rs[0].calls.n.Load(), "after Close a check goes to Redis")
+			assert.Zero(t, leaseOf(l, "k"))
+		})
+	}
+}
+
+// TestLeaseEnds: a lease admits nothing once Hold has passed, and its rest
+// goes back to Redis (by its goroutine or by the next check).
+func TestLeaseEnds(t *testing.T) {
+	clk := ratelimit.NewManualClock(unixNow)
+	rule := ratelimit.FixedWindow{Limit: 1000, Window: time.Hour}
+	rs := newReplicas(t, 1, rule, LeaseOptions{Max: 50 * ratelimit.Unit, Hold: time.Second}, WithClock(clk), WithPrefix(testPrefix()))
+	defer closeReplicas(rs)
+	l := rs[0].l
+	for range 10 {
+		_, err := l.Check("k", ratelimit.Unit)
+		require.NoError(t, err)
+	}
+	k := leaseOf(l, "k")
+	require.NotZero(t, k)
+	clk.Advance(time.Second + 1)
+	local := l.Stats().LocalAdmits
+	d, err := l.Check("k", ratelimit.Unit)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	assert.Equal(t, local, l.Stats().LocalAdmits, "not admitted from the lease past its end")
+	// The old lease's rest is given back by whichever saw it end first;
+	// the goroutine's refund is a Redis round trip, waited for here.
+	require.Eventually(t, func() bool { return l.Stats().Returns >= 1 }, 5*time.Second, time.Millisecond)
+	require.NoError(t, l.Close())
+	d, err = rs[0].s.Peek("k", ratelimit.Unit)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1000-11-1), d.Remaining, "Peek counts its own cost")
+}
+
+// TestLeasesConcurrent: goroutines of several replicas share one key's
+// leases; at one instant they admit exactly the limit, less at most what
+// the leases hold at the end, and never more.
+func TestLeasesConcurrent(t *testing.T) {
+	const n, goroutines, max, limit = 3, 6, 20, 500
+	clk := ratelimit.NewManualClock(unixNow)
+	rule := ratelimit.FixedWindow{Limit: limit, Window: time.Hour}
+	rs := newReplicas(t, n, rule, LeaseOptions{Max: max * ratelimit.Unit, Hold: time.Hour}, WithClock(clk), WithPrefix(testPrefix()))
+	defer closeReplicas(rs)
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for _, r := range rs {
+		for range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 150 {
+					d, err := r.l.Check("global", ratelimit.Unit)
+					if !assert.NoError(t, err) {
+						return
+					}
+					if d.Allowed {
+						admitted.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	var local uint64
+	for _, r := range rs {
+		local += r.l.Stats().LocalAdmits
+	}
+	t.Logf("admitted %d, %d from leases", admitted.Load(), local)
+	assert.LessOrEqual(t, admitted.Load(), int64(limit))
+	assert.GreaterOrEqual(t, admitted.Load(), int64(limit-n*max))
+	assert.NotZero(t, local)
+}
+
+// TestLeaseSize: whatever the demand, a lease is between twice the cost of
+// the request that took it and Max; a key whose requests come more than
+// two periods of Hold apart never leases.
+func TestLeaseSize(t *testing.T) {
+	needRedis(t)
+	rapid.Check(t, func(rt *rapid.T) {
+		clk := ratelimit.NewManualClock(unixNow)
+		rule := ratelimit.FixedWindow{Limit: 1_000_000, Window: time.Hour}
+		max := ratelimit.Units(rapid.Int64Range(2, 100_000).Draw(rt, "max"))
+		hold := time.Duration(rapid.Int64Range(1, 1000).Draw(rt, "hold_ms")) * time.Millisecond
+		rs := newReplicas(t, 1, rule, LeaseOptions{Max: max, Hold: hold}, WithClock(clk), WithPrefix(testPrefix()))
+		defer closeReplicas(rs)
+		l := rs[0].l
+		cold := rapid.Bool().Draw(rt, "cold")
+		for range rapid.IntRange(1, 60).Draw(rt, "requests") {
+			gap := time.Duration(rapid.Int64Range(0, int64(hold)).Draw(rt, "gap"))
+			if cold {
+				gap = 2*hold + gap
+			}
+			clk.Advance(gap)
+			c := ratelimit.Units(rapid.Int64Range(1, 5000).Draw(rt, "cost"))
+			takes := l.Stats().Takes
+			_, err := l.Check("k", c)
+			require.NoError(rt, err)
+			if l.Stats().Takes > takes {
+				k := leaseOf(l, "k")
+				require.LessOrEqual(rt, k, int64(max))
+				require.GreaterOrEqual(rt, k, 2*int64(c))
+			}
+		}
+		if cold {
+			require.Zero(rt, l.Stats().Takes, "a cold key leased")
+		}
+	})
 }
