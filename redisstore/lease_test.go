@@ -579,3 +579,62 @@ func TestLeaseSize(t *testing.T) {
 		}
 	})
 }
+
+// TestLeaseWhenRedisFails: a lease taken before Redis went down is still
+// spent locally (it was paid for); once it is used up, the store's failure
+// policy answers for the request's own cost, with the error; giving back
+// at Close fails with the error too, and keeps nothing it could not give.
+func TestLeaseWhenRedisFails(t *testing.T) {
+	for _, mode := range []FailureMode{FailOpen, FailClosed} {
+		t.Run([]string{"fail open", "fail closed"}[mode], func(t *testing.T) {
+			srv := drillServer(t)
+			rdb := srv.client(func(o *redis.Options) { o.MaxRetries = -1 })
+			defer rdb.Close()
+			clk := ratelimit.NewManualClock(unixNow)
+			rule := ratelimit.FixedWindow{Limit: 100, Window: time.Hour}
+			s, err := New(rdb, rule, WithClock(clk), WithTimeout(time.Second), WithFailureMode(mode), WithPrefix(testPrefix()))
+			require.NoError(t, err)
+			l, err := NewLeased(s, LeaseOptions{Max: 10 * ratelimit.Unit, Hold: time.Hour})
+			require.NoError(t, err)
+			for range 12 {
+				for _, key := range []string{"k", "j"} {
+					d, err := l.Check(key, ratelimit.Unit)
+					require.NoError(t, err)
+					require.True(t, d.Allowed)
+				}
+			}
+			ls := leaseOfLease(l, "k")
+			require.NotNil(t, ls)
+			left := ls.k - ls.used.Load()
+			require.Positive(t, left)
+			srv.kill()
+			for i := int64(0); i < left; i += int64(ratelimit.Unit) {
+				d, err := l.Check("k", ratelimit.Unit)
+				require.NoError(t, err, "the lease admits without Redis")
+				require.True(t, d.Allowed)
+			}
+			d, err := l.Check("k", ratelimit.Unit)
+			require.ErrorIs(t, err, ErrUnavailable)
+			assert.Equal(t, mode == FailOpen, d.Allowed, "the failure policy answers")
+			if mode == FailOpen {
+				assert.Equal(t, int64(99), d.Remaining, "a fresh key's Decision for the request's own cost")
+			}
+			// "j" still holds what it did not use: giving it back fails.
+			js := leaseOfLease(l, "j")
+			require.NotNil(t, js)
+			jleft := js.k - js.used.Load()
+			require.Positive(t, jleft)
+			require.ErrorIs(t, l.Close(), ErrUnavailable)
+			assert.Equal(t, ratelimit.Units(jleft), l.Stats().Unreturned)
+		})
+	}
+}
+
+// leaseOfLease returns key's live lease on l, or nil.
+func leaseOfLease(l *Leased, key string) *lease {
+	v, ok := l.keys.Load(key)
+	if !ok {
+		return nil
+	}
+	return v.(*leaseKey).cur.Load()
+}
