@@ -78,6 +78,9 @@ type leaseKey struct {
 
 	// Demand, in milli-units asked per period of Hold on the local clock.
 	period, demand, last atomic.Int64
+	// full is when, on the local clock, the key's bucket is full again by
+	// Redis's last Decision for it (its ResetAfter), if nothing else spends.
+	full atomic.Int64
 }
 
 // lease is k milli-units of a key's allowance, spent in Redis by one check
@@ -172,7 +175,7 @@ func (l *Leased) CheckContext(ctx context.Context, key string, cost ratelimit.Un
 		return l.s.CheckContext(ctx, key, cost)
 	}
 	est := e.note(l.local(), int64(l.o.Hold), c)
-	for waited := false; ; waited = true {
+	for round := 0; ; round++ {
 		ls := e.cur.Load()
 		if ls != nil {
 			if d, ok := l.admit(ls, c); ok {
@@ -182,12 +185,12 @@ func (l *Leased) CheckContext(ctx context.Context, key string, cost ratelimit.Un
 			}
 		}
 		k := min(int64(l.o.Max), est)
-		if k < 2*c || waited {
-			// Cold (a lease left from hotter times ends with its Hold), or
-			// the lease just taken cannot cover this request either: Redis
-			// decides it alone.
-			l.direct.Add(1)
-			return l.s.CheckContext(ctx, key, cost)
+		if k < 2*c || round == maxRounds || l.meter && e.full.Load()-l.local() < int64(l.o.Hold) {
+			// Cold (a lease left from hotter times ends with its Hold); a
+			// bucket too near full for a lease to last (see covers); or
+			// leases taken meanwhile ran out before this request got its
+			// share: Redis decides it alone.
+			return l.checkAlone(ctx, e, cost)
 		}
 		e.mu.Lock()
 		if ch := e.taking; ch != nil {
@@ -196,15 +199,13 @@ func (l *Leased) CheckContext(ctx context.Context, key string, cost ratelimit.Un
 			case <-ch:
 				continue
 			case <-ctx.Done():
-				l.direct.Add(1)
-				return l.s.CheckContext(ctx, key, cost)
+				return l.checkAlone(ctx, e, cost)
 			}
 		}
 		if e.dead || e.cur.Load() != ls {
 			e.mu.Unlock()
 			if e.dead {
-				l.direct.Add(1)
-				return l.s.CheckContext(ctx, key, cost)
+				return l.checkAlone(ctx, e, cost)
 			}
 			continue
 		}
@@ -218,6 +219,22 @@ func (l *Leased) CheckContext(ctx context.Context, key string, cost ratelimit.Un
 		e.mu.Unlock()
 		return d, err
 	}
+}
+
+// maxRounds is how many leases a request waits for before it goes to
+// Redis alone: when many requests wait for one take, the lease may run
+// out before each got its share.
+const maxRounds = 3
+
+// checkAlone checks cost for e's key in Redis, as the Store does, and
+// keeps when the Decision says the key is full again, for the next lease.
+func (l *Leased) checkAlone(ctx context.Context, e *leaseKey, cost ratelimit.Units) (ratelimit.Decision, error) {
+	l.direct.Add(1)
+	d, err := l.s.CheckContext(ctx, e.key, cost)
+	if err == nil {
+		e.full.Store(l.local() + int64(d.ResetAfter))
+	}
+	return d, err
 }
 
 // take ends old (if any), gives back its rest, and takes a lease of k for
@@ -237,6 +254,7 @@ func (l *Leased) take(ctx context.Context, e *leaseKey, old *lease, c, k int64) 
 		l.observe(d, ratelimit.Units(c), err)
 		return d, err
 	}
+	e.full.Store(l.local() + int64(d.ResetAfter))
 	if !d.Allowed {
 		// Redis has less than k: lease what it has, if that is worth a
 		// lease, else check the request alone. Either costs the round trip
@@ -250,8 +268,7 @@ func (l *Leased) take(ctx context.Context, e *leaseKey, old *lease, c, k int64) 
 			if err == nil {
 				l.takesRefused.Add(1)
 			}
-			l.direct.Add(1)
-			return l.s.CheckContext(ctx, e.key, ratelimit.Units(c))
+			return l.checkAlone(ctx, e, ratelimit.Units(c))
 		}
 	}
 	l.takes.Add(1)

@@ -397,7 +397,7 @@ func TestLeaseDecisionsOnOneReplica(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			clk := ratelimit.NewManualClock(unixNow + 1234567)
-			rs := newReplicas(t, 1, rule, LeaseOptions{Max: 7 * ratelimit.Unit, Hold: time.Hour}, WithClock(clk), WithPrefix(testPrefix()))
+			rs := newReplicas(t, 1, rule, LeaseOptions{Max: 7 * ratelimit.Unit, Hold: time.Second}, WithClock(clk), WithPrefix(testPrefix()))
 			defer closeReplicas(rs)
 			ref, err := ratelimit.New(rule, ratelimit.WithClock(clk))
 			require.NoError(t, err)
@@ -637,4 +637,76 @@ func leaseOfLease(l *Leased, key string) *lease {
 		return nil
 	}
 	return v.(*leaseKey).cur.Load()
+}
+
+// TestBucketLeaseNeverMints: a bucket lease admits, by any instant, at most
+// what the bucket as its take left it still lacks then (see covers),
+// judged on the state Redis really wrote; and it admits at once what it
+// was taken with. No Redis is needed: the lease is built from the Machine.
+func TestBucketLeaseNeverMints(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never used
+	defer rdb.Close()
+	rapid.Check(t, func(rt *rapid.T) {
+		rule := ratelimit.GCRA{Rate: ratelimit.Rate{Count: rapid.Int64Range(1, 1000).Draw(rt, "count"), Per: drawPeriod(rt, "per")}, Burst: rapid.Int64Range(1, 1000).Draw(rt, "burst")}
+		clk := ratelimit.NewManualClock(unixNow)
+		s, err := New(rdb, rule, WithClock(clk))
+		if err != nil {
+			rt.Skip("rule refused")
+		}
+		capacity := int64(s.p.Capacity)
+		if capacity < 2 {
+			rt.Skip("no lease fits")
+		}
+		l, err := NewLeased(s, LeaseOptions{Max: ratelimit.Units(capacity), Hold: 100 * year})
+		require.NoError(rt, err)
+		var state []byte
+		if rapid.Bool().Draw(rt, "spent") {
+			_, state, err = s.m.Step(nil, unixNow, ratelimit.Units(rapid.Int64Range(1, capacity).Draw(rt, "before")), true)
+			require.NoError(rt, err)
+		}
+		k := rapid.Int64Range(2, capacity).Draw(rt, "k")
+		d, real, err := s.m.Step(state, unixNow, ratelimit.Units(k), true)
+		require.NoError(rt, err)
+		if !d.Allowed {
+			return
+		}
+		at := int64(d.At)
+		ls := &lease{k: k, d: d, at: at, end: at + int64(100*year), state: meterState(at, d.ResetAfter)}
+		used := int64(0)
+		for range rapid.IntRange(1, 30).Draw(rt, "requests") {
+			clk.Advance(time.Duration(rapid.Int64Range(0, int64(d.ResetAfter)/4+1).Draw(rt, "advance")))
+			c := rapid.Int64Range(1, k).Draw(rt, "cost")
+			got, ok := l.admit(ls, c)
+			if !ok {
+				continue
+			}
+			used += c
+			require.Equal(rt, used, ls.used.Load())
+			require.LessOrEqual(rt, used, k)
+			require.True(rt, got.Allowed)
+			// Lacking at least used: the real bucket cannot admit
+			// capacity - used + 1 (it holds less than that, to within one
+			// milli-unit).
+			if x := capacity - used + 1; x <= capacity {
+				dr, _, err := s.m.Step(real, clk.Now(), ratelimit.Units(x), false)
+				require.NoError(rt, err)
+				require.False(rt, dr.Allowed, "the lease admitted %d by %v, more than the bucket lacks", used, clk.Now()-time.Duration(at))
+			}
+		}
+	})
+	// At the take's own instant the whole lease admits.
+	clk := ratelimit.NewManualClock(unixNow)
+	s, err := New(rdb, ratelimit.GCRA{Rate: ratelimit.PerSecond(1), Burst: 10}, WithClock(clk))
+	require.NoError(t, err)
+	l, err := NewLeased(s, LeaseOptions{Max: 10 * ratelimit.Unit, Hold: time.Hour})
+	require.NoError(t, err)
+	d, _, err := s.m.Step(nil, unixNow, 10*ratelimit.Unit, true)
+	require.NoError(t, err)
+	ls := &lease{k: int64(10 * ratelimit.Unit), d: d, at: int64(d.At), end: int64(d.At) + int64(time.Hour), state: meterState(int64(d.At), d.ResetAfter)}
+	for range 10 {
+		_, ok := l.admit(ls, int64(ratelimit.Unit))
+		require.True(t, ok)
+	}
+	_, ok := l.admit(ls, 1)
+	require.False(t, ok, "a lease admits no more than it holds")
 }
