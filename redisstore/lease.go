@@ -22,8 +22,10 @@ type LeaseOptions struct {
 	Max ratelimit.Units
 
 	// Hold is how long a lease admits after Redis granted it; what is left
-	// then is given back. It must be positive. It is also the period over
-	// which a key's demand is measured to size its next lease.
+	// then is given back. It must be positive. A window rule's lease also
+	// ends with the window it was spent in (a sub-window's, with its
+	// bucket). Hold is also the period over which a key's demand is
+	// measured to size its next lease.
 	Hold time.Duration
 
 	// Keys bounds how many keys a Leased tracks (and so may lease) at
@@ -45,7 +47,9 @@ type LeaseOptions struct {
 // a key leases when that demand is at least twice the request's cost,
 // with k the demand capped at Max (so a lease is sized to be used up
 // within about one Hold), and goes straight to Redis otherwise, exactly as
-// the Store does.
+// the Store does. A token bucket or GCRA key leases, besides, only while
+// Redis's last answer for it (its ResetAfter) puts it at least Hold from
+// full: nearer full, a lease would stop admitting before it was used.
 //
 // A Leased is safe for concurrent use. Requests of one key share its lease
 // through atomic operations; when it runs out, one of them takes the next
@@ -56,7 +60,7 @@ type LeaseOptions struct {
 type Leased struct {
 	s     *Store
 	o     LeaseOptions
-	meter bool  // token bucket or GCRA: a lease's allowance decays (see usable)
+	meter bool  // token bucket or GCRA: a lease's allowance decays (see covers)
 	span  int64 // the window or bucket a window rule's lease may not outlive, ns
 	base  time.Time
 
