@@ -22,10 +22,9 @@ import (
 // admitted; and no check outlasts its deadline (the drill's 50 ms for the
 // lost master's keys, a second for the live masters').
 //
-// The circuit breaker is set never to open here: it counts failures per
-// Store, not per master, so a run of failures on the lost master's keys
-// would open it for every key, and the live masters' keys would be
-// answered by the failure policy too.
+// The circuit breaker is set never to open here, so that every check of
+// the lost master's keys asks the policies after waiting out its deadline
+// (TestClusterCircuitPerMaster drills the circuit).
 //
 // A spent key's refusal is not retried against Redis when the deny cache
 // holds it, so the drill turns the cache off to ask the policies.
@@ -147,12 +146,12 @@ func marked(nodes, addr string) bool {
 	return false
 }
 
-// TestClusterCircuitSpansMasters pins what the circuit breaker does in
-// Cluster: it counts a Store's failures whatever master they came from, so
-// failures on a lost master's keys open it for the keys of the live masters
-// as well, which are then answered by the failure policy (here fail open: a
-// fresh key's Decision, admitting a spent key) until a probe succeeds.
-func TestClusterCircuitSpansMasters(t *testing.T) {
+// TestClusterCircuitPerMaster: the circuit breaker counts failures per
+// master, so failures on a lost master's keys open it for that master's
+// keys only (answered by the failure policy without waiting on Redis),
+// while the keys of the live masters go on being decided by Redis: a spent
+// key there is still refused, never admitted as fail open would.
+func TestClusterCircuitPerMaster(t *testing.T) {
 	cl := startCluster(t)
 	rdb := cl.client(t, func(o *redis.ClusterOptions) { o.MaxRetries = -1 })
 	clk := ratelimit.NewManualClock(unixNow)
@@ -161,22 +160,25 @@ func TestClusterCircuitSpansMasters(t *testing.T) {
 	require.NoError(t, err)
 	victim := cl.nodes[2]
 	var dead []string
-	liveKey := ""
-	for i := 0; len(dead) < 3 || liveKey == ""; i++ {
+	liveKeys := map[*server]string{}
+	for i := 0; len(dead) < 4 || len(liveKeys) < 2; i++ {
 		key := fmt.Sprintf("k%d", i)
-		if cl.owner(t, cl.slot(t, s.Key(key))) == victim {
+		switch owner := cl.owner(t, cl.slot(t, s.Key(key))); {
+		case owner == victim:
 			dead = append(dead, key)
-		} else if liveKey == "" {
-			liveKey = key
+		case liveKeys[owner] == "":
+			liveKeys[owner] = key
 		}
 	}
-	for range 3 {
-		_, err := timed(t, s, liveKey)
+	for _, key := range liveKeys {
+		for range 3 {
+			_, err := timed(t, s, key)
+			require.NoError(t, err)
+		}
+		d, err := timed(t, s, key)
 		require.NoError(t, err)
+		require.False(t, d.Allowed, "spent")
 	}
-	d, err := timed(t, s, liveKey)
-	require.NoError(t, err)
-	require.False(t, d.Allowed, "spent")
 
 	victim.kill()
 	for _, key := range dead[:3] {
@@ -184,9 +186,29 @@ func TestClusterCircuitSpansMasters(t *testing.T) {
 		require.ErrorIs(t, err, ErrUnavailable)
 		require.NotErrorIs(t, err, ErrCircuitOpen)
 	}
-	d, err = timed(t, s, liveKey)
-	require.ErrorIs(t, err, ErrCircuitOpen, "the live master's key")
-	require.True(t, d.Allowed, "fail open answers a fresh key's Decision")
+	// The lost master's circuit is open: its keys get the failure policy
+	// at once, a fresh key's Decision for fail open.
+	for _, key := range dead {
+		start := time.Now()
+		d, err := s.Check(key, ratelimit.Unit)
+		require.ErrorIs(t, err, ErrCircuitOpen, "the lost master's key %s", key)
+		require.True(t, d.Allowed, "fail open answers a fresh key's Decision")
+		assert.Less(t, time.Since(start), drillTimeout/2, "an open circuit waited on Redis")
+		_, err = s.Refund(key, ratelimit.Unit, d.At)
+		require.ErrorIs(t, err, ErrCircuitOpen, "a refund of the lost master's key")
+	}
+	// The live masters' keys are still Redis's to decide.
+	for owner, key := range liveKeys {
+		for range 3 {
+			d, err := liveCheck(t, key, s.CheckContext)
+			require.NoError(t, err, "key %s on live master %s", key, owner.addr())
+			require.False(t, d.Allowed, "spent key %s on a live master admitted", key)
+			p, err := s.Peek(key, ratelimit.Unit)
+			require.NoError(t, err)
+			require.False(t, p.Allowed)
+		}
+	}
+	assert.Equal(t, uint64(len(dead)), s.Stats().CircuitRefusals)
 }
 
 // TestClusterFullCoverage pins Redis's default, cluster-require-full-

@@ -209,6 +209,25 @@ func (c *Composite) key(i int, key string) (string, string) {
 	return b.String(), tag
 }
 
+// keys returns the layers' Redis keys for a request of cost on key. On a
+// cluster client the keys of the layers that take part in it must share a
+// slot, else the error matches [ErrCrossSlot].
+func (c *Composite) keys(key string, cost ratelimit.Units) ([]string, error) {
+	keys := make([]string, len(c.layers))
+	tag := ""
+	for i := range c.layers {
+		var t string
+		keys[i], t = c.key(i, key)
+		if c.cluster && c.lm.Takes(i, cost) {
+			if tag != "" && t != tag {
+				return nil, fmt.Errorf("%w: key %q: layer %d's key %s", ErrCrossSlot, clipKey(key), i, keys[i])
+			}
+			tag = t
+		}
+	}
+	return keys, nil
+}
+
 func hash16(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:16])
@@ -256,30 +275,24 @@ func (c *Composite) check(ctx context.Context, key string, cost ratelimit.Units)
 	if d, _, _, err := c.lm.Step(fresh, 0, cost, false); err != nil {
 		return d, ratelimit.Decision{}, err
 	}
-	keys := make([]string, n)
+	keys, err := c.keys(key, cost)
+	if err != nil {
+		return c.refused(), ratelimit.Decision{}, err
+	}
 	args := make([]any, 0, 2+n*11)
 	now := ""
 	if c.clock != nil {
 		now = strconv.FormatInt(clamp(c.clock.Now()), 10)
 	}
 	args = append(args, now, strconv.Itoa(n))
-	tag := ""
 	for i := range c.layers {
 		l := &c.layers[i]
-		var t string
-		keys[i], t = c.key(i, key)
 		flag := "e"
 		switch {
 		case !c.lm.Takes(i, cost):
 			flag = "-"
 		case l.Shadow:
 			flag = "s"
-		}
-		if c.cluster && flag != "-" {
-			if tag != "" && t != tag {
-				return c.refused(), ratelimit.Decision{}, fmt.Errorf("%w: key %q: layer %d's key %s", ErrCrossSlot, clipKey(key), i, keys[i])
-			}
-			tag = t
 		}
 		step := []any{l.alg, "", strconv.FormatInt(int64(cost), 10), strconv.FormatInt(c.marginMs, 10)}
 		step = append(step, l.ruleArg...)

@@ -28,7 +28,8 @@ func firstField(k string) string { return strings.SplitN(k, " ", 2)[0] }
 // every algorithm, enforced or shadow, keyed globally, per customer or per
 // whole key), on one ManualClock, and requires the same Decisions, field
 // for field, and the same shadow reports; and again on a third Composite
-// whose layers all decide on the exact path.
+// whose layers all decide on the exact path. Peeks, refunds and resets
+// among the checks must give the same Decisions and amounts too.
 func TestCompositeSameDecisionsAsInProcess(t *testing.T) {
 	rdb := needRedis(t)
 	keyFns := []func(string) string{func(string) string { return "all" }, firstField, nil}
@@ -66,12 +67,49 @@ func TestCompositeSameDecisionsAsInProcess(t *testing.T) {
 			m, _ := ratelimit.NewMachine(l.Rule)
 			capacity = min(capacity, m.Params().Capacity)
 		}
+		var ats []time.Duration
 		for step := range rapid.IntRange(1, 40).Draw(t, "steps") {
 			clk.Advance(rapid.SampledFrom([]time.Duration{0, 0, 1, time.Millisecond, time.Second, time.Hour, year}).Draw(t, "advance"))
 			key := rapid.SampledFrom([]string{"x 1", "x 2", "y 1"}).Draw(t, "key")
 			cost := drawCost(t, capacity)
 			if rapid.IntRange(0, 9).Draw(t, "over") == 0 {
 				cost = capacity + 1 // above some layer's capacity
+			}
+			switch rapid.IntRange(0, 9).Draw(t, "op") {
+			case 0:
+				w, werr := want.Peek(key, cost)
+				g, gerr := got.Peek(key, cost)
+				if werr != nil || gerr != nil {
+					require.Error(t, werr)
+					require.EqualError(t, gerr, werr.Error())
+				}
+				if w != g {
+					t.Fatalf("peek %d at %d, key %q, cost %d:\n in-process %+v\n redis      %+v", step, clk.Now(), key, cost, w, g)
+				}
+				continue
+			case 1:
+				at := clk.Now()
+				if len(ats) > 0 {
+					at = rapid.SampledFrom(ats).Draw(t, "at")
+				}
+				w, werr := want.Refund(key, cost, at)
+				g, gerr := got.Refund(key, cost, at)
+				require.NoError(t, werr)
+				require.NoError(t, gerr)
+				if w != g {
+					t.Fatalf("refund %d at %d, key %q, cost %d admitted at %d: in-process %d, redis %d", step, clk.Now(), key, cost, at, w, g)
+				}
+				// The exact path's keys are another composite's: refund
+				// there too, to keep them alike.
+				e, eerr := exact.Refund(key, cost, at)
+				require.NoError(t, eerr)
+				require.Equal(t, w, e)
+				continue
+			case 2:
+				want.Reset(key)
+				require.NoError(t, got.Reset(key))
+				require.NoError(t, exact.Reset(key))
+				continue
 			}
 			wantReports, gotReports = wantReports[:0], gotReports[:0]
 			w, werr := want.Check(key, cost)
@@ -90,6 +128,9 @@ func TestCompositeSameDecisionsAsInProcess(t *testing.T) {
 			}
 			if w != g {
 				t.Fatalf("check %d at %d, key %q, cost %d:\n in-process %+v\n redis      %+v", step, clk.Now(), key, cost, w, g)
+			}
+			if w.Allowed {
+				ats = append(ats, w.At)
 			}
 			gotReports = gotReports[:0]
 			e, eerr := exact.Check(key, cost)

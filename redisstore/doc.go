@@ -107,7 +107,10 @@
 // between it reads again, a bounded number of times, then fails with
 // [ErrConflict]; it never gives back twice or on a state it did not read.
 // A reset replaces the key's state by a fresh key's that keeps the key's
-// clamp on time. A refund or reset drops the key from this store's deny
+// clamp on time. [Composite.Peek], [Composite.Refund] and [Composite.Reset]
+// are the in-process Composite's in the same way, over every layer's key in
+// one script (the keys share a slot): a composite refund writes every
+// enforced layer's new state, all or none, in one compare-and-set. A refund or reset drops the key from this store's deny
 // cache; another process's deny cache may keep refusing the key until its
 // own cached refusal runs out (see [WithDenyCache]).
 //
@@ -211,13 +214,17 @@
 // In Redis Cluster a lost master fails only the checks of keys in its
 // slots: the other masters' keys are decided as before (with
 // cluster-require-full-coverage no; with the default, the live masters
-// refuse every key once the cluster marks the master failed). The circuit
-// breaker, though, counts a Store's failures whatever master they came
-// from: a run of failures on the lost master's keys opens it for every
-// key, and until a probe succeeds the live masters' keys get the failure
-// policy's answer too. Where that matters (fail open admits them as fresh
-// keys), raise the circuit's failure count ([WithCircuit]) so that it
-// opens only when far more checks fail than one master's share.
+// refuse every key once the cluster marks the master failed). On a
+// [redis.ClusterClient] the circuit breaker is per master (the node the
+// client's slot map names for the key's slot): a run of failures on the
+// lost master's keys opens the circuit for those keys only, and the live
+// masters' keys go on being decided by Redis, never by the failure policy.
+// On a [redis.Ring], which spreads keys over shards by its own hashing,
+// one breaker counts every shard's failures.
+//
+// Peeks, refunds and resets go through the same breaker as checks: they
+// fail at once with [ErrCircuitOpen] while it is open, and their failures
+// and successes count toward it (but not in [Stats], which counts checks).
 //
 // A check that missed its deadline may still reach the server and run
 // there (a paused server runs what it finds queued when it wakes): it then

@@ -122,7 +122,7 @@ func TestTamperedState(t *testing.T) {
 			assert.ErrorIs(t, merr, ratelimit.ErrInvalidState, "the Machine accepts %q", tc.state)
 			assert.Equal(t, uint64(1), s.Stats().InvalidStates)
 			assert.Zero(t, s.Stats().Failures)
-			assert.False(t, s.br.open())
+			assert.False(t, s.br.one.open())
 		}
 	}
 }

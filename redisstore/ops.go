@@ -83,17 +83,17 @@ func (s *Store) op(ctx context.Context, rk string, floor int64, args ...any) (op
 	if s.clock != nil {
 		now = strconv.FormatInt(max(clamp(s.clock.Now()), floor), 10)
 	}
-	t := time.Now()
-	probe, ok := s.br.allow(t, s.o.pause)
+	br := s.br.forKey(ctx, rk)
+	probe, ok := br.allow(time.Now(), s.o.pause)
 	if !ok {
 		return opReply{}, ErrCircuitOpen
 	}
 	reply, err := runScript(ctx, s.rdb, opsScript, s.guard, []string{rk}, append([]any{now}, args...))
 	if err != nil {
-		s.br.failure(time.Now(), probe, s.o.failures, s.o.pause)
+		br.failure(time.Now(), probe, s.o.failures, s.o.pause)
 		return opReply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	s.br.success(probe)
+	br.success(probe)
 	r, err := parseOp(reply, 1)
 	if err != nil {
 		s.mismatches.Add(1)
@@ -274,4 +274,163 @@ func (s *Store) ResetContext(ctx context.Context, key string) error {
 		s.deny.drop(rk)
 	}
 	return nil
+}
+
+// op runs the ops script on the layers' keys that take part in a request
+// of cost (see Composite.keys); the others read as fresh keys.
+func (c *Composite) op(ctx context.Context, key string, cost ratelimit.Units, args ...any) ([]string, opReply, error) {
+	keys, err := c.keys(key, cost)
+	if err != nil {
+		return nil, opReply{}, err
+	}
+	send := make([]string, 0, len(keys))
+	for i := range keys {
+		if c.lm.Takes(i, cost) {
+			send = append(send, keys[i])
+		}
+	}
+	now := ""
+	if c.clock != nil {
+		now = strconv.FormatInt(clamp(c.clock.Now()), 10)
+	}
+	reply, err := runScript(ctx, c.rdb, opsScript, c.guard, send, append([]any{now}, args...))
+	if err != nil {
+		return nil, opReply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	r, err := parseOp(reply, len(send))
+	if len(send) == 0 && args[0] == "r" {
+		r.states = [][]byte{} // a read of no keys: every layer reads as fresh
+	}
+	if err != nil || r.states == nil {
+		return keys, r, err
+	}
+	states := make([][]byte, len(keys))
+	j := 0
+	for i := range keys {
+		if c.lm.Takes(i, cost) {
+			states[i] = r.states[j]
+			j++
+		}
+	}
+	r.states = states
+	return keys, r, nil
+}
+
+// Peek is PeekContext with a background context.
+func (c *Composite) Peek(key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	return c.PeekContext(context.Background(), key, cost)
+}
+
+// PeekContext returns the Decision that [Composite.CheckContext] would give
+// cost for key now, spending nothing in any layer and writing nothing, as
+// [ratelimit.Composite.Peek] does: the same Decision, field for field
+// (Shadowed included), as a check at the same instant. No OnShadow is
+// called and the observer is not told. It costs one round trip (a read).
+// Its errors are CheckContext's; when Redis fails the error wraps
+// [ErrUnavailable] and the Decision is the failure policy's.
+func (c *Composite) PeekContext(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	if d, _, _, err := c.lm.Step(make([][]byte, c.lm.Len()), 0, cost, false); err != nil {
+		return d, err
+	}
+	ctx, cancel := withTimeout(ctx, c.o.timeout)
+	defer cancel()
+	_, r, err := c.op(ctx, key, cost, "r")
+	if err != nil {
+		if errors.Is(err, ErrUnavailable) {
+			return c.degraded(cost, err)
+		}
+		return c.refused(), err
+	}
+	d, _, _, err := c.lm.Step(r.states, time.Duration(r.instant), cost, false)
+	if err != nil {
+		return c.refused(), fmt.Errorf("key %q: %w", clipKey(key), err)
+	}
+	return d, nil
+}
+
+// Refund is RefundContext with a background context.
+func (c *Composite) Refund(key string, cost ratelimit.Units, at time.Duration) (ratelimit.Units, error) {
+	return c.RefundContext(context.Background(), key, cost, at)
+}
+
+// RefundContext gives back up to cost of what key was admitted at the
+// instant at (the admitting Decision's At) in every enforced layer, at one
+// instant, as [ratelimit.Composite.Refund] does, and returns the least any
+// enforced layer gave back. Shadow layers keep what they spent. Each
+// layer's amount is [Store.RefundContext]'s for the layer's own key, and
+// the layers' new states are written together, all or none, with one
+// compare-and-set over every layer's key (they share a slot), retried as
+// the Store's refund is. A cost of zero or less is an error matching
+// [ratelimit.ErrInvalidCost]; each layer caps a larger cost than it can
+// give back. Its failures are the Store's refund's.
+func (c *Composite) RefundContext(ctx context.Context, key string, cost ratelimit.Units, at time.Duration) (ratelimit.Units, error) {
+	if cost <= 0 {
+		_, _, err := c.lm.Machine(0).Refund(nil, 0, 0, cost)
+		return 0, err
+	}
+	ctx, cancel := withTimeout(ctx, c.o.timeout)
+	defer cancel()
+	// Every layer takes part, as in process (the least cost takes all).
+	const all = 1
+	_, r, err := c.op(ctx, key, all, "r")
+	n := c.lm.Len()
+	for attempt := 0; ; attempt++ {
+		switch {
+		case err != nil:
+			return 0, err
+		case len(r.states) != n:
+			return 0, fmt.Errorf("%w: no states in the reply", ErrMismatch)
+		case attempt == refundAttempts:
+			return 0, fmt.Errorf("%w: key %q", ErrConflict, clipKey(key))
+		}
+		now, ierr := c.lm.Instant(r.states, time.Duration(r.instant), all)
+		if ierr != nil {
+			return 0, fmt.Errorf("key %q: %w", clipKey(key), ierr)
+		}
+		args := make([]any, 0, 1+2*n)
+		args = append(args, "w")
+		least, changed := ratelimit.Units(-1), false
+		for i := range n {
+			var next []byte
+			if !c.layers[i].Shadow {
+				g, nx, rerr := c.lm.Machine(i).Refund(r.states[i], now, at, cost)
+				if rerr != nil {
+					return 0, fmt.Errorf("key %q: layer %d: %w", clipKey(key), i, rerr)
+				}
+				if least < 0 || g < least {
+					least = g
+				}
+				if string(nx) != string(r.states[i]) {
+					next, changed = nx, true
+				}
+			}
+			args = append(args, string(r.states[i]), string(next))
+		}
+		least = max(least, 0)
+		if !changed {
+			return least, nil
+		}
+		_, r, err = c.op(ctx, key, all, args...)
+		if err == nil && r.done {
+			return least, nil
+		}
+	}
+}
+
+// Reset is ResetContext with a background context.
+func (c *Composite) Reset(key string) error {
+	return c.ResetContext(context.Background(), key)
+}
+
+// ResetContext makes key start again as a fresh key in every layer, shadow
+// layers included, in one script, as [ratelimit.Composite.Reset] does:
+// each layer's key that Redis holds is replaced as [Store.ResetContext]
+// replaces a key. A layer whose Key maps many keys to one (a global
+// limit) resets that one shared key. When Redis fails the error wraps
+// [ErrUnavailable], and the keys may or may not have been reset.
+func (c *Composite) ResetContext(ctx context.Context, key string) error {
+	ctx, cancel := withTimeout(ctx, c.o.timeout)
+	defer cancel()
+	_, _, err := c.op(ctx, key, 1, "z", strconv.FormatInt(c.marginMs, 10), "0")
+	return err
 }

@@ -102,7 +102,9 @@ func WithFallback(local ratelimit.KeyedLimiter) Option {
 // that Redis did not decide, checks stop trying Redis (and so stop waiting
 // out a deadline each) and go straight to the failure policy; after pause,
 // one check tries Redis again and, if it succeeds, checks resume. The
-// default is 5 failures and a 250 ms pause.
+// default is 5 failures and a 250 ms pause. On a [redis.ClusterClient] each
+// master has a circuit of its own, counting the failures of the keys in
+// its slots.
 func WithCircuit(failures int, pause time.Duration) Option {
 	return func(o *options) { o.failures, o.pause = failures, pause }
 }

@@ -60,7 +60,7 @@ type Store struct {
 	marginMs int64 // expiry margin in ms
 	ruleArgs []any // the arguments after the cost and margin for windows
 	script   *redis.Script
-	br       breaker
+	br       *circuit
 	dl       atomic.Pointer[deadline]
 
 	deny *denyCache // nil when off
@@ -100,6 +100,7 @@ func New(rdb redis.UniversalClient, rule ratelimit.Rule, opts ...Option) (*Store
 		clock:    o.clock,
 		o:        o,
 		guard:    !honoursContext(rdb),
+		br:       newCircuit(rdb, !honoursContext(rdb)),
 		script:   stepScript,
 		deny:     newDenyCache(o.denyCache),
 		marginMs: max(1, (int64(o.margin)+int64(time.Millisecond)-1)/int64(time.Millisecond)),
@@ -262,7 +263,8 @@ func (s *Store) check(ctx context.Context, key string, cost ratelimit.Units, loo
 			defer cancel()
 		}
 	}
-	probe, ok := s.br.allow(now, s.o.pause)
+	br := s.br.forKey(ctx, rk)
+	probe, ok := br.allow(now, s.o.pause)
 	if !ok {
 		s.circuitRefusals.Add(1)
 		s.failures.Add(1)
@@ -273,15 +275,15 @@ func (s *Store) check(ctx context.Context, key string, cost ratelimit.Units, loo
 	if err != nil {
 		if isScriptError(err) {
 			// The server answered: it is up, but the key cannot be used.
-			s.br.success(probe)
+			br.success(probe)
 			s.invalid.Add(1)
 			return s.refused(), fmt.Errorf("%w: key %q: %v", ratelimit.ErrInvalidState, clipKey(key), err)
 		}
 		s.failures.Add(1)
-		s.br.failure(time.Now(), probe, s.o.failures, s.o.pause)
+		br.failure(time.Now(), probe, s.o.failures, s.o.pause)
 		return s.degraded(ctx, key, cost, fmt.Errorf("%w: %w", ErrUnavailable, err))
 	}
-	s.br.success(probe)
+	br.success(probe)
 	d, at, state, err := s.verify(key, cost, reply, look)
 	if s.deny != nil && err == nil {
 		if d.Allowed {
