@@ -710,3 +710,74 @@ func TestBucketLeaseNeverMints(t *testing.T) {
 	_, ok := l.admit(ls, 1)
 	require.False(t, ok, "a lease admits no more than it holds")
 }
+
+// TestLeaseServerClock: on the server's clock (no client clock) leases
+// work the same: one replica's goroutines are all admitted below the
+// limit, mostly from leases, then Close gives back every unused unit, and
+// the next requests take exactly the rest. The observer hears of every
+// request once.
+func TestLeaseServerClock(t *testing.T) {
+	needRedis(t)
+	var obs counting
+	rule := ratelimit.FixedWindow{Limit: 300, Window: 100 * year}
+	rs := newReplicas(t, 1, rule, LeaseOptions{Max: 20 * ratelimit.Unit, Hold: time.Hour}, WithPrefix(testPrefix()), WithObserver(&obs))
+	defer closeReplicas(rs)
+	l := rs[0].l
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 30 {
+				d, err := l.Check("k", ratelimit.Unit)
+				if assert.NoError(t, err) && d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	st := l.Stats()
+	t.Logf("admitted %d: %+v", admitted.Load(), st)
+	assert.Equal(t, int64(240), admitted.Load(), "below the limit, all are admitted")
+	assert.Greater(t, st.LocalAdmits, uint64(120))
+	assert.Equal(t, 240, obs.outcomes[ratelimit.OutcomeAllowed], "one outcome per request")
+	require.NoError(t, l.Close())
+	d, err := rs[0].s.Peek("k", ratelimit.Unit)
+	require.NoError(t, err)
+	assert.Equal(t, int64(300-240-1), d.Remaining, "Close gave back what was not admitted (Peek counts its own cost)")
+	d, err = rs[0].s.Check("k", 60*ratelimit.Unit)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed, "the rest is all there")
+}
+
+// TestLeaseKeysBounded: a Leased tracks at most Keys keys; a key that
+// finds no room goes to Redis alone, and idle keys make room again.
+func TestLeaseKeysBounded(t *testing.T) {
+	clk := ratelimit.NewManualClock(unixNow)
+	rule := ratelimit.FixedWindow{Limit: 1000, Window: 100 * year}
+	rs := newReplicas(t, 1, rule, LeaseOptions{Max: 10 * ratelimit.Unit, Hold: time.Second, Keys: 2}, WithClock(clk), WithPrefix(testPrefix()))
+	defer closeReplicas(rs)
+	l := rs[0].l
+	hammer := func(key string) {
+		for range 10 {
+			d, err := l.Check(key, ratelimit.Unit)
+			require.NoError(t, err)
+			require.True(t, d.Allowed)
+		}
+	}
+	hammer("a")
+	hammer("b")
+	hammer("c")
+	assert.Equal(t, 2, l.Stats().Keys)
+	assert.NotZero(t, leaseOf(l, "a"))
+	assert.NotZero(t, leaseOf(l, "b"))
+	assert.Zero(t, leaseOf(l, "c"), "no room: checked alone")
+	// Two periods later "a" and "b" are idle, their leases ended.
+	clk.Advance(3 * time.Second)
+	require.Eventually(t, func() bool { return leaseOf(l, "a") == 0 && leaseOf(l, "b") == 0 }, 5*time.Second, time.Millisecond)
+	hammer("c")
+	assert.NotZero(t, leaseOf(l, "c"), "an idle key made room")
+	assert.LessOrEqual(t, l.Stats().Keys, 2)
+}
