@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/big"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -339,48 +340,59 @@ func TestLeasesAdmitNearlyTheRule(t *testing.T) {
 	}
 }
 
-// TestLeaseRoundTrips: a key with steady demand from one replica reaches
-// Redis about once per Max admitted, plus once per lease given back, and
-// the client's own count of scripts sent agrees with the Leased's counts.
-// The bucket is drained first: a lease on a bucket near full decays (see
-// Leased), and that case is the bound test's.
+// TestLeaseRoundTrips: a key with steady demand from one or three
+// replicas reaches Redis about once per Max admitted, plus twice per lease
+// given back, and each client's own count of scripts sent (a hook on the
+// client) agrees with its Leased's counts. The bucket is drained first: a
+// bucket near full does not lease (see Leased).
 func TestLeaseRoundTrips(t *testing.T) {
 	for name, rule := range map[string]ratelimit.Rule{
 		"fixed window": ratelimit.FixedWindow{Limit: 100_000, Window: time.Minute},
 		"gcra":         ratelimit.GCRA{Rate: ratelimit.PerSecond(1000), Burst: 1000},
 	} {
-		t.Run(name, func(t *testing.T) {
-			const max = 50
-			clk := ratelimit.NewManualClock(unixNow)
-			rs := newReplicas(t, 1, rule, LeaseOptions{Max: max * ratelimit.Unit, Hold: 100 * time.Millisecond}, WithClock(clk), WithPrefix(testPrefix()))
-			defer closeReplicas(rs)
-			r := rs[0]
-			drain, err := New(r.rdb, rule, WithClock(clk), WithPrefix(r.s.o.prefix))
-			require.NoError(t, err)
-			if _, ok := rule.(ratelimit.GCRA); ok {
-				_, err = drain.Check("global", 500*ratelimit.Unit)
+		for _, n := range []int{1, 3} {
+			t.Run(name+"/"+strconv.Itoa(n), func(t *testing.T) {
+				const max = 50
+				clk := ratelimit.NewManualClock(unixNow)
+				// Each replica sees 1,000/n requests a second: a Hold of
+				// n x 100 ms fills a lease of Max.
+				hold := time.Duration(n) * 100 * time.Millisecond
+				rs := newReplicas(t, n, rule, LeaseOptions{Max: max * ratelimit.Unit, Hold: hold}, WithClock(clk), WithPrefix(testPrefix()))
+				defer closeReplicas(rs)
+				drain, err := New(rs[0].rdb, rule, WithClock(clk), WithPrefix(rs[0].s.o.prefix))
 				require.NoError(t, err)
-				clk.Advance(10 * time.Millisecond)
-			}
-			c0 := r.calls.n.Load()
-			admitted := 0
-			const requests = 20_000 // 1,000 a second for 20 s
-			for range requests {
-				d, err := r.l.Check("global", ratelimit.Unit)
-				require.NoError(t, err)
-				require.True(t, d.Allowed)
-				admitted++
-				clk.Advance(time.Millisecond)
-			}
-			st := r.l.Stats()
-			calls := r.calls.n.Load() - c0
-			t.Logf("%d admitted, %d scripts sent: %+v", admitted, calls, st)
-			assert.Equal(t, int64(st.Takes+st.TakesRefused+st.Direct+2*st.Returns), calls, "every script sent is a take, a direct check or one of the two of a give-back")
-			// The first period of Hold finds the key cold and grows the lease.
-			const warmup = 100
-			assert.LessOrEqual(t, calls, int64(admitted/max)+2*int64(st.Returns)+warmup)
-			assert.Equal(t, uint64(admitted), st.LocalAdmits+st.Takes+st.Direct)
-		})
+				if _, ok := rule.(ratelimit.GCRA); ok {
+					_, err = drain.Check("global", 500*ratelimit.Unit)
+					require.NoError(t, err)
+					clk.Advance(10 * time.Millisecond)
+				}
+				var c0 []int64
+				for _, r := range rs {
+					c0 = append(c0, r.calls.n.Load())
+				}
+				const requests = 21_000 // 1,000 a second for 21 s
+				for i := range requests {
+					d, err := rs[i%n].l.Check("global", ratelimit.Unit)
+					require.NoError(t, err)
+					require.True(t, d.Allowed)
+					clk.Advance(time.Millisecond)
+				}
+				var calls, returns int64
+				for i, r := range rs {
+					st := r.l.Stats()
+					c := r.calls.n.Load() - c0[i]
+					t.Logf("replica %d: %d scripts sent: %+v", i, c, st)
+					assert.Equal(t, int64(st.Takes+st.TakesRefused+st.Direct+2*st.Returns), c, "every script sent is a take, a direct check or one of the two of a give-back")
+					assert.Equal(t, uint64(requests/n), st.LocalAdmits+st.Takes+st.Direct)
+					calls += c
+					returns += int64(st.Returns)
+				}
+				// The first periods of Hold find the key cold and grow the
+				// lease.
+				warmup := int64(n * 100)
+				assert.LessOrEqual(t, calls, int64(requests/max)+2*returns+warmup)
+			})
+		}
 	}
 }
 
