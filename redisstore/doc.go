@@ -168,7 +168,10 @@
 // come back anyway ([LeaseStats] counts it as Unreturned). A take that
 // Redis refuses costs the round trip a check alone would: it leases what
 // Redis has left, or checks the request alone. A give-back takes two round
-// trips (RefundContext reads, then writes).
+// trips (RefundContext reads, then writes); when a lease is replaced, the
+// request that takes the next one waits for its predecessor's give-back
+// first (bounded by the Store's timeout), so that a replica never holds
+// more than one lease per key.
 //
 // A Decision admitted from a lease is the lease's Redis answer counted on
 // locally (see [Leased.CheckContext]): Remaining is that answer's plus the
