@@ -156,10 +156,13 @@
 //
 // What leases cost. Allowance in a lease is spent in Redis but not yet
 // admitted: a request to another replica may be refused while it sits
-// there. Each replica holds at most one lease of at most Max per key, so at
-// most Max x replicas units at once; a rule whose whole capacity replicas
-// want at once admits, over any run, at least what one limiter would less
-// that. Returning late gives back less, as [ratelimit.Store.Refund] does: a
+// there. Each replica holds at most one live lease of at most Max per key
+// (see below for a give-back in flight), so at most Max x replicas units
+// at once. Replicas that always want more than the rule gives, with
+// requests of one unit, admit over a run at least what one limiter would
+// less that (the tests check it); requests of other costs can leave rests
+// too small for them, which go back late. Returning late gives back less,
+// as [ratelimit.Store.Refund] does: a
 // bucket gets back max(0, rest - Rate x time since the take), a fixed
 // window nothing once its window has passed, a sliding counter its rest
 // at a lesser weight in the next window, a sub-window nothing once its
@@ -170,8 +173,10 @@
 // Redis has left, or checks the request alone. A give-back takes two round
 // trips (RefundContext reads, then writes); when a lease is replaced, the
 // request that takes the next one waits for its predecessor's give-back
-// first (bounded by the Store's timeout), so that a replica never holds
-// more than one lease per key.
+// first (bounded by the Store's timeout). A lease that reaches its Hold is
+// given back by its goroutine, which a new take does not wait for: for
+// that round trip the replica holds a new lease and the old one's sealed
+// rest on its way back, at most 2 x Max.
 //
 // A Decision admitted from a lease is the lease's Redis answer counted on
 // locally (see [Leased.CheckContext]): Remaining is that answer's plus the
