@@ -116,6 +116,97 @@
 // cache; another process's deny cache may keep refusing the key until its
 // own cached refusal runs out (see [WithDenyCache]).
 //
+// # Leases
+//
+// One global key that every request of every replica touches costs a round
+// trip per request. [NewLeased] wraps a Store so that its hot keys admit
+// from leases: a replica takes k units of a key's allowance in one check of
+// cost k (the Store's check: same script, deny cache and failure policy),
+// spent in Redis when taken, and admits requests from them locally without
+// a round trip. What a lease did not use goes back through
+// [Store.RefundContext] when it ends: when Hold has passed on the Store's
+// clock (a goroutine per live lease waits for that), when the replica
+// replaces it with a new one, and at [Leased.Close]. A key leases only when
+// it is hot on this replica: its demand (the cost its checks asked for in
+// the last period of Hold) is at least twice the request's cost, and k is
+// that demand capped at LeaseOptions.Max, so a lease is sized to be used
+// within about one Hold; a cold key goes to Redis as on the Store.
+//
+// Every admission is paid for in Redis before it is made, so the replicas
+// together never admit more than the rule allows; the bound stays exact:
+//
+//   - fixed window, sliding counter, sub-window: a lease admits only within
+//     the window (for a sub-window, the bucket) it was spent in, where an
+//     admission counts the same whenever it falls: any window holds at most
+//     Limit, and the sliding counter's estimate is at most Limit at every
+//     admission;
+//   - token bucket and GCRA: a lease holds allowance that Redis's bucket
+//     no longer has, while that bucket refills as if it were spent. So a
+//     lease may have admitted, by any instant, at most what the bucket as
+//     its take left it still lacks then; past that it admits nothing more.
+//     Then Redis's allowance plus every lease's usable part never exceeds
+//     Burst and grows at most at the rate, and the replicas admit at most
+//     Burst + Rate x span over any span, as one limiter would. A lease on
+//     a bucket near full would decay as fast as it refills, so a bucket key
+//     leases only while Redis's last answer for it (its ResetAfter) puts it
+//     at least Hold from full.
+//
+// The leaky bucket (each admission has its own Delay), the sliding log (an
+// admission counts from the instant it is recorded, and one recorded early
+// would leave the window early) and CountRefused are refused by NewLeased,
+// as is a Store with [WithFallback].
+//
+// What leases cost. Allowance in a lease is spent in Redis but not yet
+// admitted: a request to another replica may be refused while it sits
+// there. Each replica holds at most one live lease of at most Max per key
+// (see below for a give-back in flight), so at most Max x replicas units
+// at once. Replicas that always want more than the rule gives, with
+// requests of one unit, admit over a run at least what one limiter would
+// less that (the tests check it); requests of other costs can leave rests
+// too small for them, which go back late. Returning late gives back less,
+// as [ratelimit.Store.Refund] does: a
+// bucket gets back max(0, rest - Rate x time since the take), a fixed
+// window nothing once its window has passed, a sliding counter its rest
+// at a lesser weight in the next window, a sub-window nothing once its
+// bucket has left the window; a give-back that would return nothing is not
+// sent. What is not given back is lost to everyone until it would have
+// come back anyway ([LeaseStats] counts it as Unreturned). A take that
+// Redis refuses costs the round trip a check alone would: it leases what
+// Redis has left, or checks the request alone. A give-back takes two round
+// trips (RefundContext reads, then writes); when a lease is replaced, the
+// request that takes the next one waits for its predecessor's give-back
+// first (bounded by the Store's timeout). A lease that reaches its Hold is
+// given back by its goroutine, which a new take does not wait for: for
+// that round trip the replica holds a new lease and the old one's sealed
+// rest on its way back, at most 2 x Max.
+//
+// A Decision admitted from a lease is the lease's Redis answer counted on
+// locally (see [Leased.CheckContext]): Remaining is that answer's plus the
+// rest of the lease, and At the instant the lease was spent; a refusal is
+// always Redis's. Requests of one key share its lease through atomic
+// operations; when it runs out one of them takes the next while the others
+// wait for that round trip (up to three takes, then they go alone). A
+// Leased tracks at most LeaseOptions.Keys keys. When Redis fails, a lease
+// already taken is still spent (it was paid for); a take that fails gets
+// the failure policy's answer for the request's own cost, and a give-back
+// that fails is an error from Close (its rest stays spent). On the
+// server's clock a lease's age is measured on the local monotonic clock
+// from when its take was sent, never less than its age in Redis. With a
+// client clock ([WithClock]) it is measured on that clock, so a replica
+// whose clock runs behind the others' keeps its leases alive longer than
+// the time Redis goes by: the bounds above hold on a shared time base,
+// which WithClock requires anyway.
+//
+// Measured (BenchmarkLease: one hot key, 64 goroutines, 2 cores shared with
+// redis-server and other work, so noisy): a fixed window far from its
+// limit with Max 100 units and Hold 100 ms made 66,000 to 73,000 checks/s
+// leased against 9,000 to 15,000 plain, 86% of them admitted from leases,
+// with 3.4 to 3.7 µs of Redis CPU (INFO cpu) per admitted request against
+// 24; p99 11 to 14 ms against 18 to 61 ms. A GCRA near full did not lease
+// and measured as the plain Store. The command:
+//
+//	go test -run '^$' -bench BenchmarkLease -benchmem -benchtime=100000x -count=2 .
+//
 // # When Redis fails
 //
 // Every check has a deadline: the caller's context's, else [WithTimeout]'s
