@@ -46,7 +46,7 @@ func TestLoadSmoke(t *testing.T) {
 		Keys: 1000, Hot: 2, HotPercent: 50})
 	require.NoError(t, err)
 	sum := load.Summarize(res)
-	keys := load.Bounds(res, load.Rule{Burst: 20, Count: 10, Per: time.Second})
+	keys := load.Bounds(res, load.Rule{Burst: 20, Count: 10, Per: time.Second}, nil)
 	t.Logf("%d requests, %.1f/s sent; 200: %d, 429: %d; p50 %v, p99 %v, max %v; decided by %v; %d keys admitted, %d refused, least slack %d",
 		sum.Requests, sum.Sent, sum.OK, sum.Refused, sum.P50, sum.P99, sum.Max, sum.By, keys.Keys, keys.Refused, keys.MinSlack)
 	assert.GreaterOrEqual(t, sum.Requests, 290)

@@ -106,7 +106,10 @@ type KeyBounds struct {
 // span from the send of its first admitted request to the answer of its
 // last: every admission was decided within that span, by a server whose
 // clock runs with this one's.
-func Bounds(r *Result, rule Rule) KeyBounds {
+//
+// If counts is not nil, only the admissions it returns true for count
+// (such as those Redis decided, leaving out the failure policy's).
+func Bounds(r *Result, rule Rule, counts func(Record) bool) KeyBounds {
 	type span struct {
 		n          int64
 		first, end time.Duration
@@ -121,6 +124,9 @@ func Bounds(r *Result, rule Rule) KeyBounds {
 		}
 		switch rec.Code {
 		case 200:
+			if counts != nil && !counts(rec) {
+				continue
+			}
 			if sp.n == 0 || rec.Sent < sp.first {
 				sp.first = rec.Sent
 			}
@@ -207,9 +213,10 @@ type Recovery struct {
 	// (negative: before the restarted server answered the harness's PING;
 	// -1 when there was none).
 	First []time.Duration
-	// LastPolicy is, per replica, from Redis answering again to the last
-	// answer of the failure policy (0 if none came after it).
-	LastPolicy []time.Duration
+	// Late counts, per replica, the failure policy's answers to requests
+	// sent more than a second after Redis answered again: checks that
+	// missed their deadline on a live Redis, not the outage.
+	Late []int
 	// DuringOutage counts answers marked "redis" to requests sent while
 	// Redis was down: refusals the deny cache repeated.
 	DuringOutage int
@@ -218,7 +225,7 @@ type Recovery struct {
 // Recover measures, from r, how the replicas came back: Redis was killed
 // at killed and answered again at back, both since the attack began.
 func Recover(r *Result, replicas int, killed, back time.Duration) Recovery {
-	rc := Recovery{First: make([]time.Duration, replicas), LastPolicy: make([]time.Duration, replicas)}
+	rc := Recovery{First: make([]time.Duration, replicas), Late: make([]int, replicas)}
 	found := make([]bool, replicas)
 	for _, rec := range r.Records {
 		if rec.Replica < 0 || int(rec.Replica) >= replicas || rec.Sent < killed {
@@ -230,8 +237,8 @@ func Recover(r *Result, replicas int, killed, back time.Duration) Recovery {
 			if d := rec.End() - back; !found[i] || d < rc.First[i] {
 				rc.First[i], found[i] = d, true
 			}
-		case rec.By != "" && rec.By != "redis":
-			rc.LastPolicy[i] = max(rc.LastPolicy[i], rec.End()-back)
+		case rec.By != "" && rec.By != "redis" && rec.Sent > back+time.Second:
+			rc.Late[i]++
 		}
 		if rec.By == "redis" && rec.End() < back {
 			rc.DuringOutage++
