@@ -66,23 +66,42 @@ func (r *Redis) start() error {
 	return nil
 }
 
-// waitUp waits until the server answers PING.
+// waitUp waits until the server answers PING. Each attempt is a new
+// connection of its own: a go-redis client, after a run of failed dials,
+// dials only once a second, which would see the server late.
 func (r *Redis) waitUp(limit time.Duration) error {
-	c := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1})
-	defer c.Close()
 	deadline := time.Now().Add(limit)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := c.Ping(ctx).Err()
-		cancel()
+		err := ping(r.Addr)
 		if err == nil {
 			return nil
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("redis-server on %s did not answer: %w", r.Addr, err)
 		}
-		time.Sleep(5 * time.Millisecond) // a real server starting
+		time.Sleep(time.Millisecond) // a real server starting
 	}
+}
+
+// ping sends PING on a new connection to addr and expects +PONG.
+func ping(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := io.WriteString(c, "*1\r\n$4\r\nPING\r\n"); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if line != "+PONG\r\n" {
+		return fmt.Errorf("PING answered %q", line)
+	}
+	return nil
 }
 
 // Kill sends SIGKILL and reaps the process.

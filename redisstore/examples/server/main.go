@@ -88,10 +88,10 @@ func run(ctx context.Context, args []string, logw io.Writer, ready func(net.Addr
 	fs.SetOutput(logw)
 	addr := fs.String("addr", "127.0.0.1:8080", "`address` to listen on")
 	redisAddr := fs.String("redis", "127.0.0.1:6379", "`host:port` of the Redis that keeps the limits")
-	var cfg config
-	fs.StringVar(&cfg.failure, "failure", "open", "what /quote and /labels:batch answer when Redis fails: `open, closed or fallback`")
-	fs.IntVar(&cfg.denyCache, "deny-cache", 10_000, "how many refused `keys` each store remembers (0: none)")
-	fs.BoolVar(&cfg.decidedBy, "decided-by", false, "say in "+DecidedBy+" which path decided each response")
+	cfg := defaultConfig()
+	fs.StringVar(&cfg.failure, "failure", cfg.failure, "what /quote and /labels:batch answer when Redis fails: `open, closed or fallback`")
+	fs.IntVar(&cfg.denyCache, "deny-cache", cfg.denyCache, "how many refused `keys` each store remembers (0: none)")
+	fs.BoolVar(&cfg.decidedBy, "decided-by", cfg.decidedBy, "say in "+DecidedBy+" which path decided each response")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -157,6 +157,11 @@ type config struct {
 	decidedBy bool   // set DecidedBy on every limited response
 }
 
+// defaultConfig is the flags' defaults.
+func defaultConfig() config {
+	return config{failure: "open", denyCache: 10_000}
+}
+
 // failurePolicies maps -failure to the value of DecidedBy for the answers
 // of that policy.
 var failurePolicies = map[string]string{"open": "fail-open", "closed": "fail-closed", "fallback": "fallback"}
@@ -169,8 +174,8 @@ const DecidedBy = "X-Ratelimit-Decided-By"
 // routes builds the API with its limits in the Redis rdb talks to; opts
 // are added to every store's (tests give a client clock and a prefix).
 func routes(logger *slog.Logger, rdb redis.UniversalClient, cfg config, opts ...redisstore.Option) (http.Handler, error) {
-	if cfg.failure == "" {
-		cfg.failure = "open"
+	if _, ok := failurePolicies[cfg.failure]; !ok {
+		return nil, fmt.Errorf("unknown failure policy %q", cfg.failure)
 	}
 	rule := ratelimit.TokenBucket{Rate: ratelimit.PerSecond(10), Burst: 20, Name: "api"}
 	apiOpts := []redisstore.Option{redisstore.WithDenyCache(cfg.denyCache)}

@@ -98,7 +98,7 @@ func replicas(t *testing.T, n int) []string {
 	for range n {
 		rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { rdb.Close() })
-		h, err := routes(slog.New(slog.NewTextHandler(io.Discard, nil)), rdb, config{}, redisstore.WithClock(clk), redisstore.WithPrefix(prefix), redisstore.WithTimeout(10*time.Second))
+		h, err := routes(slog.New(slog.NewTextHandler(io.Discard, nil)), rdb, defaultConfig(), redisstore.WithClock(clk), redisstore.WithPrefix(prefix), redisstore.WithTimeout(10*time.Second))
 		require.NoError(t, err)
 		srv := httptest.NewServer(h)
 		t.Cleanup(srv.Close)
@@ -253,8 +253,9 @@ func TestFailurePolicies(t *testing.T) {
 		t.Run(tc.failure, func(t *testing.T) {
 			rdb := redis.NewClient(&redis.Options{Addr: dead, ContextTimeoutEnabled: true, MaxRetries: -1})
 			t.Cleanup(func() { rdb.Close() })
-			h, err := routes(slog.New(slog.NewTextHandler(io.Discard, nil)), rdb,
-				config{failure: tc.failure, decidedBy: true}, redisstore.WithTimeout(time.Second))
+			cfg := defaultConfig()
+			cfg.failure, cfg.decidedBy = tc.failure, true
+			h, err := routes(slog.New(slog.NewTextHandler(io.Discard, nil)), rdb, cfg, redisstore.WithTimeout(time.Second))
 			require.NoError(t, err)
 			srv := httptest.NewServer(h)
 			t.Cleanup(srv.Close)

@@ -417,13 +417,14 @@ func (h *harness) outage(ctx context.Context) error {
 	fmt.Fprintf(h.out, "GET /quote at %d/s for %v over %d keys (%d hot at %d%%), round robin over 3 replicas; Redis SIGKILLed at %v and restarted empty on the same port %v later. Rows are the seconds the requests were sent in.\n\n",
 		f.rate, f.duration, f.keys, f.hot, f.hotPercent, f.killAt, f.down)
 	type outcome struct {
-		name   string
-		sum    load.Summary
-		keys   load.KeyBounds
-		redis  load.KeyBounds // Redis's admissions only
-		rec    load.Recovery
-		killed time.Duration
-		back   time.Duration
+		name    string
+		sum     load.Summary
+		keys    load.KeyBounds
+		redis   load.KeyBounds // Redis's admissions only
+		rec     load.Recovery
+		killed  time.Duration
+		started time.Duration
+		back    time.Duration
 	}
 	var outcomes []outcome
 	for _, policy := range strings.Split(f.policies, ",") {
@@ -445,8 +446,8 @@ func (h *harness) outage(ctx context.Context) error {
 			began := make(chan time.Time, 1)
 			plan.OnStart = func(t time.Time) { began <- t }
 			type times struct {
-				killed, back time.Duration
-				err          error
+				killed, started, back time.Duration
+				err                   error
 			}
 			drill := make(chan times, 1)
 			go func() {
@@ -469,8 +470,9 @@ func (h *harness) outage(ctx context.Context) error {
 				case <-time.After(f.down):
 				case <-ctx.Done():
 				}
+				started := time.Since(t0)
 				err := h.redis.Restart()
-				drill <- times{killed: killed, back: time.Since(t0), err: err}
+				drill <- times{killed: killed, started: started, back: time.Since(t0), err: err}
 			}()
 			res, err := load.Attack(ctx, plan)
 			d := <-drill
@@ -482,7 +484,7 @@ func (h *harness) outage(ctx context.Context) error {
 				return fmt.Errorf("restarting redis: %w", d.err)
 			}
 			o := outcome{name: name, sum: load.Summarize(res), keys: load.Bounds(res, rule, nil), redis: load.Bounds(res, rule, byRedis),
-				rec: load.Recover(res, len(servers), d.killed, d.back), killed: d.killed, back: d.back}
+				rec: load.Recover(res, len(servers), d.killed, d.back), killed: d.killed, started: d.started, back: d.back}
 			outcomes = append(outcomes, o)
 			h.timeline(name, res, d.killed, d.back)
 		}
@@ -499,16 +501,16 @@ func (h *harness) outage(ctx context.Context) error {
 			byString(s.By), o.keys.Over, o.keys.MaxOver, o.redis.Over)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Recovery: from the restarted Redis answering the harness's PING to each replica's first admission decided by Redis (of a request sent after the kill). Late policy answers: the failure policy's answers to requests sent more than 1 s after that PING, i.e. checks that missed their 100 ms deadline on a live Redis.")
+	fmt.Fprintln(w, "Recovery: from the restarted Redis answering the harness's PING (on a new connection every millisecond) to each replica's first admission decided by Redis (of a request sent after the kill). Late policy answers: the failure policy's answers to requests sent more than 1 s after that PING, i.e. checks that missed their 100 ms deadline on a live Redis.")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| run | killed at s | answering again at s | first Redis answer, per replica (ms) | late policy answers, per replica | \"redis\" answers during the outage (deny cache) |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| run | killed at s | restarted at s | answering again at s | first Redis answer, per replica (ms) | late policy answers, per replica | \"redis\" answers during the outage (deny cache) |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
 	for _, o := range outcomes {
 		var late []string
 		for _, n := range o.rec.Late {
 			late = append(late, fmt.Sprint(n))
 		}
-		fmt.Fprintf(w, "| %s | %.3f | %.3f | %s | %s | %d |\n", o.name, o.killed.Seconds(), o.back.Seconds(),
+		fmt.Fprintf(w, "| %s | %.3f | %.3f | %.3f | %s | %s | %d |\n", o.name, o.killed.Seconds(), o.started.Seconds(), o.back.Seconds(),
 			durList(o.rec.First), strings.Join(late, " / "), o.rec.DuringOutage)
 	}
 	fmt.Fprintln(w)
