@@ -251,3 +251,27 @@ func Recover(r *Result, replicas int, killed, back time.Duration) Recovery {
 	}
 	return rc
 }
+
+// Slope returns the least-squares slope of ys over xs; ok is false for
+// fewer than two distinct xs.
+func Slope(xs, ys []float64) (slope float64, ok bool) {
+	n := float64(len(xs))
+	if len(xs) < 2 || len(xs) != len(ys) {
+		return 0, false
+	}
+	var mx, my float64
+	for i := range xs {
+		mx += xs[i]
+		my += ys[i]
+	}
+	mx, my = mx/n, my/n
+	var sxy, sxx float64
+	for i := range xs {
+		sxy += (xs[i] - mx) * (ys[i] - my)
+		sxx += (xs[i] - mx) * (xs[i] - mx)
+	}
+	if sxx == 0 {
+		return 0, false
+	}
+	return sxy / sxx, true
+}

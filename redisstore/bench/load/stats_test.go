@@ -108,3 +108,13 @@ func TestRecover(t *testing.T) {
 	assert.Equal(t, []int{0, 1, 0}, rc.Late)
 	assert.Equal(t, 1, rc.DuringOutage)
 }
+
+func TestSlope(t *testing.T) {
+	got, ok := Slope([]float64{0, 1, 2, 3}, []float64{1, 3, 5, 7})
+	assert.True(t, ok)
+	assert.InDelta(t, 2.0, got, 1e-12)
+	_, ok = Slope([]float64{1, 1}, []float64{1, 2})
+	assert.False(t, ok)
+	_, ok = Slope([]float64{1}, []float64{1})
+	assert.False(t, ok)
+}

@@ -649,6 +649,16 @@ func (h *harness) inproc(ctx context.Context) error {
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n\n", mib(before), mib(first), allS, mib(last), mib(peak), mib(last-first), growth)
 	}
+	// The trend once every key was used: a least-squares slope.
+	var xs, ys []float64
+	for _, s := range samples {
+		if s.at >= covered {
+			xs, ys = append(xs, s.at.Minutes()), append(ys, float64(s.rss)/(1<<20))
+		}
+	}
+	if slope, ok := load.Slope(xs, ys); ok {
+		fmt.Fprintf(w, "VmRSS trend once every key was used (least squares over %d samples): %+.2f MiB a minute.\n\n", len(xs), slope)
+	}
 	var series []string
 	for _, s := range samples {
 		series = append(series, fmt.Sprintf("%.0fs %s", s.at.Seconds(), mib(s.rss)))
