@@ -16,4 +16,12 @@
 // of its own so that the peers never enter redisstore's dependencies.
 //
 //	cd redisstore/bench && go test -run TestMemoryPerKey -bench . -benchtime 40000x -v
+//
+// The module also holds the HTTP load runs: cmd/load starts a
+// redis-server, three processes of redisstore/examples/server and one of
+// examples/server on loopback ports and drives them with vegeta (package
+// load is its harness); TestLoadSmoke is a 3-second run of it. Their
+// figures are in docs/load.md.
+//
+//	cd redisstore/bench && go run ./cmd/load
 package bench

@@ -11,14 +11,34 @@
 //
 // Each limit is a [redisstore.Store] used through httplimit.Middleware,
 // which checks with the request's context, so a client that goes away
-// cancels its check. Decisions run on the Redis server's clock. When Redis
-// fails, /quote and /labels:batch fail open (a request is served as if its
-// key were fresh) and /login fails closed; either way the failure is
-// logged.
+// cancels its check. Decisions run on the Redis server's clock.
+//
+// When Redis fails (an error, or no answer within the store's 100 ms
+// deadline), the store's failure policy answers, and the server answers as
+// that Decision says: /login fails closed (refused, 429 with Retry-After),
+// and /quote and /labels:batch follow -failure:
+//
+//   - open (the default): admitted, as if the key were fresh;
+//   - closed: refused, 429 with a Retry-After of one second (the circuit's
+//     pause, 250 ms, rounded up);
+//   - fallback: decided by an in-process store with the same rule, so that
+//     each replica limits on its own until Redis is back.
+//
+// Failures are logged, at most a few lines a second. -deny-cache sets how
+// many refused keys each store remembers to refuse again without a round
+// trip (see redisstore.WithDenyCache; 0 turns it off). With -decided-by,
+// every limited response carries a field saying which path decided it:
+//
+//	X-Ratelimit-Decided-By: redis | fail-open | fail-closed | fallback
+//
+// "redis" includes the refusals the deny cache repeats from Redis's own.
+// It is meant for tests and load runs (redisstore/bench/cmd/load measures
+// the recovery after an outage with it), not for clients.
 //
 // Usage:
 //
 //	go run ./examples/server [-addr 127.0.0.1:8080] [-redis 127.0.0.1:6379]
+//	    [-failure open|closed|fallback] [-deny-cache 10000] [-decided-by]
 //
 // Start two or three on different -addr with the same -redis and spread
 // requests over them: together they admit what one admits alone.
@@ -68,11 +88,18 @@ func run(ctx context.Context, args []string, logw io.Writer, ready func(net.Addr
 	fs.SetOutput(logw)
 	addr := fs.String("addr", "127.0.0.1:8080", "`address` to listen on")
 	redisAddr := fs.String("redis", "127.0.0.1:6379", "`host:port` of the Redis that keeps the limits")
+	cfg := defaultConfig()
+	fs.StringVar(&cfg.failure, "failure", cfg.failure, "what /quote and /labels:batch answer when Redis fails: `open, closed or fallback`")
+	fs.IntVar(&cfg.denyCache, "deny-cache", cfg.denyCache, "how many refused `keys` each store remembers (0: none)")
+	fs.BoolVar(&cfg.decidedBy, "decided-by", cfg.decidedBy, "say in "+DecidedBy+" which path decided each response")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if _, ok := failurePolicies[cfg.failure]; !ok {
+		return fmt.Errorf("-failure: %q is not open, closed or fallback", cfg.failure)
 	}
 
 	rdb := redis.NewClient(&redis.Options{Addr: *redisAddr, ContextTimeoutEnabled: true})
@@ -85,7 +112,7 @@ func run(ctx context.Context, args []string, logw io.Writer, ready func(net.Addr
 	}
 
 	logger := slog.New(slog.NewTextHandler(logw, nil))
-	h, err := routes(logger, rdb)
+	h, err := routes(logger, rdb, cfg)
 	if err != nil {
 		return err
 	}
@@ -123,15 +150,55 @@ func run(ctx context.Context, args []string, logw io.Writer, ready func(net.Addr
 	return nil
 }
 
+// config is what the flags choose beyond the addresses.
+type config struct {
+	failure   string // a key of failurePolicies
+	denyCache int    // redisstore.WithDenyCache's n
+	decidedBy bool   // set DecidedBy on every limited response
+}
+
+// defaultConfig is the flags' defaults.
+func defaultConfig() config {
+	return config{failure: "open", denyCache: 10_000}
+}
+
+// failurePolicies maps -failure to the value of DecidedBy for the answers
+// of that policy.
+var failurePolicies = map[string]string{"open": "fail-open", "closed": "fail-closed", "fallback": "fallback"}
+
+// DecidedBy is the response field that says, with -decided-by, which path
+// decided a limited request: "redis", or the failure policy's "fail-open",
+// "fail-closed" or "fallback".
+const DecidedBy = "X-Ratelimit-Decided-By"
+
 // routes builds the API with its limits in the Redis rdb talks to; opts
 // are added to every store's (tests give a client clock and a prefix).
-func routes(logger *slog.Logger, rdb redis.UniversalClient, opts ...redisstore.Option) (http.Handler, error) {
-	api, err := redisstore.New(rdb, ratelimit.TokenBucket{Rate: ratelimit.PerSecond(10), Burst: 20, Name: "api"}, opts...)
+func routes(logger *slog.Logger, rdb redis.UniversalClient, cfg config, opts ...redisstore.Option) (http.Handler, error) {
+	if _, ok := failurePolicies[cfg.failure]; !ok {
+		return nil, fmt.Errorf("unknown failure policy %q", cfg.failure)
+	}
+	rule := ratelimit.TokenBucket{Rate: ratelimit.PerSecond(10), Burst: 20, Name: "api"}
+	apiOpts := []redisstore.Option{redisstore.WithDenyCache(cfg.denyCache)}
+	switch cfg.failure {
+	case "closed":
+		apiOpts = append(apiOpts, redisstore.WithFailureMode(redisstore.FailClosed))
+	case "fallback":
+		local, err := ratelimit.NewStore(rule)
+		if err != nil {
+			return nil, err
+		}
+		apiOpts = append(apiOpts, redisstore.WithFallback(local))
+	}
+	api, err := redisstore.New(rdb, rule, append(apiOpts, opts...)...)
 	if err != nil {
 		return nil, err
 	}
 	logins, err := redisstore.New(rdb, ratelimit.SlidingLog{Limit: 5, Window: time.Minute, Name: "login"},
-		append([]redisstore.Option{redisstore.WithFailureMode(redisstore.FailClosed)}, opts...)...)
+		append([]redisstore.Option{redisstore.WithFailureMode(redisstore.FailClosed), redisstore.WithDenyCache(cfg.denyCache)}, opts...)...)
+	if err != nil {
+		return nil, err
+	}
+	failLog, err := newFailureLog(logger)
 	if err != nil {
 		return nil, err
 	}
@@ -139,15 +206,78 @@ func routes(logger *slog.Logger, rdb redis.UniversalClient, opts ...redisstore.O
 	client := httplimit.ClientIP{}
 	byAPIKey := httplimit.WithKey(httplimit.HeaderKey("X-API-Key", client.Key))
 	logTo := httplimit.WithLogger(logger)
-	perKey := httplimit.Middleware(api, byAPIKey, logTo)
-	perKeyBatch := httplimit.Middleware(api, byAPIKey, logTo, httplimit.WithCost(httplimit.FixedCost(10*ratelimit.Unit)))
-	perAddr := httplimit.Middleware(logins, httplimit.WithKey(client.Key), logTo)
+	apiLim := &policyAnswers{s: api, policy: failurePolicies[cfg.failure], log: failLog}
+	loginLim := &policyAnswers{s: logins, policy: "fail-closed", log: failLog}
+	perKey := httplimit.Middleware(apiLim, byAPIKey, logTo)
+	perKeyBatch := httplimit.Middleware(apiLim, byAPIKey, logTo, httplimit.WithCost(httplimit.FixedCost(10*ratelimit.Unit)))
+	perAddr := httplimit.Middleware(loginLim, httplimit.WithKey(client.Key), logTo)
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /quote", perKey(http.HandlerFunc(quote)))
 	mux.Handle("POST /labels:batch", perKeyBatch(http.HandlerFunc(labels)))
 	mux.Handle("POST /login", perAddr(http.HandlerFunc(login)))
-	return mux, nil
+	if !cfg.decidedBy {
+		return mux, nil
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), decidedByKey{}, w.Header())))
+	}), nil
+}
+
+// decidedByKey is the context key under which routes passes the response's
+// header to policyAnswers, for DecidedBy.
+type decidedByKey struct{}
+
+// policyAnswers is a Redis store that answers with its failure policy's
+// Decision when Redis fails. httplimit hands a limiter's error to its
+// ErrorHandler, which by default forwards the request whatever the
+// Decision said: a store failing closed would then admit. Here the error
+// is logged and the Decision stands.
+type policyAnswers struct {
+	s      *redisstore.Store
+	policy string // DecidedBy's value for the failure policy's answers
+	log    *failureLog
+}
+
+func (p *policyAnswers) Check(key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	return p.CheckContext(context.Background(), key, cost)
+}
+
+func (p *policyAnswers) CheckContext(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	d, err := p.s.CheckContext(ctx, key, cost)
+	by := "redis"
+	if errors.Is(err, redisstore.ErrUnavailable) {
+		p.log.failed(ctx, p.s.Params().Policy, err)
+		by, err = p.policy, nil
+	}
+	if h, ok := ctx.Value(decidedByKey{}).(http.Header); ok && err == nil {
+		h.Set(DecidedBy, by)
+	}
+	return d, err
+}
+
+// Clock is the store's, so that httplimit waits on it.
+func (p *policyAnswers) Clock() ratelimit.Clock { return p.s.Clock() }
+
+// failureLog logs Redis failures, at most 5 lines at once and one a second
+// after that: an outage fails every request.
+type failureLog struct {
+	logger *slog.Logger
+	lines  ratelimit.Limiter
+}
+
+func newFailureLog(logger *slog.Logger) (*failureLog, error) {
+	lines, err := ratelimit.New(ratelimit.GCRA{Rate: ratelimit.PerSecond(1), Burst: 5})
+	if err != nil {
+		return nil, err
+	}
+	return &failureLog{logger: logger, lines: lines}, nil
+}
+
+func (l *failureLog) failed(ctx context.Context, policy string, err error) {
+	if d, _ := l.lines.Check(ratelimit.Unit); d.Allowed {
+		l.logger.WarnContext(ctx, "redis failed; the failure policy answered", "policy", policy, "error", err)
+	}
 }
 
 func quote(w http.ResponseWriter, _ *http.Request) {

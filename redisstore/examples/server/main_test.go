@@ -98,7 +98,7 @@ func replicas(t *testing.T, n int) []string {
 	for range n {
 		rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { rdb.Close() })
-		h, err := routes(slog.New(slog.NewTextHandler(io.Discard, nil)), rdb, redisstore.WithClock(clk), redisstore.WithPrefix(prefix), redisstore.WithTimeout(10*time.Second))
+		h, err := routes(slog.New(slog.NewTextHandler(io.Discard, nil)), rdb, defaultConfig(), redisstore.WithClock(clk), redisstore.WithPrefix(prefix), redisstore.WithTimeout(10*time.Second))
 		require.NoError(t, err)
 		srv := httptest.NewServer(h)
 		t.Cleanup(srv.Close)
@@ -230,4 +230,81 @@ func TestRunWithoutRedis(t *testing.T) {
 	err = run(context.Background(), []string{"-addr", "127.0.0.1:0", "-redis", dead}, io.Discard, nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "redis at "+dead)
+}
+
+// TestFailurePolicies: with Redis down, each -failure answers as its
+// policy's Decision says, and DecidedBy names it; /login fails closed
+// whatever -failure says.
+func TestFailurePolicies(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dead := l.Addr().String()
+	l.Close()
+	tests := []struct {
+		failure string
+		by      string
+		want    []int // statuses of 25 requests to /quote with one key
+	}{
+		{"open", "fail-open", repeat(http.StatusOK, 25)},
+		{"closed", "fail-closed", repeat(http.StatusTooManyRequests, 25)},
+		{"fallback", "fallback", nil}, // checked below: a local bucket's
+	}
+	for _, tc := range tests {
+		t.Run(tc.failure, func(t *testing.T) {
+			rdb := redis.NewClient(&redis.Options{Addr: dead, ContextTimeoutEnabled: true, MaxRetries: -1})
+			t.Cleanup(func() { rdb.Close() })
+			cfg := defaultConfig()
+			cfg.failure, cfg.decidedBy = tc.failure, true
+			h, err := routes(slog.New(slog.NewTextHandler(io.Discard, nil)), rdb, cfg, redisstore.WithTimeout(time.Second))
+			require.NoError(t, err)
+			srv := httptest.NewServer(h)
+			t.Cleanup(srv.Close)
+			var got []int
+			start := time.Now()
+			for range 25 {
+				code, by := send(t, "GET", srv.URL+"/quote", "key-1")
+				got = append(got, code)
+				assert.Equal(t, tc.by, by)
+			}
+			if tc.want != nil {
+				assert.Equal(t, tc.want, got)
+			} else {
+				// The local bucket: 20 at once, then 10 a second.
+				ok := 0
+				for _, c := range got {
+					if c == http.StatusOK {
+						ok++
+					}
+				}
+				assert.Equal(t, repeat(http.StatusOK, 20), got[:20])
+				assert.LessOrEqual(t, ok, 20+int(10*time.Since(start)/time.Second))
+			}
+			code, by := send(t, "POST", srv.URL+"/login", "")
+			assert.Equal(t, http.StatusTooManyRequests, code, "/login fails closed")
+			assert.Equal(t, "fail-closed", by)
+		})
+	}
+}
+
+func repeat(v, n int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = v
+	}
+	return s
+}
+
+// send sends one request and returns its status and DecidedBy.
+func send(t *testing.T, method, url, apiKey string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	require.NoError(t, err)
+	if apiKey != "" {
+		req.Header.Set("X-API-Key", apiKey)
+	}
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	require.NoError(t, err)
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header.Get(DecidedBy)
 }
