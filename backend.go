@@ -26,6 +26,17 @@ type ContextChecker interface {
 // it, and never admit on it.
 var ErrInvalidState = errors.New("ratelimit: invalid limiter state")
 
+// ErrDegraded marks an error that a limiter returns together with a
+// Decision its failure policy made: its backend failed (did not answer in
+// time, refused, or returned a corrupted state), and the Decision is what
+// the limiter was configured to answer then (fail open's fresh-key
+// Decision, fail closed's refusal, or a local fallback's Decision). A
+// caller that sees it should act on the Decision, which the limiter's
+// owner chose for exactly this case, and report the error; a caller that
+// treats every error alike would replace that choice with its own. An
+// error that does not match ErrDegraded comes with no usable Decision.
+var ErrDegraded = errors.New("ratelimit: decided by the failure policy")
+
 // Params are a rule's exact compiled parameters: the integers every
 // Decision is computed from. A backend that keeps state outside the process
 // (a Redis script, say) computes with these and nothing else, so that its

@@ -21,7 +21,11 @@ import (
 // to let the call go on anyway (fail open), or the error to end the call
 // with, preferably a status error (fail closed). It is the place to log
 // such errors: the interceptors log nothing themselves. A call without its
-// key ([ErrNoKey]) and a bad cost never come here.
+// key ([ErrNoKey]) and a bad cost never come here, nor does an error
+// matching [ratelimit.ErrDegraded]: it comes with the Decision the
+// limiter's own failure policy made (a Redis store's fail closed, say), and
+// the call gets that Decision, admitted or refused; observe those failures
+// with the limiter's Observer.
 type ErrorHandler func(ctx context.Context, fullMethod string, err error) error
 
 // FailOpen is the default [ErrorHandler]: it lets the call go on, so that
@@ -268,6 +272,9 @@ func (c *checker) spend(ctx, actx context.Context, method, key string, cost rate
 			return nil, status.Errorf(codes.InvalidArgument, "grpclimit: this call has no positive cost (it costs %v): %v", cost, err)
 		case ctx.Err() != nil:
 			return nil, status.FromContextError(ctx.Err()).Err()
+		case errors.Is(err, ratelimit.ErrDegraded):
+			// The limiter's backend failed and its own failure policy
+			// decided: the call gets that Decision (see ErrorHandler).
 		default:
 			return nil, c.onError(ctx, method, fmt.Errorf("grpclimit: limiter: %w", err))
 		}

@@ -3,6 +3,7 @@ package grpclimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"runtime"
 	"sync/atomic"
@@ -198,6 +199,36 @@ func TestLimiterErrorFailsOpenOrClosed(t *testing.T) {
 		assert.Equal(t, codes.Unavailable, status.Code(err))
 		assert.Zero(t, svc.calls.Load())
 	})
+}
+
+// degraded is a limiter whose backend is down and whose own failure policy
+// answers: it returns d with an error matching ratelimit.ErrDegraded.
+type degraded struct{ d ratelimit.Decision }
+
+func (l degraded) Check(string, ratelimit.Units) (ratelimit.Decision, error) {
+	return l.d, fmt.Errorf("%w: %w", ratelimit.ErrDegraded, errDown)
+}
+
+// TestLimiterFailurePolicyDecides: a limiter that fails with a Decision of
+// its own failure policy is obeyed, whatever the ErrorHandler would do: a
+// store that fails closed stays closed behind an interceptor that fails open.
+func TestLimiterFailurePolicyDecides(t *testing.T) {
+	onErr := func(context.Context, string, error) error {
+		t.Error("an error that comes with the policy's Decision reached the ErrorHandler")
+		return nil
+	}
+	refused := ratelimit.Decision{Limit: 5, Window: time.Second, RetryAfter: 250 * time.Millisecond}
+	cc, svc := serve(t, limited(degraded{refused}, byAPIKey, grpclimit.WithErrorHandler(onErr)))
+	_, _, err := say(testCtx(t), cc, "alice")
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err), "fail closed's refusal is kept")
+	assert.Zero(t, svc.calls.Load())
+
+	admitted := ratelimit.Decision{Allowed: true, Limit: 5, Remaining: 4, Window: time.Second}
+	cc, svc = serve(t, limited(degraded{admitted}, byAPIKey, grpclimit.WithErrorHandler(grpclimit.FailClosed)))
+	_, hdr, err := say(testCtx(t), cc, "alice")
+	require.NoError(t, err, "fail open's admission is kept")
+	assert.Equal(t, []string{`"default";r=4;t=0`}, hdr.Get("ratelimit"))
+	assert.Equal(t, int64(1), svc.calls.Load())
 }
 
 func mustChat(t *testing.T, ctx context.Context, cc *grpc.ClientConn, apiKey string) grpc.ClientStream {

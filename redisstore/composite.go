@@ -244,7 +244,10 @@ func (c *Composite) Check(key string, cost ratelimit.Units) (ratelimit.Decision,
 // and reach no server. A layer's corrupted state refuses the request with
 // an error matching [ratelimit.ErrInvalidState]; on a cluster client,
 // layers whose keys are in different slots refuse it with [ErrCrossSlot].
-// When Redis fails the error wraps [ErrUnavailable].
+// When Redis fails the error wraps [ErrUnavailable] and the Decision is the
+// failure policy's. Every error but a cost error also matches
+// [ratelimit.ErrDegraded]: the Decision returned with it is the one to act
+// on.
 func (c *Composite) CheckContext(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
 	d, shadow, err := c.check(ctx, key, cost)
 	if obs := c.o.observer; obs != nil {
@@ -269,7 +272,14 @@ func (c *Composite) CheckContext(ctx context.Context, key string, cost ratelimit
 
 // check is CheckContext without the observer. shadow is, for an admission
 // that a shadow layer would have refused, the first such layer's Decision.
+// Errors are marked as [Store]'s are (see degradedError).
 func (c *Composite) check(ctx context.Context, key string, cost ratelimit.Units) (d, shadow ratelimit.Decision, err error) {
+	d, shadow, err = c.decide(ctx, key, cost)
+	return d, shadow, degradedError(err)
+}
+
+// decide is check without marking its errors.
+func (c *Composite) decide(ctx context.Context, key string, cost ratelimit.Units) (d, shadow ratelimit.Decision, err error) {
 	n := c.lm.Len()
 	fresh := make([][]byte, n)
 	if d, _, _, err := c.lm.Step(fresh, 0, cost, false); err != nil {

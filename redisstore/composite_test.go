@@ -242,6 +242,7 @@ func TestCompositeRefusedSpendsNothing(t *testing.T) {
 	require.NoError(t, rdb.Set(context.Background(), c.Key(1, "b"), "junk", 0).Err())
 	d, err = c.Check("b", ratelimit.Unit)
 	require.ErrorIs(t, err, ratelimit.ErrInvalidState)
+	require.ErrorIs(t, err, ratelimit.ErrDegraded, "a corrupted state's refusal is the Decision to act on")
 	require.False(t, d.Allowed)
 	after, err = rdb.Get(context.Background(), c.Key(0, "b")).Result()
 	require.NoError(t, err)
@@ -343,5 +344,6 @@ func TestCompositeObserver(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c.Check("k", ratelimit.Unit)
 	require.ErrorIs(t, err, ErrUnavailable)
+	require.ErrorIs(t, err, ratelimit.ErrDegraded)
 	require.Equal(t, []string{"failed enforced"}, failed.got)
 }

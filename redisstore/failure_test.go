@@ -101,6 +101,7 @@ func TestFailurePolicies(t *testing.T) {
 					for i := range 6 {
 						d, err := timed(t, open, "k")
 						require.ErrorIs(t, err, ErrUnavailable)
+						require.ErrorIs(t, err, ratelimit.ErrDegraded, "the Decision is the policy's")
 						assert.True(t, d.Allowed, "fail open admits")
 						assert.Equal(t, int64(2), d.Remaining, "as a fresh key would")
 						if i >= 3 {
@@ -109,12 +110,14 @@ func TestFailurePolicies(t *testing.T) {
 
 						d, err = timed(t, closed, "k")
 						require.ErrorIs(t, err, ErrUnavailable)
+						require.ErrorIs(t, err, ratelimit.ErrDegraded)
 						assert.False(t, d.Allowed, "fail closed denies")
 						assert.Positive(t, d.RetryAfter)
 
 						// The local store's burst of 3, then denials.
 						d, err = timed(t, fallback, "k")
 						require.ErrorIs(t, err, ErrUnavailable)
+						require.ErrorIs(t, err, ratelimit.ErrDegraded)
 						assert.Equal(t, i < 3, d.Allowed, "fallback check %d", i)
 					}
 					assert.Equal(t, uint64(6), open.Stats().Failures)

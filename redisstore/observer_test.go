@@ -50,6 +50,7 @@ func TestObserver(t *testing.T) {
 	}
 	_, err = s.Check("k", 0)
 	require.ErrorIs(t, err, ratelimit.ErrInvalidCost)
+	require.NotErrorIs(t, err, ratelimit.ErrDegraded, "a cost error comes with no Decision to act on")
 	assert.Equal(t, map[ratelimit.Outcome]int{ratelimit.OutcomeAllowed: 3, ratelimit.OutcomeRefused: 7}, obs.outcomes)
 	assert.Zero(t, obs.failed)
 

@@ -235,8 +235,27 @@ func (s *Store) checkContext(ctx context.Context, key string, cost ratelimit.Uni
 	return d, err
 }
 
-// check is CheckContext without the observer.
+// check is CheckContext without the observer. Every error but a cost error
+// comes with the Decision the store chose for it, and says so by matching
+// [ratelimit.ErrDegraded].
 func (s *Store) check(ctx context.Context, key string, cost ratelimit.Units, look bool) (ratelimit.Decision, error) {
+	d, err := s.decide(ctx, key, cost, look)
+	return d, degradedError(err)
+}
+
+// degradedError marks err, an error a check returned with a Decision of the
+// store's choosing (the failure policy's, or the refusal of a corrupted
+// state), as matching [ratelimit.ErrDegraded]. Cost errors, which come with
+// no such Decision, are left as they are.
+func degradedError(err error) error {
+	if err == nil || errors.Is(err, ratelimit.ErrInvalidCost) || errors.Is(err, ratelimit.ErrCostExceedsCapacity) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ratelimit.ErrDegraded, err)
+}
+
+// decide is check without marking its errors.
+func (s *Store) decide(ctx context.Context, key string, cost ratelimit.Units, look bool) (ratelimit.Decision, error) {
 	if cost <= 0 || cost > s.p.Capacity {
 		d, _, err := s.m.Step(nil, 0, cost, false)
 		return d, err
