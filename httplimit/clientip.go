@@ -3,9 +3,12 @@ package httplimit
 import (
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync/atomic"
+	"unsafe"
 )
 
 // ErrNoClientAddr is returned by [ClientIP.Addr] and [ClientIP.Key] when a
@@ -121,15 +124,68 @@ func (c ClientIP) Key(r *http.Request) (string, error) {
 // clients elsewhere (by a gRPC peer's address, say) uses it to reach the
 // same allowances.
 func AddrKey(a netip.Addr, ipv6Prefix int) string {
-	buf := make([]byte, 0, 48)
-	buf = append(buf, "ip:"...)
+	var buf [64]byte
+	b := append(buf[:0], "ip:"...)
 	if a.Is4() {
-		buf = a.AppendTo(buf)
+		b = a.AppendTo(b)
 	} else {
 		p, _ := a.Prefix(ipv6Bits(ipv6Prefix)) // bits in 1..128: cannot fail
-		buf = p.AppendTo(buf)
+		b = p.AppendTo(b)
 	}
-	return string(buf)
+	return keys.intern(b)
+}
+
+// keys holds the keys most recently made by [AddrKey] and [SecretKey], so
+// that a client's next request finds its key made and allocates nothing
+// for it. It is bounded (1024 slots of at most 64 bytes each), and a
+// store that keeps one of its keys keeps that key's 64 bytes alive.
+var keys = newInternTable(1024)
+
+// internTable is a bounded, direct-mapped table of short strings: each
+// slot holds the last string interned there, and a string that lands in
+// an occupied slot replaces what it holds. It never holds more than its
+// slots, however many distinct strings pass, and lookups take no lock.
+// Strings are immutable, so handing out the same one twice is invisible to
+// callers.
+type internTable struct {
+	seed  maphash.Seed
+	slots []atomic.Pointer[interned]
+}
+
+// interned is one string of an internTable, its bytes in the same
+// allocation: a string longer than len(b) is not interned.
+type interned struct {
+	n uint8
+	b [63]byte
+}
+
+// newInternTable returns an internTable of n slots, a power of two.
+func newInternTable(n int) *internTable {
+	return &internTable{seed: maphash.MakeSeed(), slots: make([]atomic.Pointer[interned], n)}
+}
+
+// intern returns string(b), the same string as the last call with the same
+// bytes if its slot still holds it. It allocates one object when it does
+// not, or when b is too long to hold.
+func (t *internTable) intern(b []byte) string {
+	if len(b) == 0 || len(b) > len(interned{}.b) {
+		return string(b)
+	}
+	slot := &t.slots[maphash.Bytes(t.seed, b)&uint64(len(t.slots)-1)]
+	if e := slot.Load(); e != nil && string(e.b[:e.n]) == string(b) {
+		return e.string()
+	}
+	e := new(interned)
+	e.n = uint8(copy(e.b[:], b))
+	slot.Store(e)
+	return e.string()
+}
+
+// string returns e's bytes as a string. They are written once, before e is
+// published, and never again, so the string is as immutable as any; it
+// keeps e alive while it is held.
+func (e *interned) string() string {
+	return unsafe.String(&e.b[0], int(e.n))
 }
 
 // ipv6Bits is the IPv6 prefix length an IPv6Prefix setting means.

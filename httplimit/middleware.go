@@ -80,6 +80,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/ratekit/ratelimit"
 	"github.com/ratekit/ratelimit/internal/wide"
@@ -163,7 +164,9 @@ func HeaderKey(name string, fallback KeyFunc) KeyFunc {
 	if name == "" {
 		panic("httplimit: HeaderKey with an empty header name; name the header that carries the key, such as \"X-API-Key\"")
 	}
-	missing := fmt.Errorf("%w: the %s header is missing", ErrNoKey, http.CanonicalHeaderKey(name))
+	// Canonical once here, so that looking it up allocates nothing.
+	name = http.CanonicalHeaderKey(name)
+	missing := fmt.Errorf("%w: the %s header is missing", ErrNoKey, name)
 	return func(r *http.Request) (string, error) {
 		v := r.Header.Get(name)
 		if v == "" {
@@ -181,8 +184,19 @@ func HeaderKey(name string, fallback KeyFunc) KeyFunc {
 // the same API keys elsewhere (gRPC metadata, a map of keys to plans) uses
 // it to reach the same allowances.
 func SecretKey(value string) string {
-	sum := sha256.Sum256([]byte(value))
-	return "hdr:" + hex.EncodeToString(sum[:16])
+	var sum [sha256.Size]byte
+	if len(value) <= 1024 {
+		// Hashed from a copy on the stack: converting value itself
+		// would allocate for all but the shortest values.
+		var b [1024]byte
+		sum = sha256.Sum256(b[:copy(b[:], value)])
+	} else {
+		sum = sha256.Sum256([]byte(value))
+	}
+	var buf [len("hdr:") + 32]byte
+	copy(buf[:], "hdr:")
+	hex.Encode(buf[len("hdr:"):], sum[:16])
+	return keys.intern(buf[:])
 }
 
 // Option configures [Middleware].
@@ -724,25 +738,50 @@ func policyName(d ratelimit.Decision) string {
 const maxSFInt = 999_999_999_999_999
 
 // setFields sets the RateLimit-Policy and RateLimit fields (and the legacy
-// ones) for d, as seen elapsed after the decision was made. Both values are
-// built in one buffer and share one string, and the header map is written
-// directly under the canonical names, to keep allocations per response few.
+// ones) for d, as seen elapsed after the decision was made. The header map
+// is written directly under the canonical names, and both values and the
+// two one-element slices holding them share one allocation (see
+// fieldBlock), so that an admitted request's fields cost one allocation.
 func setFields(h http.Header, d ratelimit.Decision, legacy bool, elapsed time.Duration) {
-	reset := ceilDiv(max(0, d.ResetAfter-elapsed), time.Second)
-	buf := make([]byte, 0, 2*len(d.Policy)+64)
-	buf = AppendPolicyField(buf, d)
+	var stack [2 * len(fieldBlock{}.b)]byte
+	buf := AppendPolicyField(stack[:0], d)
 	split := len(buf)
 	buf = AppendLimitField(buf, d, elapsed)
-	both := string(buf)
-	vals := make([]string, 2)
-	vals[0], vals[1] = both[:split], both[split:]
+	vals := fieldValues(buf, split)
 	h["Ratelimit-Policy"] = vals[0:1:1]
 	h["Ratelimit"] = vals[1:2:2]
 	if legacy {
+		reset := ceilDiv(max(0, d.ResetAfter-elapsed), time.Second)
 		h.Set("X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
 		h.Set("X-RateLimit-Remaining", strconv.FormatInt(d.Remaining, 10))
 		h.Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
 	}
+}
+
+// fieldBlock is one allocation holding the two values of a response's
+// RateLimit fields (b) and the slice elements that carry them (vals). The
+// strings in vals point into b, which is written once, before they are
+// made, and never again: they are as immutable as any string, and keep
+// the block alive as long as a header holds either. 128 bytes hold both
+// values for policy names of up to 31 bytes whatever the numbers; longer
+// ones take the two-allocation path.
+type fieldBlock struct {
+	vals [2]string
+	b    [128]byte
+}
+
+// fieldValues returns buf[:split] and buf[split:] as strings, in a slice
+// of two whose elements a header map may hold.
+func fieldValues(buf []byte, split int) []string {
+	if len(buf) > len(fieldBlock{}.b) {
+		both := string(buf)
+		return []string{both[:split], both[split:]}
+	}
+	blk := new(fieldBlock)
+	n := copy(blk.b[:], buf)
+	blk.vals[0] = unsafe.String(&blk.b[0], split)
+	blk.vals[1] = unsafe.String(&blk.b[split], n-split)
+	return blk.vals[:]
 }
 
 // policyField is the RateLimit-Policy value for d's rule.
