@@ -741,9 +741,9 @@ const maxSFInt = 999_999_999_999_999
 // ones) for d, as seen elapsed after the decision was made. The header map
 // is written directly under the canonical names, and both values and the
 // two one-element slices holding them share one allocation (see
-// fieldBlock), so that an admitted request's fields cost one allocation.
+// fieldValues), so that an admitted request's fields cost one allocation.
 func setFields(h http.Header, d ratelimit.Decision, legacy bool, elapsed time.Duration) {
-	var stack [2 * len(fieldBlock{}.b)]byte
+	var stack [len(largeFields{}.b) + 32]byte
 	buf := AppendPolicyField(stack[:0], d)
 	split := len(buf)
 	buf = AppendLimitField(buf, d, elapsed)
@@ -758,30 +758,46 @@ func setFields(h http.Header, d ratelimit.Decision, legacy bool, elapsed time.Du
 	}
 }
 
-// fieldBlock is one allocation holding the two values of a response's
-// RateLimit fields (b) and the slice elements that carry them (vals). The
-// strings in vals point into b, which is written once, before they are
-// made, and never again: they are as immutable as any string, and keep
-// the block alive as long as a header holds either. 128 bytes hold both
-// values for policy names of up to 31 bytes whatever the numbers; longer
-// ones take the two-allocation path.
-type fieldBlock struct {
-	vals [2]string
-	b    [128]byte
-}
+// smallFields and largeFields are one allocation each, holding the two
+// values of a response's RateLimit fields (b) and the slice elements that
+// carry them (vals): 128 bytes hold both values for names of up to about
+// 15 bytes whatever the numbers (more for shorter numbers), 256 bytes for
+// names of up to about 79. Longer ones take two allocations.
+type (
+	smallFields struct {
+		vals [2]string
+		b    [96]byte
+	}
+	largeFields struct {
+		vals [2]string
+		b    [224]byte
+	}
+)
 
 // fieldValues returns buf[:split] and buf[split:] as strings, in a slice
-// of two whose elements a header map may hold.
+// of two whose elements a header map may hold, in one allocation when buf
+// fits a field block. The strings point into the block's b, which is
+// written once, before they are made, and never again: they are as
+// immutable as any string, and keep the block alive while a header holds
+// either.
 func fieldValues(buf []byte, split int) []string {
-	if len(buf) > len(fieldBlock{}.b) {
+	var vals *[2]string
+	var b []byte
+	switch {
+	case len(buf) <= len(smallFields{}.b):
+		blk := new(smallFields)
+		vals, b = &blk.vals, blk.b[:]
+	case len(buf) <= len(largeFields{}.b):
+		blk := new(largeFields)
+		vals, b = &blk.vals, blk.b[:]
+	default:
 		both := string(buf)
 		return []string{both[:split], both[split:]}
 	}
-	blk := new(fieldBlock)
-	n := copy(blk.b[:], buf)
-	blk.vals[0] = unsafe.String(&blk.b[0], split)
-	blk.vals[1] = unsafe.String(&blk.b[split], n-split)
-	return blk.vals[:]
+	n := copy(b, buf)
+	vals[0] = unsafe.String(&b[0], split)
+	vals[1] = unsafe.String(&b[split], n-split)
+	return vals[:]
 }
 
 // policyField is the RateLimit-Policy value for d's rule.
