@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -119,4 +120,20 @@ func TestFieldsAnyNameLength(t *testing.T) {
 			assert.Equal(t, []string{quoted + ";r=19;t=1"}, w.Header().Values("RateLimit"))
 		})
 	}
+}
+
+// TestNewKeyBytes: a key made for the first time takes no more memory
+// than its own bytes (and the size class they round up to), since a store
+// keeps it as long as it keeps the key's allowance.
+func TestNewKeyBytes(t *testing.T) {
+	const n = 10_000
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i := range n {
+		// 14 bytes each: "ip:10.1.xx.yy", a fresh address every time.
+		_ = httplimit.AddrKey(netip.AddrFrom4([4]byte{10, 1, byte(10 + i/90%90), byte(10 + i%90)}), 0)
+	}
+	runtime.ReadMemStats(&after)
+	perKey := float64(after.TotalAlloc-before.TotalAlloc) / n
+	assert.LessOrEqual(t, perKey, 16.5, "bytes allocated per new 14-byte key")
 }

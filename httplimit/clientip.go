@@ -137,8 +137,7 @@ func AddrKey(a netip.Addr, ipv6Prefix int) string {
 
 // keys holds the keys most recently made by [AddrKey] and [SecretKey], so
 // that a client's next request finds its key made and allocates nothing
-// for it. It is bounded (1024 slots of at most 64 bytes each), and a
-// store that keeps one of its keys keeps that key's 64 bytes alive.
+// for it.
 var keys = newInternTable(1024)
 
 // internTable is a bounded, direct-mapped table of short strings: each
@@ -147,45 +146,43 @@ var keys = newInternTable(1024)
 // slots, however many distinct strings pass, and lookups take no lock.
 // Strings are immutable, so handing out the same one twice is invisible to
 // callers.
+//
+// A slot points at one allocation: a length byte, then the string's bytes
+// (at most maxInterned of them). A string handed out is those bytes, so it
+// takes no more memory than string(b) would, whoever keeps it.
 type internTable struct {
 	seed  maphash.Seed
-	slots []atomic.Pointer[interned]
+	slots []atomic.Pointer[byte]
 }
 
-// interned is one string of an internTable, its bytes in the same
-// allocation: a string longer than len(b) is not interned.
-type interned struct {
-	n uint8
-	b [63]byte
-}
+// maxInterned is the longest string an internTable holds.
+const maxInterned = 64
 
 // newInternTable returns an internTable of n slots, a power of two.
 func newInternTable(n int) *internTable {
-	return &internTable{seed: maphash.MakeSeed(), slots: make([]atomic.Pointer[interned], n)}
+	return &internTable{seed: maphash.MakeSeed(), slots: make([]atomic.Pointer[byte], n)}
 }
 
 // intern returns string(b), the same string as the last call with the same
-// bytes if its slot still holds it. It allocates one object when it does
-// not, or when b is too long to hold.
+// bytes if its slot still holds it. It allocates once when it does not, or
+// when b is too long to hold.
 func (t *internTable) intern(b []byte) string {
-	if len(b) == 0 || len(b) > len(interned{}.b) {
+	if len(b) == 0 || len(b) > maxInterned {
 		return string(b)
 	}
 	slot := &t.slots[maphash.Bytes(t.seed, b)&uint64(len(t.slots)-1)]
-	if e := slot.Load(); e != nil && string(e.b[:e.n]) == string(b) {
-		return e.string()
+	if p := slot.Load(); p != nil {
+		// The bytes after p were written before p was stored, and never
+		// after: the string is as immutable as any.
+		if s := unsafe.String((*byte)(unsafe.Add(unsafe.Pointer(p), 1)), int(*p)); s == string(b) {
+			return s
+		}
 	}
-	e := new(interned)
-	e.n = uint8(copy(e.b[:], b))
-	slot.Store(e)
-	return e.string()
-}
-
-// string returns e's bytes as a string. They are written once, before e is
-// published, and never again, so the string is as immutable as any; it
-// keeps e alive while it is held.
-func (e *interned) string() string {
-	return unsafe.String(&e.b[0], int(e.n))
+	buf := make([]byte, 1+len(b))
+	buf[0] = byte(len(b))
+	copy(buf[1:], b)
+	slot.Store(&buf[0])
+	return unsafe.String(&buf[1], len(b))
 }
 
 // ipv6Bits is the IPv6 prefix length an IPv6Prefix setting means.
