@@ -538,8 +538,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if !d.Allowed {
 		setFields(w.Header(), d, h.legacy, 0)
-		w.Header().Set("Retry-After", strconv.FormatInt(max(1, ceilDiv(d.RetryAfter, time.Second)), 10))
-		w.Header().Set("Cache-Control", "no-store")
+		setHeaders(w.Header(), "Retry-After", strconv.FormatInt(max(1, ceilDiv(d.RetryAfter, time.Second)), 10),
+			"Cache-Control", "no-store")
 		if h.logAll {
 			h.logger.LogAttrs(r.Context(), slog.LevelInfo, "httplimit: rate limited", limitAttrs(r, key, d)...)
 		}
@@ -701,12 +701,18 @@ type denial struct {
 // deny is the default DeniedHandler.
 func deny(w http.ResponseWriter, _ *http.Request, d ratelimit.Decision) {
 	ms := ceilDiv(d.RetryAfter, time.Millisecond)
+	// The message is fmt.Sprintf("too many requests for policy %q: retry
+	// in %v", ...), built without boxing its arguments.
+	var buf [128]byte
+	msg := append(buf[:0], "too many requests for policy "...)
+	msg = strconv.AppendQuote(msg, policyName(d))
+	msg = append(msg, ": retry in "...)
+	msg = append(msg, (time.Duration(ms) * time.Millisecond).String()...)
 	writeJSON(w, http.StatusTooManyRequests, denial{
 		Error:        "rate_limited",
 		Policy:       policyName(d),
 		RetryAfterMs: ms,
-		Message: fmt.Sprintf("too many requests for policy %q: retry in %v",
-			policyName(d), time.Duration(ms)*time.Millisecond),
+		Message:      string(msg),
 	})
 }
 
@@ -715,12 +721,21 @@ func writeJSON(w http.ResponseWriter, status int, body any) {
 	if err != nil { // cannot happen for the types above
 		b = []byte(`{"error":"internal"}`)
 	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Cache-Control", "no-store")
+	setHeaders(w.Header(), "Content-Type", "application/json", "X-Content-Type-Options", "nosniff",
+		"Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
+}
+
+// setHeaders sets each field of kv (canonical names, each followed by its
+// value) to its value, replacing what h held, as h.Set would, with the
+// one-element slices for all of them in one allocation.
+func setHeaders(h http.Header, kv ...string) {
+	vals := make([]string, len(kv)/2)
+	for i := range vals {
+		vals[i] = kv[2*i+1]
+		h[kv[2*i]] = vals[i : i+1 : i+1]
+	}
 }
 
 // defaultPolicy names the policy of a rule without a Name, as the draft's
