@@ -122,7 +122,8 @@ func (c ClientIP) Key(r *http.Request) (string, error) {
 // and a for IPv4, "ip:" and a's prefix of ipv6Prefix bits for IPv6 (0
 // meaning 64; other values clamped to 1..128). Code that limits the same
 // clients elsewhere (by a gRPC peer's address, say) uses it to reach the
-// same allowances.
+// same allowances. The string may be one it returned before for the same
+// key (see [Middleware] on the cost of keys).
 func AddrKey(a netip.Addr, ipv6Prefix int) string {
 	var buf [64]byte
 	b := append(buf[:0], "ip:"...)

@@ -182,7 +182,8 @@ func HeaderKey(name string, fallback KeyFunc) KeyFunc {
 // SecretKey returns the key [HeaderKey] makes for a header's value: "hdr:"
 // and the first 16 bytes of the value's SHA-256 in hex. Code that limits
 // the same API keys elsewhere (gRPC metadata, a map of keys to plans) uses
-// it to reach the same allowances.
+// it to reach the same allowances. The string may be one it returned
+// before for the same value (see [Middleware] on the cost of keys).
 func SecretKey(value string) string {
 	var sum [sha256.Size]byte
 	if len(value) <= 1024 {
@@ -403,6 +404,13 @@ func WithMaxDelay(d time.Duration) Option {
 //
 // The middleware starts no goroutines; the returned function and the
 // handlers it builds are safe for concurrent use.
+//
+// An admitted request costs the middleware one allocation, for its
+// RateLimit fields, when its key comes from [ClientIP.Key] or [HeaderKey]
+// and has been made recently: the last keys [AddrKey] and [SecretKey] made
+// are kept for reuse in a bounded table of 1024 entries. A key made afresh
+// costs one more, and a refusal with the default [DeniedHandler] about
+// seven (its body is JSON).
 func Middleware(lim ratelimit.KeyedLimiter, opts ...Option) func(http.Handler) http.Handler {
 	if isNil(lim) {
 		panic(fmt.Sprintf("httplimit: Middleware given a nil limiter (%T); pass the limiter that ratelimit.NewStore or ratelimit.Compose returned, after checking their error", lim))
