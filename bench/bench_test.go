@@ -227,3 +227,67 @@ func liveHeap() uint64 {
 	runtime.ReadMemStats(&ms)
 	return ms.HeapAlloc
 }
+
+// BenchmarkHTTP sends requests from one client through each HTTP
+// middleware to the same handler, [Admitted], keyed by the client's
+// address:
+//
+//   - allowed: under a limit the benchmark cannot exhaust, from one
+//     goroutine;
+//   - denied: under a limit already spent, from one goroutine;
+//   - parallel and parallel-denied: the same from GOMAXPROCS goroutines at
+//     once, each with its own request and ResponseWriter.
+//
+// One op is one request, the response's header map cleared before it.
+// admitted/op is the fraction answered by the handler: 1 when allowed, 0
+// when denied.
+func BenchmarkHTTP(b *testing.B) {
+	scenarios := []struct {
+		name     string
+		sc       Scenario
+		parallel bool
+	}{
+		{"allowed", Allowed, false},
+		{"denied", Denied, false},
+		{"parallel", Allowed, true},
+		{"parallel-denied", Denied, true},
+	}
+	for _, s := range scenarios {
+		for _, subj := range shuffled(HTTPSubjects()) {
+			b.Run(s.name+"/"+subj.Name, func(b *testing.B) {
+				h, done := subj.New(s.sc, Admitted)
+				defer done()
+				if s.sc == Denied {
+					newDiscard().serve(h, newRequest()) // spend the one request the limit admits
+				}
+				b.ReportAllocs()
+				cpu := cpuNanos()
+				var admitted int64
+				if s.parallel {
+					var total atomic.Int64
+					b.ResetTimer()
+					b.RunParallel(func(pb *testing.PB) {
+						w, r := newDiscard(), newRequest()
+						var n int64
+						for pb.Next() {
+							if w.serve(h, r) {
+								n++
+							}
+						}
+						total.Add(n)
+					})
+					admitted = total.Load()
+				} else {
+					w, r := newDiscard(), newRequest()
+					for b.Loop() {
+						if w.serve(h, r) {
+							admitted++
+						}
+					}
+				}
+				reportCPU(b, cpu)
+				b.ReportMetric(float64(admitted)/float64(b.N), "admitted/op")
+			})
+		}
+	}
+}

@@ -41,6 +41,16 @@
 //     clock read (an ordered TSC read) stops that, as it does in every
 //     limiter here.
 //
+// HTTP middlewares, whole, on the same handler ([Admitted]) and keyed by the
+// client's address ([HTTPSubjects]):
+//
+//   - ratelimit.httplimit: this library's httplimit.Middleware on a GCRA
+//     Store, with its default key (ClientIP).
+//   - httprate: github.com/go-chi/httprate, its in-memory sliding window
+//     counter, keyed as its KeyByIP does.
+//   - go-limiter: github.com/sethvargo/go-limiter's httplimit on its
+//     memorystore, keyed by its IPKeyFunc.
+//
 // # Configurations
 //
 // "Allowed" scenarios use limits no benchmark can exhaust (1e6 per second

@@ -261,6 +261,17 @@ func throttledKeyed(maxKeys int, q throttled.RateQuota) KeyedCheck {
 }
 
 func goLimiterCheck(sc Scenario) (KeyedCheck, func()) {
+	st, done := goLimiterStore(sc)
+	ctx := context.Background()
+	return func(key string) bool {
+		_, _, _, ok, err := st.Take(ctx, key)
+		return ok && err == nil
+	}, done
+}
+
+// goLimiterStore returns go-limiter's memorystore for the scenario (see
+// [SingleSubjects]), and a func that stops it.
+func goLimiterStore(sc Scenario) (golimiter.Store, func()) {
 	cfg := &memorystore.Config{Tokens: allowBurst, Interval: allowBurst / allowRate * time.Second}
 	if sc == Denied {
 		cfg = &memorystore.Config{Tokens: 1, Interval: time.Hour}
@@ -269,15 +280,11 @@ func goLimiterCheck(sc Scenario) (KeyedCheck, func()) {
 	if err != nil {
 		panic(err)
 	}
-	ctx := context.Background()
-	return func(key string) bool {
-			_, _, _, ok, err := st.Take(ctx, key)
-			return ok && err == nil
-		}, func() {
-			if err := st.Close(ctx); err != nil && !errors.Is(err, golimiter.ErrStopped) {
-				panic(err)
-			}
+	return st, func() {
+		if err := st.Close(context.Background()); err != nil && !errors.Is(err, golimiter.ErrStopped) {
+			panic(err)
 		}
+	}
 }
 
 func ululeCheck(sc Scenario) KeyedCheck {

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"net/http"
 	"strconv"
 	"testing"
 )
@@ -77,5 +78,35 @@ func TestKeys(t *testing.T) {
 			t.Fatalf("index %d twice in the order", i)
 		}
 		hit[i] = true
+	}
+}
+
+// TestHTTPSubjectsTakeTheirPath checks that every HTTP middleware admits
+// every request under the allowed limit, and only the first under the
+// denied one, answering the rest 429.
+func TestHTTPSubjectsTakeTheirPath(t *testing.T) {
+	const n = 2_000
+	for _, subj := range HTTPSubjects() {
+		for _, sc := range []Scenario{Allowed, Denied} {
+			h, done := subj.New(sc, Admitted)
+			w, r := newDiscard(), newRequest()
+			admitted, refused := 0, 0
+			for range n {
+				if w.serve(h, r) {
+					admitted++
+				} else if w.code == http.StatusTooManyRequests {
+					refused++
+				}
+			}
+			done()
+			want := n
+			if sc == Denied {
+				want = 1
+			}
+			if admitted != want || admitted+refused != n {
+				t.Errorf("%s, scenario %d: %d of %d admitted and %d refused, want %d admitted and the rest refused",
+					subj.Name, sc, admitted, n, refused, want)
+			}
+		}
 	}
 }

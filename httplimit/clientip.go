@@ -3,9 +3,12 @@ package httplimit
 import (
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync/atomic"
+	"unsafe"
 )
 
 // ErrNoClientAddr is returned by [ClientIP.Addr] and [ClientIP.Key] when a
@@ -119,17 +122,68 @@ func (c ClientIP) Key(r *http.Request) (string, error) {
 // and a for IPv4, "ip:" and a's prefix of ipv6Prefix bits for IPv6 (0
 // meaning 64; other values clamped to 1..128). Code that limits the same
 // clients elsewhere (by a gRPC peer's address, say) uses it to reach the
-// same allowances.
+// same allowances. The string may be one it returned before for the same
+// key (see [Middleware] on the cost of keys).
 func AddrKey(a netip.Addr, ipv6Prefix int) string {
-	buf := make([]byte, 0, 48)
-	buf = append(buf, "ip:"...)
+	var buf [64]byte
+	b := append(buf[:0], "ip:"...)
 	if a.Is4() {
-		buf = a.AppendTo(buf)
+		b = a.AppendTo(b)
 	} else {
 		p, _ := a.Prefix(ipv6Bits(ipv6Prefix)) // bits in 1..128: cannot fail
-		buf = p.AppendTo(buf)
+		b = p.AppendTo(b)
 	}
-	return string(buf)
+	return keys.intern(b)
+}
+
+// keys holds the keys most recently made by [AddrKey] and [SecretKey], so
+// that a client's next request finds its key made and allocates nothing
+// for it.
+var keys = newInternTable(1024)
+
+// internTable is a bounded, direct-mapped table of short strings: each
+// slot holds the last string interned there, and a string that lands in
+// an occupied slot replaces what it holds. It never holds more than its
+// slots, however many distinct strings pass, and lookups take no lock.
+// Strings are immutable, so handing out the same one twice is invisible to
+// callers.
+//
+// A slot points at one allocation: a length byte, then the string's bytes
+// (at most maxInterned of them). A string handed out is those bytes, so it
+// takes no more memory than string(b) would, whoever keeps it.
+type internTable struct {
+	seed  maphash.Seed
+	slots []atomic.Pointer[byte]
+}
+
+// maxInterned is the longest string an internTable holds.
+const maxInterned = 64
+
+// newInternTable returns an internTable of n slots, a power of two.
+func newInternTable(n int) *internTable {
+	return &internTable{seed: maphash.MakeSeed(), slots: make([]atomic.Pointer[byte], n)}
+}
+
+// intern returns string(b), the same string as the last call with the same
+// bytes if its slot still holds it. It allocates once when it does not, or
+// when b is too long to hold.
+func (t *internTable) intern(b []byte) string {
+	if len(b) == 0 || len(b) > maxInterned {
+		return string(b)
+	}
+	slot := &t.slots[maphash.Bytes(t.seed, b)&uint64(len(t.slots)-1)]
+	if p := slot.Load(); p != nil {
+		// The bytes after p were written before p was stored, and never
+		// after: the string is as immutable as any.
+		if s := unsafe.String((*byte)(unsafe.Add(unsafe.Pointer(p), 1)), int(*p)); s == string(b) {
+			return s
+		}
+	}
+	buf := make([]byte, 1+len(b))
+	buf[0] = byte(len(b))
+	copy(buf[1:], b)
+	slot.Store(&buf[0])
+	return unsafe.String(&buf[1], len(b))
 }
 
 // ipv6Bits is the IPv6 prefix length an IPv6Prefix setting means.

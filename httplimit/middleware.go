@@ -80,6 +80,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/ratekit/ratelimit"
 	"github.com/ratekit/ratelimit/internal/wide"
@@ -163,7 +164,9 @@ func HeaderKey(name string, fallback KeyFunc) KeyFunc {
 	if name == "" {
 		panic("httplimit: HeaderKey with an empty header name; name the header that carries the key, such as \"X-API-Key\"")
 	}
-	missing := fmt.Errorf("%w: the %s header is missing", ErrNoKey, http.CanonicalHeaderKey(name))
+	// Canonical once here, so that looking it up allocates nothing.
+	name = http.CanonicalHeaderKey(name)
+	missing := fmt.Errorf("%w: the %s header is missing", ErrNoKey, name)
 	return func(r *http.Request) (string, error) {
 		v := r.Header.Get(name)
 		if v == "" {
@@ -179,10 +182,22 @@ func HeaderKey(name string, fallback KeyFunc) KeyFunc {
 // SecretKey returns the key [HeaderKey] makes for a header's value: "hdr:"
 // and the first 16 bytes of the value's SHA-256 in hex. Code that limits
 // the same API keys elsewhere (gRPC metadata, a map of keys to plans) uses
-// it to reach the same allowances.
+// it to reach the same allowances. The string may be one it returned
+// before for the same value (see [Middleware] on the cost of keys).
 func SecretKey(value string) string {
-	sum := sha256.Sum256([]byte(value))
-	return "hdr:" + hex.EncodeToString(sum[:16])
+	var sum [sha256.Size]byte
+	if len(value) <= 1024 {
+		// Hashed from a copy on the stack: converting value itself
+		// would allocate for all but the shortest values.
+		var b [1024]byte
+		sum = sha256.Sum256(b[:copy(b[:], value)])
+	} else {
+		sum = sha256.Sum256([]byte(value))
+	}
+	var buf [len("hdr:") + 32]byte
+	copy(buf[:], "hdr:")
+	hex.Encode(buf[len("hdr:"):], sum[:16])
+	return keys.intern(buf[:])
 }
 
 // Option configures [Middleware].
@@ -392,6 +407,13 @@ func WithMaxDelay(d time.Duration) Option {
 //
 // The middleware starts no goroutines; the returned function and the
 // handlers it builds are safe for concurrent use.
+//
+// An admitted request costs the middleware one allocation, for its
+// RateLimit fields, when its key comes from [ClientIP.Key] or [HeaderKey]
+// and has been made recently: the last keys [AddrKey] and [SecretKey] made
+// are kept for reuse in a bounded table of 1024 entries. A key made afresh
+// costs one more, and a refusal with the default [DeniedHandler] about
+// seven (its body is JSON).
 func Middleware(lim ratelimit.KeyedLimiter, opts ...Option) func(http.Handler) http.Handler {
 	if isNil(lim) {
 		panic(fmt.Sprintf("httplimit: Middleware given a nil limiter (%T); pass the limiter that ratelimit.NewStore or ratelimit.Compose returned, after checking their error", lim))
@@ -529,8 +551,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if !d.Allowed {
 		setFields(w.Header(), d, h.legacy, 0)
-		w.Header().Set("Retry-After", strconv.FormatInt(max(1, ceilDiv(d.RetryAfter, time.Second)), 10))
-		w.Header().Set("Cache-Control", "no-store")
+		setHeaders(w.Header(), "Retry-After", strconv.FormatInt(max(1, ceilDiv(d.RetryAfter, time.Second)), 10),
+			"Cache-Control", "no-store")
 		if h.logAll {
 			h.logger.LogAttrs(r.Context(), slog.LevelInfo, "httplimit: rate limited", limitAttrs(r, key, d)...)
 		}
@@ -696,12 +718,18 @@ type denial struct {
 // deny is the default DeniedHandler.
 func deny(w http.ResponseWriter, _ *http.Request, d ratelimit.Decision) {
 	ms := ceilDiv(d.RetryAfter, time.Millisecond)
+	// The message is fmt.Sprintf("too many requests for policy %q: retry
+	// in %v", ...), built without boxing its arguments.
+	var buf [128]byte
+	msg := append(buf[:0], "too many requests for policy "...)
+	msg = strconv.AppendQuote(msg, policyName(d))
+	msg = append(msg, ": retry in "...)
+	msg = append(msg, (time.Duration(ms) * time.Millisecond).String()...)
 	writeJSON(w, http.StatusTooManyRequests, denial{
 		Error:        "rate_limited",
 		Policy:       policyName(d),
 		RetryAfterMs: ms,
-		Message: fmt.Sprintf("too many requests for policy %q: retry in %v",
-			policyName(d), time.Duration(ms)*time.Millisecond),
+		Message:      string(msg),
 	})
 }
 
@@ -710,12 +738,21 @@ func writeJSON(w http.ResponseWriter, status int, body any) {
 	if err != nil { // cannot happen for the types above
 		b = []byte(`{"error":"internal"}`)
 	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Cache-Control", "no-store")
+	setHeaders(w.Header(), "Content-Type", "application/json", "X-Content-Type-Options", "nosniff",
+		"Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
+}
+
+// setHeaders sets each field of kv (canonical names, each followed by its
+// value) to its value, replacing what h held, as h.Set would, with the
+// one-element slices for all of them in one allocation.
+func setHeaders(h http.Header, kv ...string) {
+	vals := make([]string, len(kv)/2)
+	for i := range vals {
+		vals[i] = kv[2*i+1]
+		h[kv[2*i]] = vals[i : i+1 : i+1]
+	}
 }
 
 // defaultPolicy names the policy of a rule without a Name, as the draft's
@@ -733,25 +770,66 @@ func policyName(d ratelimit.Decision) string {
 const maxSFInt = 999_999_999_999_999
 
 // setFields sets the RateLimit-Policy and RateLimit fields (and the legacy
-// ones) for d, as seen elapsed after the decision was made. Both values are
-// built in one buffer and share one string, and the header map is written
-// directly under the canonical names, to keep allocations per response few.
+// ones) for d, as seen elapsed after the decision was made. The header map
+// is written directly under the canonical names, and both values and the
+// two one-element slices holding them share one allocation (see
+// fieldValues), so that an admitted request's fields cost one allocation.
 func setFields(h http.Header, d ratelimit.Decision, legacy bool, elapsed time.Duration) {
-	reset := ceilDiv(max(0, d.ResetAfter-elapsed), time.Second)
-	buf := make([]byte, 0, 2*len(d.Policy)+64)
-	buf = AppendPolicyField(buf, d)
+	var stack [len(largeFields{}.b) + 32]byte
+	buf := AppendPolicyField(stack[:0], d)
 	split := len(buf)
 	buf = AppendLimitField(buf, d, elapsed)
-	both := string(buf)
-	vals := make([]string, 2)
-	vals[0], vals[1] = both[:split], both[split:]
+	vals := fieldValues(buf, split)
 	h["Ratelimit-Policy"] = vals[0:1:1]
 	h["Ratelimit"] = vals[1:2:2]
 	if legacy {
+		reset := ceilDiv(max(0, d.ResetAfter-elapsed), time.Second)
 		h.Set("X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
 		h.Set("X-RateLimit-Remaining", strconv.FormatInt(d.Remaining, 10))
 		h.Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
 	}
+}
+
+// smallFields and largeFields are one allocation each, holding the two
+// values of a response's RateLimit fields (b) and the slice elements that
+// carry them (vals): 128 bytes hold both values for names of up to about
+// 15 bytes whatever the numbers (more for shorter numbers), 256 bytes for
+// names of up to about 79. Longer ones take two allocations.
+type (
+	smallFields struct {
+		vals [2]string
+		b    [96]byte
+	}
+	largeFields struct {
+		vals [2]string
+		b    [224]byte
+	}
+)
+
+// fieldValues returns buf[:split] and buf[split:] as strings, in a slice
+// of two whose elements a header map may hold, in one allocation when buf
+// fits a field block. The strings point into the block's b, which is
+// written once, before they are made, and never again: they are as
+// immutable as any string, and keep the block alive while a header holds
+// either.
+func fieldValues(buf []byte, split int) []string {
+	var vals *[2]string
+	var b []byte
+	switch {
+	case len(buf) <= len(smallFields{}.b):
+		blk := new(smallFields)
+		vals, b = &blk.vals, blk.b[:]
+	case len(buf) <= len(largeFields{}.b):
+		blk := new(largeFields)
+		vals, b = &blk.vals, blk.b[:]
+	default:
+		both := string(buf)
+		return []string{both[:split], both[split:]}
+	}
+	n := copy(b, buf)
+	vals[0] = unsafe.String(&b[0], split)
+	vals[1] = unsafe.String(&b[split], n-split)
+	return vals[:]
 }
 
 // policyField is the RateLimit-Policy value for d's rule.

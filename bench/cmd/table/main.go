@@ -51,6 +51,7 @@ const (
 	keyedTarget       = 1.35 // keyed Check / map lookup
 	keyedParTarget    = 1.5  // keyed Check / map lookup, all cores
 	bytesPerKeyTarget = 64   // heap per key, GCRA and TokenBucket
+	httpAllocsTarget  = 1    // allocations per admitted request through httplimit
 )
 
 const (
@@ -65,7 +66,7 @@ const (
 // throughput under contention, where waiting is part of the cost: wall
 // clock. Results without CPU times fall back to wall clock.
 func metric(s *results.Set, scenario string) string {
-	if scenario == "parallel" {
+	if strings.HasPrefix(scenario, "parallel") {
 		return wall
 	}
 	for _, k := range s.Keys {
@@ -103,6 +104,11 @@ func render(s *results.Set, chart, stat string) []byte {
 
 	p("\n## 1,000,000 keys\n\n")
 	keyedTable(&b, s)
+
+	if len(s.Subjects("HTTP")) > 0 {
+		p("\n## HTTP middleware\n\n")
+		httpTable(&b, s)
+	}
 
 	p("\n## Goals\n\n")
 	goals(&b, s)
@@ -359,6 +365,47 @@ func keyedTable(b *bytes.Buffer, s *results.Set) {
 		"the distance from it to a store is the store's own cost.\n")
 }
 
+func httpTable(b *bytes.Buffer, s *results.Set) {
+	one, all := metric(s, "allowed"), metric(s, "parallel")
+	fmt.Fprintf(b, "Whole middlewares on the same handler (it answers 204 and does nothing else), each keyed by "+
+		"the client's address with its own defaults, requests from one client: under a limit the benchmark "+
+		"cannot exhaust (allowed) and under one already spent (denied, answered 429 with each middleware's own "+
+		"body), from one goroutine (%s per request) and from every core at once (all cores, %s per request, "+
+		"wall clock). One request is one op, its response's header map cleared before it. allocs/op is the "+
+		"largest of any pass, with B/op. × fastest peer divides by the fastest other middleware in the same "+
+		"pass and scenario.\n\n", unitName(one), unitName(all))
+	scenarios := []string{"allowed", "denied", "parallel", "parallel-denied"}
+	titles := []string{"allowed", "denied", "all cores, allowed", "all cores, denied"}
+	fmt.Fprintf(b, "| Subject |")
+	for _, t := range titles {
+		fmt.Fprintf(b, " %s | allocs/op | × fastest peer |", t)
+	}
+	fmt.Fprintf(b, " admitted |\n|---|%s:-:|\n", strings.Repeat("--:|--:|--:|", len(scenarios)))
+	for _, subj := range s.Subjects("HTTP") {
+		fmt.Fprintf(b, "| %s |", name(subj))
+		var adm []string
+		for _, sc := range scenarios {
+			k := results.Key{Group: "HTTP", Scenario: sc, Subject: subj}
+			unit := metric(s, sc)
+			rel := ""
+			if !k.Peer() {
+				r, _ := s.RatioToBest(k, s.Select("HTTP", sc, isPeer), unit)
+				rel = ratio(r)
+			}
+			fmt.Fprintf(b, " %s | %s | %s |", fig(s, k, unit), allocs(s, k), rel)
+			adm = append(adm, admitted(s, k))
+		}
+		fmt.Fprintf(b, " %s |\n", strings.Join(adm, " / "))
+	}
+	b.WriteString("\n")
+	deviations(b, s, "HTTP")
+	fmt.Fprintf(b, "httprate is github.com/go-chi/httprate (its sliding window counter in memory, keyed as its "+
+		"KeyByIP does); go-limiter is github.com/sethvargo/go-limiter's httplimit on its memorystore, keyed by "+
+		"its IPKeyFunc. This library's middleware is httplimit.Middleware on a GCRA Store with its default key, "+
+		"ClientIP. The fields each sends differ: httplimit sends RateLimit-Policy and RateLimit (and a JSON "+
+		"body when it refuses), the others X-RateLimit-* fields (and a plain-text body).\n")
+}
+
 // deviations lists the benchmarks of group whose admitted fraction is not
 // the one their scenario claims, in any pass.
 func deviations(b *bytes.Buffer, s *results.Set, group string) {
@@ -368,7 +415,7 @@ func deviations(b *bytes.Buffer, s *results.Set, group string) {
 			continue
 		}
 		want := 1.0
-		if k.Scenario == "denied" {
+		if strings.HasSuffix(k.Scenario, "denied") {
 			want = 0
 		}
 		worst := want
@@ -383,7 +430,8 @@ func deviations(b *bytes.Buffer, s *results.Set, group string) {
 	}
 	if len(out) == 0 {
 		fmt.Fprintf(b, "Every configuration took its scenario's path in every pass (admitted exactly %s). ",
-			map[string]string{"Single": "1 when allowed, 0 when denied", "Keyed": "1"}[group])
+			map[string]string{"Single": "1 when allowed, 0 when denied", "Keyed": "1",
+				"HTTP": "1 when allowed, 0 when denied"}[group])
 		return
 	}
 	fmt.Fprintf(b, "Admitted fractions off their scenario's in some pass (the furthest): %s. ", strings.Join(out, ", "))
@@ -489,6 +537,26 @@ func goals(b *bytes.Buffer, s *results.Set) {
 		text += "; bytes allocated less often than once per Check (largest pass): " + strings.Join(amortised, ", ")
 	}
 	fmt.Fprintf(b, "| Allocations per Check | 0 | %s | %s |\n", text, verdict(zero, len(checks)))
+
+	var admits []results.Key
+	for _, sc := range []string{"allowed", "parallel"} {
+		admits = append(admits, ours("HTTP", sc)...)
+	}
+	if len(admits) > 0 {
+		var cells []string
+		met := 0
+		for _, k := range admits {
+			a := s.Max(k, "allocs/op")
+			mark := "✗"
+			if a <= httpAllocsTarget {
+				mark, met = "✓", met+1
+			}
+			cells = append(cells, fmt.Sprintf("%s %s: %s allocs/op (largest of any pass) %s",
+				strings.TrimPrefix(k.Subject, "ratelimit."), k.Scenario, num(a), mark))
+		}
+		fmt.Fprintf(b, "| Allocations per admitted HTTP request | ≤ %d | %s | %s |\n",
+			httpAllocsTarget, strings.Join(cells, "<br>"), verdict(met, len(admits)))
+	}
 }
 
 func verdict(met, n int) string {
