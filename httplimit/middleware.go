@@ -120,7 +120,11 @@ type DeniedHandler func(w http.ResponseWriter, r *http.Request, d ratelimit.Deci
 // checked: its key function or the limiter failed. It returns true to
 // forward the request anyway (fail open), or writes a response and returns
 // false (fail closed). The middleware has already logged err (see
-// [WithLogger]). A request without its key ([ErrNoKey]) never comes here.
+// [WithLogger]). A request without its key ([ErrNoKey]) never comes here,
+// nor, outside shadow mode, does a limiter error matching
+// [ratelimit.ErrDegraded]: it comes with the Decision the limiter's own
+// failure policy made (a Redis store's fail closed, say), and the request
+// gets that Decision, admitted or refused, with its fields.
 type ErrorHandler func(w http.ResponseWriter, r *http.Request, err error) (forward bool)
 
 // FailOpen is the default [ErrorHandler]: it forwards the request, so that a
@@ -539,12 +543,19 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case errors.Is(err, ratelimit.ErrInvalidCost) || errors.Is(err, ratelimit.ErrCostExceedsCapacity):
 			h.badCost(w, r, key, cost, &d, err)
+			return
 		case r.Context().Err() != nil:
 			h.ended(w, r, key, d, 0)
+			return
+		case errors.Is(err, ratelimit.ErrDegraded) && !h.shadow:
+			// The limiter's backend failed and its own failure policy
+			// decided: the request gets that Decision (see ErrorHandler).
+			h.errs.log(r.Context(), h.logger, "httplimit: limiter failed; its failure policy decided",
+				slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
 		default:
 			h.fail(w, r, fmt.Errorf("httplimit: limiter: %w", err))
+			return
 		}
-		return
 	}
 	if h.within == nil && d.Allowed && h.maxDelay > 0 && d.Delay > h.maxDelay {
 		d = h.overCap(d, cost)

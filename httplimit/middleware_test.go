@@ -660,6 +660,60 @@ func (failing) Check(string, ratelimit.Units) (ratelimit.Decision, error) {
 	return ratelimit.Decision{}, errors.New("backend unreachable")
 }
 
+// degraded is a keyed limiter whose backend is down and whose own failure
+// policy answers d, as a Redis store does.
+type degraded struct{ d ratelimit.Decision }
+
+func (l degraded) Check(string, ratelimit.Units) (ratelimit.Decision, error) {
+	return l.d, fmt.Errorf("%w: backend unreachable", ratelimit.ErrDegraded)
+}
+
+// TestFailurePolicyDecides: a limiter error that comes with its failure
+// policy's Decision is answered by that Decision, not by the ErrorHandler:
+// a store that fails closed stays closed behind the default FailOpen, and
+// one that fails open stays open behind FailClosed. Shadow mode forwards.
+func TestFailurePolicyDecides(t *testing.T) {
+	refused := ratelimit.Decision{Limit: 5, Window: time.Second, RetryAfter: 1500 * time.Millisecond, ResetAfter: time.Second}
+	admitted := ratelimit.Decision{Allowed: true, Limit: 5, Remaining: 4, Window: time.Second, ResetAfter: 200 * time.Millisecond}
+	handlerCalled := func() (http.Handler, *int) {
+		calls := 0
+		return http.HandlerFunc(func(http.ResponseWriter, *http.Request) { calls++ }), &calls
+	}
+	onErr := func(t *testing.T) httplimit.Option {
+		return httplimit.WithErrorHandler(func(http.ResponseWriter, *http.Request, error) bool {
+			t.Error("an error with the policy's Decision reached the ErrorHandler")
+			return true
+		})
+	}
+	logs := &syncBuffer{}
+	next, calls := handlerCalled()
+	w := httptest.NewRecorder()
+	httplimit.Middleware(degraded{refused}, onErr(t), httplimit.WithLogger(slog.New(slog.NewJSONHandler(logs, nil))))(next).
+		ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/x", nil))
+	assert.Equal(t, http.StatusTooManyRequests, w.Code, "fail closed's refusal is kept")
+	assert.Equal(t, "2", w.Header().Get("Retry-After"))
+	assert.Zero(t, *calls)
+	lines := logs.lines(t)
+	require.NotEmpty(t, lines, "the failure is logged")
+	assert.Equal(t, "ERROR", lines[0]["level"])
+	assert.Equal(t, "ratelimit: decided by the failure policy: backend unreachable", lines[0]["error"])
+
+	next, calls = handlerCalled()
+	w = httptest.NewRecorder()
+	httplimit.Middleware(degraded{admitted}, httplimit.WithErrorHandler(httplimit.FailClosed))(next).
+		ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/x", nil))
+	assert.Equal(t, http.StatusOK, w.Code, "fail open's admission is kept")
+	assert.Equal(t, `"default";r=4;t=1`, w.Header().Get("RateLimit"))
+	assert.Equal(t, 1, *calls)
+
+	next, calls = handlerCalled()
+	w = httptest.NewRecorder()
+	httplimit.Middleware(degraded{refused}, httplimit.WithShadowMode(nil))(next).
+		ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/x", nil))
+	assert.Equal(t, http.StatusOK, w.Code, "shadow mode forwards")
+	assert.Equal(t, 1, *calls)
+}
+
 func TestErrors(t *testing.T) {
 	noKey := httplimit.WithKey(func(*http.Request) (string, error) { return "", errors.New("no session") })
 	for _, tt := range []struct {

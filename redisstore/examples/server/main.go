@@ -198,16 +198,11 @@ func routes(logger *slog.Logger, rdb redis.UniversalClient, cfg config, opts ...
 	if err != nil {
 		return nil, err
 	}
-	failLog, err := newFailureLog(logger)
-	if err != nil {
-		return nil, err
-	}
-
 	client := httplimit.ClientIP{}
 	byAPIKey := httplimit.WithKey(httplimit.HeaderKey("X-API-Key", client.Key))
 	logTo := httplimit.WithLogger(logger)
-	apiLim := &policyAnswers{s: api, policy: failurePolicies[cfg.failure], log: failLog}
-	loginLim := &policyAnswers{s: logins, policy: "fail-closed", log: failLog}
+	apiLim := &policyAnswers{s: api, policy: failurePolicies[cfg.failure]}
+	loginLim := &policyAnswers{s: logins, policy: "fail-closed"}
 	perKey := httplimit.Middleware(apiLim, byAPIKey, logTo)
 	perKeyBatch := httplimit.Middleware(apiLim, byAPIKey, logTo, httplimit.WithCost(httplimit.FixedCost(10*ratelimit.Unit)))
 	perAddr := httplimit.Middleware(loginLim, httplimit.WithKey(client.Key), logTo)
@@ -228,15 +223,14 @@ func routes(logger *slog.Logger, rdb redis.UniversalClient, cfg config, opts ...
 // header to policyAnswers, for DecidedBy.
 type decidedByKey struct{}
 
-// policyAnswers is a Redis store that answers with its failure policy's
-// Decision when Redis fails. httplimit hands a limiter's error to its
-// ErrorHandler, which by default forwards the request whatever the
-// Decision said: a store failing closed would then admit. Here the error
-// is logged and the Decision stands.
+// policyAnswers is a Redis store that says, with -decided-by, which path
+// decided each request: Redis, or its failure policy when Redis failed.
+// The policy's Decision comes with an error matching
+// [ratelimit.ErrDegraded], which httplimit logs (capped) and then obeys: a
+// store failing closed refuses, one failing open admits.
 type policyAnswers struct {
 	s      *redisstore.Store
 	policy string // DecidedBy's value for the failure policy's answers
-	log    *failureLog
 }
 
 func (p *policyAnswers) Check(key string, cost ratelimit.Units) (ratelimit.Decision, error) {
@@ -245,40 +239,19 @@ func (p *policyAnswers) Check(key string, cost ratelimit.Units) (ratelimit.Decis
 
 func (p *policyAnswers) CheckContext(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
 	d, err := p.s.CheckContext(ctx, key, cost)
-	by := "redis"
-	if errors.Is(err, redisstore.ErrUnavailable) {
-		p.log.failed(ctx, p.s.Params().Policy, err)
-		by, err = p.policy, nil
-	}
-	if h, ok := ctx.Value(decidedByKey{}).(http.Header); ok && err == nil {
-		h.Set(DecidedBy, by)
+	if h, ok := ctx.Value(decidedByKey{}).(http.Header); ok {
+		switch {
+		case err == nil:
+			h.Set(DecidedBy, "redis")
+		case errors.Is(err, redisstore.ErrUnavailable):
+			h.Set(DecidedBy, p.policy)
+		}
 	}
 	return d, err
 }
 
 // Clock is the store's, so that httplimit waits on it.
 func (p *policyAnswers) Clock() ratelimit.Clock { return p.s.Clock() }
-
-// failureLog logs Redis failures, at most 5 lines at once and one a second
-// after that: an outage fails every request.
-type failureLog struct {
-	logger *slog.Logger
-	lines  ratelimit.Limiter
-}
-
-func newFailureLog(logger *slog.Logger) (*failureLog, error) {
-	lines, err := ratelimit.New(ratelimit.GCRA{Rate: ratelimit.PerSecond(1), Burst: 5})
-	if err != nil {
-		return nil, err
-	}
-	return &failureLog{logger: logger, lines: lines}, nil
-}
-
-func (l *failureLog) failed(ctx context.Context, policy string, err error) {
-	if d, _ := l.lines.Check(ratelimit.Unit); d.Allowed {
-		l.logger.WarnContext(ctx, "redis failed; the failure policy answered", "policy", policy, "error", err)
-	}
-}
 
 func quote(w http.ResponseWriter, _ *http.Request) {
 	reply(w, map[string]any{"symbol": "RTK", "price": "42.00"})
