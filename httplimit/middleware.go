@@ -22,7 +22,8 @@
 //	RateLimit-Policy: "<name>";q=<quota>;w=<window in seconds>
 //	RateLimit: "<name>";r=<Remaining>;t=<ResetAfter in seconds, rounded up>
 //
-// from the request's [ratelimit.Decision]. The name is the rule's Name, or
+// from the request's [ratelimit.Decision], unless the Decision is an
+// in-flight limit's, which is not a quota over time (see [InFlight]). The name is the rule's Name, or
 // "default" for an unnamed rule. The policy is the Decision's Limit over its
 // Window: for a window algorithm the Limit and the window; for a token
 // bucket or GCRA the Burst, and for a leaky bucket the Capacity, over the
@@ -728,6 +729,9 @@ const maxSFInt = 999_999_999_999_999
 // built in one buffer and share one string, and the header map is written
 // directly under the canonical names, to keep allocations per response few.
 func setFields(h http.Header, d ratelimit.Decision, legacy bool, elapsed time.Duration) {
+	if d.Window <= 0 {
+		return // an in-flight limit's: not a quota over time (see InFlight)
+	}
 	reset := ceilDiv(max(0, d.ResetAfter-elapsed), time.Second)
 	buf := make([]byte, 0, 2*len(d.Policy)+64)
 	buf = AppendPolicyField(buf, d)
