@@ -59,8 +59,9 @@ func noRelease() {}
 // Delay are 0: the limit is not a quota over time.
 //
 // Memory. A key with nothing in flight holds no memory: its entry goes when
-// its last slot is released. A key in progress costs an entry of about 200
-// bytes plus 16 bytes a slot held, and its key string (a key longer than
+// its last slot is released. A key in progress costs an entry (a small
+// struct, a channel and a map slot: a few hundred bytes, not measured
+// precisely) plus 16 bytes a slot held, and its key string (a key longer than
 // [MaxKeyLen] is kept as its digest, as a [Store] keeps it), so memory
 // follows what is in progress, not how many keys have been seen. Slots
 // that MaxHold took back are dropped when their key is next used, and in a
@@ -191,7 +192,9 @@ func (f *InFlight) AcquireContext(ctx context.Context, key string) (Release, Dec
 //
 // The Decision is rate's when rate was asked, admitted or not (so its
 // RetryAfter is rate's exact wait, and the HTTP fields describe the rate
-// limit); when no slot was free it is the in-flight refusal. Errors:
+// limit); when no slot was free it is the in-flight refusal, rate not
+// having been asked, so a cost that rate would reject is then refused
+// rather than an error. Errors:
 // rate's, with rate's Decision and no slot taken (a cost that rate can
 // never admit is one, matching [ErrInvalidCost] or
 // [ErrCostExceedsCapacity]); ctx's, if it ends before the turn comes; and
