@@ -72,7 +72,9 @@ type Decision struct {
 
 	// RetryAfter is, for a denied request, the exact wait until this same
 	// request would be admitted if nothing else arrives in between, rounded
-	// up to the nanosecond. It is 0 when the request was allowed.
+	// up to the nanosecond. It is 0 when the request was allowed. An
+	// in-flight limit ([InFlight]) cannot know when a request in progress
+	// will end: its refusals have RetryAfter 0, meaning unknown, not now.
 	RetryAfter time.Duration
 
 	// ResetAfter is how long until the key is as good as a fresh one if

@@ -41,6 +41,12 @@
 // policy says, never a fresh allowance unless asked. [Shadow] and [ShadowKeyed] run a rule on live traffic without refusing
 // anything, reporting what it would have refused. [RuleSpec] reads rules
 // from JSON configuration, strictly, and writes them back losslessly.
+// [InFlight] is a limit that is not a rate: at most N requests of a key in
+// progress at once, each holding a slot until its [Release] is called
+// (idempotently), with an optional MaxHold that takes back the slots of
+// holders that never release. [InFlight.AcquireWith] takes a slot and asks
+// rate limits in one turn, all or nothing: a request refused by either
+// spends nothing of the other.
 // [ContextChecker] is the keyed check that takes a context, the form of a
 // limiter whose state lives elsewhere; Store, Composite and Plans implement
 // it.

@@ -22,7 +22,8 @@
 //	RateLimit-Policy: "<name>";q=<quota>;w=<window in seconds>
 //	RateLimit: "<name>";r=<Remaining>;t=<ResetAfter in seconds, rounded up>
 //
-// from the request's [ratelimit.Decision]. The name is the rule's Name, or
+// from the request's [ratelimit.Decision], unless the Decision is an
+// in-flight limit's, which is not a quota over time (see [InFlight]). The name is the rule's Name, or
 // "default" for an unnamed rule. The policy is the Decision's Limit over its
 // Window: for a window algorithm the Limit and the window; for a token
 // bucket or GCRA the Burst, and for a leaky bucket the Capacity, over the
@@ -786,6 +787,9 @@ const maxSFInt = 999_999_999_999_999
 // two one-element slices holding them share one allocation (see
 // fieldValues), so that an admitted request's fields cost one allocation.
 func setFields(h http.Header, d ratelimit.Decision, legacy bool, elapsed time.Duration) {
+	if d.Window <= 0 {
+		return // an in-flight limit's: not a quota over time (see InFlight)
+	}
 	var stack [len(largeFields{}.b) + 32]byte
 	buf := AppendPolicyField(stack[:0], d)
 	split := len(buf)

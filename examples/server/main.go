@@ -4,7 +4,8 @@
 //   - GET /quote is limited per API key (the X-API-Key header), or per
 //     client address for requests without one, by the plan of the key: by
 //     default every key is on plan "free", a token bucket of 10 per second
-//     with bursts of 20;
+//     with bursts of 20; at most 4 quotes of a key are in progress at once,
+//     and a quote refused for either limit spends nothing of the other;
 //   - POST /labels:batch spends the same per-key allowance, at 10 units a
 //     call;
 //   - POST /login checks a form field "password" against -password: only
@@ -227,9 +228,15 @@ type api struct {
 	table  atomic.Pointer[[]route]
 	logger *slog.Logger
 	loginL string
+	// quoteWait, if set, is called by every quote before it answers (tests
+	// hold quotes in progress with it).
+	quoteWait func(*http.Request)
 }
 
 const batchCost = 10
+
+// quoteInFlight is how many quotes of one key may be in progress at once.
+const quoteInFlight = 4
 
 // newAPI builds the API with its limits.
 func newAPI(logger *slog.Logger, proxies []netip.Prefix, rules rulesFile, login loginConfig) (*api, error) {
@@ -245,7 +252,12 @@ func newAPI(logger *slog.Logger, proxies []netip.Prefix, rules rulesFile, login 
 	byAPIKey := httplimit.WithKey(httplimit.HeaderKey("X-API-Key", client.Key))
 	// WithLogger: one line for each refused request (none without it).
 	logTo := httplimit.WithLogger(logger)
-	perKey := httplimit.Middleware(plans, byAPIKey, logTo)
+	quoteSlots, err := ratelimit.NewInFlight(ratelimit.InFlightLimit{Limit: quoteInFlight, Name: "quote-in-flight"})
+	if err != nil {
+		return nil, err
+	}
+	// The slot and the plan's allowance are taken together, or neither.
+	perKeyQuote := httplimit.InFlight(quoteSlots, plans, byAPIKey, logTo)
 	perKeyBatch := httplimit.Middleware(plans, byAPIKey, logTo, httplimit.WithCost(httplimit.FixedCost(batchCost*ratelimit.Unit)))
 	loginH, loginL, err := newLogin(login, client, logTo, logger)
 	if err != nil {
@@ -255,7 +267,7 @@ func newAPI(logger *slog.Logger, proxies []netip.Prefix, rules rulesFile, login 
 	a.table.Store(a.routes(rules.Rules))
 
 	a.mux = http.NewServeMux()
-	a.mux.Handle("GET /quote", perKey(http.HandlerFunc(quote)))
+	a.mux.Handle("GET /quote", perKeyQuote(http.HandlerFunc(a.quote)))
 	a.mux.Handle("POST /labels:batch", perKeyBatch(http.HandlerFunc(labels)))
 	a.mux.Handle("POST /login", loginH)
 	a.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
@@ -295,7 +307,7 @@ func (a *api) routes(set ratelimit.PlanSet) *[]route {
 	}
 	limit := "per X-API-Key, or else client address, by its plan: " + strings.Join(plans, "; ")
 	return &[]route{
-		{"GET /quote", limit + "; 1 a call"},
+		{"GET /quote", limit + fmt.Sprintf("; 1 a call; at most %d in progress per key", quoteInFlight)},
 		{"POST /labels:batch", limit + fmt.Sprintf("; %d a call", batchCost)},
 		{"POST /login", a.loginL},
 		{"GET /", "none: this list"},
@@ -319,7 +331,10 @@ func (a *api) reload(path string) {
 		"limits", (*a.table.Load())[0].Limit)
 }
 
-func quote(w http.ResponseWriter, _ *http.Request) {
+func (a *api) quote(w http.ResponseWriter, r *http.Request) {
+	if a.quoteWait != nil {
+		a.quoteWait(r)
+	}
 	reply(w, map[string]any{"symbol": "RTK", "price": "42.00"})
 }
 

@@ -1,0 +1,112 @@
+package httplimit
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/ratekit/ratelimit"
+)
+
+// InFlight returns net/http middleware that lets at most lim's Limit
+// requests of each key be in progress at once, and also checks rate if it
+// is not nil. A request is forwarded only with a slot, which it holds
+// until the handler returns, panics included; a request refused a slot is
+// answered as one over its limit, 429 by default.
+//
+// With rate, each request takes its slot with [ratelimit.InFlight.AcquireWith]:
+// all or nothing, so a request that rate refuses takes no slot and one
+// refused a slot spends nothing from rate. The request's cost ([WithCost])
+// is what rate is asked about; a slot is one request whatever its cost.
+//
+// It is [Middleware] over that acquisition, with the same options and
+// answers: [WithKey], [WithCost], [WithDeniedHandler], [WithErrorHandler],
+// [WithLogger], [WithLegacyHeaders] and [WithPlan] (the plan reaches rate),
+// and [WithShadowMode], under which a request without a slot is forwarded
+// too and reported. With [WithMaxDelay], a request whose rate admission
+// would wait too long is refused as Middleware refuses it for a limiter
+// without CheckWithin: its rate allowance stays spent.
+//
+// Responses: a request refused by rate gets the fields, Retry-After and
+// body of rate's Decision, as from Middleware. A request refused a slot
+// gets no RateLimit fields (an in-flight limit is not a quota over time,
+// and its Decision has no Window), a Retry-After of 1 (a slot frees as
+// soon as any request of the key ends, which cannot be known in advance:
+// the Decision's RetryAfter is 0), and the [DeniedHandler]'s answer. An
+// admitted request carries rate's fields, or none without rate.
+//
+// InFlight panics if lim is nil, as Middleware does for its limiter, and
+// the function it returns panics for a nil handler.
+func InFlight(lim *ratelimit.InFlight, rate ratelimit.KeyedLimiter, opts ...Option) func(http.Handler) http.Handler {
+	if lim == nil {
+		panic("httplimit: InFlight given a nil *ratelimit.InFlight; pass the limiter that ratelimit.NewInFlight returned, after checking its error")
+	}
+	if isNil(rate) {
+		rate = nil
+	}
+	wrap := Middleware(&slotLimiter{lim: lim, rate: rate}, opts...)
+	return func(next http.Handler) http.Handler {
+		if next == nil {
+			panic("httplimit: nil handler")
+		}
+		limited := wrap(next)
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// The acquisition happens inside Middleware; it leaves its
+			// Release here, and the slot is given back when everything,
+			// the handler included, has returned or panicked.
+			var s heldSlot
+			defer s.release()
+			limited.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), heldSlotKey{}, &s)))
+		})
+	}
+}
+
+// heldSlotKey is the context key of a request's heldSlot.
+type heldSlotKey struct{}
+
+// heldSlot is where a request's acquisition leaves its Release.
+type heldSlot struct{ rel ratelimit.Release }
+
+func (s *heldSlot) release() {
+	if s.rel != nil {
+		s.rel()
+	}
+}
+
+// slotLimiter is an in-flight limit, with rate limits or without, as the
+// keyed limiter Middleware asks. Each check takes a slot and leaves its
+// Release in the request's heldSlot.
+type slotLimiter struct {
+	lim  *ratelimit.InFlight
+	rate ratelimit.KeyedLimiter // nil: the in-flight limit alone
+}
+
+func (l *slotLimiter) Check(key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	return l.CheckContext(context.Background(), key, cost)
+}
+
+func (l *slotLimiter) CheckContext(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	var (
+		rel ratelimit.Release
+		d   ratelimit.Decision
+		err error
+	)
+	if l.rate == nil {
+		rel, d, err = l.lim.AcquireContext(ctx, key)
+	} else {
+		rel, d, err = l.lim.AcquireWith(ctx, key, l.rate, cost)
+	}
+	if s, ok := ctx.Value(heldSlotKey{}).(*heldSlot); ok && s.rel == nil {
+		s.rel = rel
+	} else {
+		rel() // no request to hold it for: never keep a slot nobody releases
+	}
+	return d, err
+}
+
+// Clock is the clock a leaky bucket's Delay is waited out on: rate's.
+func (l *slotLimiter) Clock() ratelimit.Clock {
+	if c, ok := l.rate.(clocked); ok {
+		return c.Clock()
+	}
+	return l.lim.Clock()
+}
