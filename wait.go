@@ -268,12 +268,11 @@ func (l *atomicGCRA) Wait(ctx context.Context, cost Units) (Decision, error) {
 func (l *atomicGCRA) try(cost int64, budget time.Duration) attempt {
 	now := l.now()
 	if budget < 0 {
-		tat := l.tat.Load()
-		now = l.judgedAt(now, tat) // as in spend
-		d := l.alg.step(&vtime{t: tat}, now, cost, false)
-		return attempt{d: d, now: now, goOn: d.RetryAfter}
+		s, at := l.load(now, l.now) // as in spend
+		d := l.alg.step(&s, at, cost, false)
+		return attempt{d: d, now: at, goOn: d.RetryAfter}
 	}
-	tat, at, admitted := l.spend(now, cost)
-	d := l.alg.step(&vtime{t: tat}, at, cost, false)
+	s, at, admitted := l.spend(now, cost)
+	d := l.alg.step(&s, at, cost, false)
 	return attempt{d: d, now: at, goOn: d.RetryAfter, committed: admitted}
 }
