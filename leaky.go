@@ -31,6 +31,9 @@ package ratelimit
 //
 // Capacity is in whole units, from 1 to 1e15; Capacity/Rate, the time to
 // drain a full queue, must be less than [MaxTime].
+//
+// The instant the queue is empty moves as [GCRA]'s theoretical arrival
+// time does, so the single-key limiter is lock-free wherever GCRA's is.
 type LeakyBucket struct {
 	Rate     Rate
 	Capacity int64
@@ -57,7 +60,24 @@ func (r LeakyBucket) compile() (*leakyAlgo, error) {
 	return &leakyAlgo{meter: m, delayNs: dn, delayFrac: df}, nil
 }
 
-func (r LeakyBucket) bind() (binding, error) { return bindRule[vtime](r.compile()) }
+func (r LeakyBucket) bind() (binding, error) {
+	a, err := r.compile()
+	if err != nil {
+		return nil, err
+	}
+	return leakyBinding{bound[vtime, *leakyAlgo]{a}}, nil
+}
+
+// leakyBinding builds the lock-free single-key limiter where it can: the
+// queue's end is a schedule like GCRA's TAT (see atomicGCRA).
+type leakyBinding struct{ bound[vtime, *leakyAlgo] }
+
+func (b leakyBinding) newLimiter(o *options) Limiter {
+	if l := newAtomicMeter(&gcraAlgo{b.alg.meter}, b.alg, o); l != nil {
+		return l
+	}
+	return b.bound.newLimiter(o)
+}
 
 func (a *leakyAlgo) step(s *vtime, now, cost int64, commit bool) Decision {
 	var d Decision

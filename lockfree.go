@@ -16,13 +16,23 @@ type gcraBinding struct{ bound[vtime, *gcraAlgo] }
 const maxFracBits = 8
 
 func (b gcraBinding) newLimiter(o *options) Limiter {
-	shift := uint(bits.Len64(b.alg.n - 1)) // frac < n fits in shift bits
-	if shift > maxFracBits {
-		return b.bound.newLimiter(o)
+	if l := newAtomicMeter(b.alg, nil, o); l != nil {
+		return l
 	}
-	l := &atomicGCRA{alg: b.alg, obs: o.obs, shift: shift, fracMask: 1<<shift - 1}
-	l.reach = 2 * int64(b.alg.tauNs)
-	if b.alg.tauFrac != 0 {
+	return b.bound.newLimiter(o)
+}
+
+// newAtomicMeter returns the lock-free single-key limiter for a GCRA (leak
+// nil) or for a leaky bucket (leak, with alg its meter), or nil if its
+// pace does not fit the word.
+func newAtomicMeter(alg *gcraAlgo, leak *leakyAlgo, o *options) *atomicGCRA {
+	shift := uint(bits.Len64(alg.n - 1)) // frac < n fits in shift bits
+	if shift > maxFracBits {
+		return nil
+	}
+	l := &atomicGCRA{alg: alg, leak: leak, obs: o.obs, shift: shift, fracMask: 1<<shift - 1}
+	l.reach = 2 * int64(alg.tauNs)
+	if alg.tauFrac != 0 {
 		l.reach += 2
 	}
 	if _, ok := o.clock.(systemClock); !ok {
@@ -34,8 +44,10 @@ func (b gcraBinding) newLimiter(o *options) Limiter {
 	return l
 }
 
-// atomicGCRA is the lock-free single-key GCRA: the state is one word, moved
-// by compare-and-swap.
+// atomicGCRA is the lock-free single-key GCRA, which [TokenBucket] and
+// [LeakyBucket] share (the leaky bucket's queue ends at a schedule time
+// that moves as a TAT does; only its Decision adds a Delay): the state is
+// one word, moved by compare-and-swap.
 //
 // The word is 0 for the fresh state (the zero vtime). Any other state is
 // its TAT's whole nanoseconds since base (the clock's reading when the
@@ -72,6 +84,7 @@ func (b gcraBinding) newLimiter(o *options) Limiter {
 // twice.
 type atomicGCRA struct {
 	alg      *gcraAlgo
+	leak     *leakyAlgo // the leaky bucket whose meter alg is; nil for GCRA
 	mono     *monotonic // nil for the system clock, which is monotonic already
 	obs      Observer
 	base     int64 // the instant a packed TAT of 0 stands for
@@ -234,13 +247,23 @@ func (l *atomicGCRA) update(now int64, f func(s *vtime, at int64) bool) {
 	}
 }
 
+// decide writes into *d the Decision for cost on s at at, without
+// committing: GCRA's, or the leaky bucket's with its Delay.
+func (l *atomicGCRA) decide(d *Decision, s *vtime, at, cost int64) {
+	if l.leak != nil {
+		*d = l.leak.step(s, at, cost, false)
+		return
+	}
+	l.alg.schedule(d, s, at, cost, false)
+}
+
 func (l *atomicGCRA) Check(cost Units) (Decision, error) {
 	if d, err := checkCost(cost, l.alg.capMilli, &l.alg.pol); err != nil {
 		return d, err
 	}
 	s, at, _ := l.spend(l.now(), int64(cost))
 	var d Decision
-	l.alg.schedule(&d, &s, at, int64(cost), false)
+	l.decide(&d, &s, at, int64(cost))
 	if l.obs != nil {
 		l.obs.Decided(d, cost, outcomeOf(&d))
 	}

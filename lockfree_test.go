@@ -41,7 +41,9 @@ func TestSingleKeyPath(t *testing.T) {
 		// n = 257 needs 9 bits.
 		{"GCRA 257/µs", ratelimit.GCRA{Rate: ratelimit.Rate{Count: 257, Per: time.Microsecond}, Burst: 5}, "mutex"},
 		{"GCRA 1000003/h", ratelimit.GCRA{Rate: ratelimit.PerHour(1_000_003), Burst: 5}, "mutex"},
-		{"LeakyBucket 10/s", ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(10), Capacity: 5}, "mutex"},
+		{"LeakyBucket 10/s", ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(10), Capacity: 5}, "lock-free"},
+		{"LeakyBucket 7 per 3µs", ratelimit.LeakyBucket{Rate: ratelimit.Rate{Count: 7, Per: 3 * time.Microsecond}, Capacity: 5, Delay: 2}, "lock-free"},
+		{"LeakyBucket 1000003/h", ratelimit.LeakyBucket{Rate: ratelimit.PerHour(1_000_003), Capacity: 5}, "mutex"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lim, err := ratelimit.New(tc.rule, ratelimit.WithClock(ratelimit.NewManualClock(0)))
@@ -51,12 +53,13 @@ func TestSingleKeyPath(t *testing.T) {
 	}
 }
 
-// A lock-free limiter at a fractional pace decides as the model does, on
+// A lock-free limiter at a fractional pace (a GCRA, a token bucket or a
+// leaky bucket) decides as the model does, on
 // traces that run past the word's horizon (leaps of up to two years pass
 // the 2^55 ns of a pace of 8 fraction bits) and so also move the state
 // under the mutex, and with settlements into debt.
 func TestPackedGCRAMatchesModel(t *testing.T) {
-	for _, name := range []string{"GCRA", "TokenBucket"} {
+	for _, name := range []string{"GCRA", "TokenBucket", "LeakyBucket"} {
 		a := testedAlgorithmNamed(name)
 		t.Run(name, func(t *testing.T) {
 			rapid.Check(t, func(t *rapid.T) {
@@ -107,7 +110,8 @@ func TestPackedGCRAMovesPastItsHorizon(t *testing.T) {
 	assert.Equal(t, "moved", ratelimit.SingleKeyPath(lim))
 }
 
-// Concurrent checks at fractional paces admit exactly the burst, on the
+// Concurrent checks at fractional paces admit exactly the burst (the
+// capacity), on the
 // packed word and across the move under the mutex (clocks set so that the
 // TATs the burst writes cross the horizon half way).
 func TestPackedGCRAConcurrentChecksAdmitExactlyTheBurst(t *testing.T) {
@@ -123,7 +127,7 @@ func TestPackedGCRAConcurrentChecksAdmitExactlyTheBurst(t *testing.T) {
 		// 100 units at 251 per µs take 398.4 ns: half of them fit.
 		{"251 per µs, across the horizon", ratelimit.Rate{Count: 251, Per: time.Microsecond}, horizon - 200, true},
 	} {
-		for _, name := range []string{"GCRA", "TokenBucket"} {
+		for _, name := range []string{"GCRA", "TokenBucket", "LeakyBucket"} {
 			a := testedAlgorithmNamed(name)
 			t.Run(tc.name+"/"+name, func(t *testing.T) {
 				clk := ratelimit.NewManualClock(0)
@@ -156,4 +160,46 @@ func TestPackedGCRAConcurrentChecksAdmitExactlyTheBurst(t *testing.T) {
 			})
 		}
 	}
+}
+
+// A lock-free leaky bucket with a Delay decides, Delay included, as a
+// Store (which keeps its states under shard locks) does on the same trace.
+func TestPackedLeakyBucketDelayMatchesStore(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		pr := rapid.SampledFrom(packedRates).Draw(t, "rate")
+		capacity := drawCapacity(t)
+		rule := ratelimit.LeakyBucket{Rate: pr.rate, Capacity: capacity,
+			Delay: rapid.Int64Range(0, capacity).Draw(t, "delay")}
+		clk := &traceClock{ManualClock: ratelimit.NewManualClock(0)}
+		lim, err := ratelimit.New(rule, ratelimit.WithClock(clk))
+		require.NoError(t, err)
+		require.Equal(t, "lock-free", ratelimit.SingleKeyPath(lim))
+		store, err := ratelimit.NewStore(rule, ratelimit.WithClock(clk))
+		require.NoError(t, err)
+		capMilli := capacity * int64(ratelimit.Unit)
+		actions := traceActions(clk, pr.rate.Per)
+		actions["check"] = func(t *rapid.T) {
+			cost := ratelimit.Units(rapid.Int64Range(1, capMilli).Draw(t, "cost"))
+			peek, err := ratelimit.Peek(lim, cost)
+			require.NoError(t, err)
+			got, err := lim.Check(cost)
+			require.NoError(t, err)
+			want, err := store.Check("k", cost)
+			require.NoError(t, err)
+			require.Equal(t, want, got)
+			require.Equal(t, want, peek, "the look decides as the check does")
+		}
+		actions["settle"] = func(t *rapid.T) {
+			charged := ratelimit.Units(rapid.Int64Range(1, capMilli).Draw(t, "charged"))
+			actual := ratelimit.Units(rapid.Int64Range(1, 3*capMilli).Draw(t, "actual"))
+			at := time.Duration(rapid.Int64Range(0, max(int64(clk.Now()), 0)).Draw(t, "at"))
+			got, gs, err := ratelimit.Settle(lim, charged, actual, at)
+			require.NoError(t, err)
+			want, ws, err := store.Settle("k", charged, actual, at)
+			require.NoError(t, err)
+			require.Equal(t, ws, gs, "settled")
+			require.Equal(t, want, got)
+		}
+		t.Repeat(actions)
+	})
 }

@@ -62,7 +62,7 @@ func (l *atomicGCRA) peek(cost Units) (Decision, error) {
 	// recording the reading.
 	s, at := l.load(l.look(), l.look)
 	var d Decision
-	l.alg.schedule(&d, &s, at, int64(cost), false)
+	l.decide(&d, &s, at, int64(cost))
 	return d, nil
 }
 

@@ -75,7 +75,7 @@ func (l *atomicGCRA) settle(charged, actual Units, at time.Duration) (Decision, 
 	l.update(l.now(), func(s *vtime, t int64) bool {
 		was := *s
 		settled = settleState(l.alg, s, t, int64(charged), int64(actual), at)
-		l.alg.schedule(&d, s, t, int64(charged), false)
+		l.decide(&d, s, t, int64(charged))
 		return *s != was
 	})
 	return d, Units(settled), nil
