@@ -81,7 +81,13 @@ func (b leakyBinding) newLimiter(o *options) Limiter {
 
 func (a *leakyAlgo) step(s *vtime, now, cost int64, commit bool) Decision {
 	var d Decision
-	wn, wf := a.schedule(&d, s, now, cost, commit)
+	a.decide(&d, s, now, cost, commit)
+	return d
+}
+
+// decide is step writing the Decision into *d, as meter.schedule does.
+func (a *leakyAlgo) decide(d *Decision, s *vtime, now, cost int64, commit bool) {
+	wn, wf := a.schedule(d, s, now, cost, commit)
 	if d.Allowed && (wn > a.delayNs || (wn == a.delayNs && wf > a.delayFrac)) {
 		// The queued work beyond Delay's span: wn+wf/n - (delayNs+delayFrac/n).
 		if wf < a.delayFrac {
@@ -89,7 +95,6 @@ func (a *leakyAlgo) step(s *vtime, now, cost int64, commit bool) Decision {
 		}
 		d.Delay = ceilNs(wn-a.delayNs, wf-a.delayFrac)
 	}
-	return d
 }
 
 func (a *leakyAlgo) params() Params {

@@ -251,7 +251,7 @@ func (l *atomicGCRA) update(now int64, f func(s *vtime, at int64) bool) {
 // committing: GCRA's, or the leaky bucket's with its Delay.
 func (l *atomicGCRA) decide(d *Decision, s *vtime, at, cost int64) {
 	if l.leak != nil {
-		*d = l.leak.step(s, at, cost, false)
+		l.leak.decide(d, s, at, cost, false)
 		return
 	}
 	l.alg.schedule(d, s, at, cost, false)
