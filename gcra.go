@@ -1,9 +1,6 @@
 package ratelimit
 
-import (
-	"sync/atomic"
-	"time"
-)
+import "time"
 
 // GCRA is the generic cell rate algorithm: a token bucket kept as one
 // theoretical arrival time (TAT) instead of a token count and a timestamp.
@@ -13,9 +10,15 @@ import (
 //
 // Rate is the sustained rate; Burst (in whole units, from 1 to 1e15) is the
 // capacity, the most that can be spent at one instant. Burst/Rate, the time
-// to earn a whole burst, must be less than [MaxTime]. For rates that divide into whole
-// nanoseconds per milli-unit (10/s, 100/min, 1/ms, ...) the single-key
-// limiter is lock-free.
+// to earn a whole burst, must be less than [MaxTime]. The single-key
+// limiter is lock-free when the time one milli-unit takes, in lowest terms,
+// is a number of nanoseconds over a denominator of at most 256: every rate
+// of whole nanoseconds per milli-unit (10/s, 100/min, 1e6/s) and most
+// others (7 per 3 s, 13 per 7 µs), but not 1,000,003/h. Such a limiter
+// takes its mutex for good once its theoretical arrival time runs far
+// past the instant it was built at: for whole nanoseconds only at the
+// largest int64 nanosecond a settlement can reach, otherwise after 36 years
+// for a denominator of 7, at least 417 days for any.
 type GCRA struct {
 	Rate  Rate
 	Burst int64
@@ -71,23 +74,37 @@ func (m *meter) debt(s *vtime, now int64) (uint64, uint64) {
 	return uint64(s.t - now), s.frac
 }
 
+// costSpan returns the time cost milli-units take at the rule's rate.
+func (m *meter) costSpan(cost int64) (ns, frac uint64) {
+	if cost == int64(Unit) {
+		return m.unitNs, m.unitFrac
+	}
+	ns, frac, _ = m.span(uint64(cost)) // cost <= capacity: fits
+	return ns, frac
+}
+
+// admits is the admission test: the debt at now, dn+df/n (<= 2 tau: see
+// Store.Settle), plus a cost's span cn+cf/n, is what the debt would become,
+// nn+nf/n; the request fits iff that is at most tau.
+func (m *meter) admits(dn, df, cn, cf uint64) (nn, nf uint64, ok bool) {
+	nn, nf = dn+cn, df+cf // <= 3 tau < 2^64
+	if nf >= m.n {
+		nn, nf = nn+1, nf-m.n
+	}
+	return nn, nf, nn < m.tauNs || (nn == m.tauNs && nf <= m.tauFrac)
+}
+
 // schedule is the meter's step, writing the whole Decision into *d, so
 // that a caller returning it builds it in place rather than copying. wait
 // is how far the schedule ran ahead of now before this request: for an
 // admitted request, how long it queues.
 func (m *meter) schedule(d *Decision, s *vtime, now, cost int64, commit bool) (waitNs, waitFrac uint64) {
-	dn, df := m.debt(s, now) // <= 2 tau (see Store.Settle)
-	cn, cf := m.unitNs, m.unitFrac
-	if cost != int64(Unit) {
-		cn, cf, _ = m.span(uint64(cost)) // cost <= capacity: fits
-	}
-	nn, nf := dn+cn, df+cf // <= 3 tau < 2^64
-	if nf >= m.n {
-		nn, nf = nn+1, nf-m.n
-	}
+	dn, df := m.debt(s, now)
+	cn, cf := m.costSpan(cost)
+	nn, nf, ok := m.admits(dn, df, cn, cf)
 	*d = m.pol.decision()
 	d.At = time.Duration(now)
-	if nn < m.tauNs || (nn == m.tauNs && nf <= m.tauFrac) {
+	if ok {
 		d.Allowed = true
 		if commit {
 			s.t, s.frac = now+int64(nn), nf
@@ -146,113 +163,4 @@ func bindGCRA(a *gcraAlgo, err error) (binding, error) {
 		return nil, err
 	}
 	return gcraBinding{bound[vtime, *gcraAlgo]{a}}, nil
-}
-
-// gcraBinding builds the lock-free single-key limiter where it can.
-type gcraBinding struct{ bound[vtime, *gcraAlgo] }
-
-func (b gcraBinding) newLimiter(o *options) Limiter {
-	if b.alg.n != 1 {
-		return b.bound.newLimiter(o)
-	}
-	// Every span is a whole number of nanoseconds, so the state is one word
-	// and compare-and-swap replaces the mutex.
-	l := &atomicGCRA{alg: b.alg, obs: o.obs}
-	if _, ok := o.clock.(systemClock); !ok {
-		l.mono = &monotonic{clock: o.clock}
-	}
-	return l
-}
-
-// atomicGCRA is the lock-free single-key GCRA for a whole-nanosecond pace:
-// the state is one TAT in whole nanoseconds, moved by compare-and-swap.
-//
-// The clock is read once per Check, before the loop. A Check that was
-// overtaken by one that read a later time must not judge itself at its own,
-// earlier reading (its debt could then exceed the burst's span). A TAT
-// written by a Check is at most the burst's span (tau) ahead of the time it
-// was written at; one written by a [Settle] may be up to 2 tau ahead (a key
-// in debt: see [Store.Settle]). So a TAT more than tau ahead of an
-// attempt's reading means that the attempt was overtaken, or that the key
-// is in debt, and the state alone cannot tell which: the attempt reads the
-// clock again (judgedAt). The clock is monotonic, and that reading comes
-// after the TAT was written, so it is no earlier than the time it was
-// written at: at least TAT - tau for a Check's, which keeps the debt within
-// the burst and orders this attempt after the one it lost to, and at least
-// TAT - 2 tau for a Settle's. Sequential use without debt never reads
-// twice.
-type atomicGCRA struct {
-	alg  *gcraAlgo
-	mono *monotonic // nil for the system clock, which is monotonic already
-	obs  Observer
-	// tat has a cache line of its own: the other core's CAS on it must not
-	// evict the fields every Check reads.
-	_   [64]byte
-	tat atomic.Int64
-	_   [56]byte
-}
-
-// now reads the limiter's clock, clamped.
-func (l *atomicGCRA) now() int64 {
-	if l.mono == nil {
-		return clampTime(systemClock{}.Now())
-	}
-	return l.mono.now()
-}
-
-// judgedAt is the instant an operation that read now decides at, on a TAT
-// it loaded: now, or a fresh reading of the clock if the TAT runs more
-// than tau ahead of now (see atomicGCRA). The fresh reading is recorded,
-// as now was.
-func (l *atomicGCRA) judgedAt(now, tat int64) int64 {
-	if tat-int64(l.alg.tauNs) > now {
-		now = l.now()
-	}
-	return l.floor(now, tat)
-}
-
-// floor clamps now to TAT - 2 tau, the earliest time any TAT was written at:
-// a fresh reading is never earlier than that, but a clock that is not
-// monotonic across goroutines must not make the debt exceed its bound.
-// TAT - 2 tau does not overflow: the TAT is at least 0 and 2 tau below
-// 2^63.
-func (l *atomicGCRA) floor(now, tat int64) int64 {
-	return max(now, tat-2*int64(l.alg.tauNs))
-}
-
-// spend admits cost at now if the TAT allows it, moving the TAT on. It
-// returns the TAT it decided on and the time it decided at (now, clamped as
-// the type's comment says), from which step (without committing) builds
-// the Decision, and whether it admitted. Only the admission test runs
-// inside the loop, so a lost race costs a few instructions, not a Decision.
-func (l *atomicGCRA) spend(now, cost int64) (tat, at int64, admitted bool) {
-	span := l.alg.unitNs // n == 1: every span is whole nanoseconds
-	if cost != int64(Unit) {
-		span, _, _ = l.alg.span(uint64(cost))
-	}
-	for {
-		tat = l.tat.Load()
-		at = l.judgedAt(now, tat)
-		base := max(tat, at)
-		// base-at <= 2 tau, and span <= tau: the sum cannot overflow.
-		if uint64(base-at)+span > l.alg.tauNs {
-			return tat, at, false
-		}
-		if l.tat.CompareAndSwap(tat, base+int64(span)) {
-			return tat, at, true
-		}
-	}
-}
-
-func (l *atomicGCRA) Check(cost Units) (Decision, error) {
-	if d, err := checkCost(cost, l.alg.capMilli, &l.alg.pol); err != nil {
-		return d, err
-	}
-	tat, at, _ := l.spend(l.now(), int64(cost))
-	var d Decision
-	l.alg.schedule(&d, &vtime{t: tat}, at, int64(cost), false)
-	if l.obs != nil {
-		l.obs.Decided(d, cost, outcomeOf(&d))
-	}
-	return d, nil
 }

@@ -31,6 +31,9 @@ package ratelimit
 //
 // Capacity is in whole units, from 1 to 1e15; Capacity/Rate, the time to
 // drain a full queue, must be less than [MaxTime].
+//
+// The instant the queue is empty moves as [GCRA]'s theoretical arrival
+// time does, so the single-key limiter is lock-free wherever GCRA's is.
 type LeakyBucket struct {
 	Rate     Rate
 	Capacity int64
@@ -57,11 +60,34 @@ func (r LeakyBucket) compile() (*leakyAlgo, error) {
 	return &leakyAlgo{meter: m, delayNs: dn, delayFrac: df}, nil
 }
 
-func (r LeakyBucket) bind() (binding, error) { return bindRule[vtime](r.compile()) }
+func (r LeakyBucket) bind() (binding, error) {
+	a, err := r.compile()
+	if err != nil {
+		return nil, err
+	}
+	return leakyBinding{bound[vtime, *leakyAlgo]{a}}, nil
+}
+
+// leakyBinding builds the lock-free single-key limiter where it can: the
+// queue's end is a schedule like GCRA's TAT (see atomicGCRA).
+type leakyBinding struct{ bound[vtime, *leakyAlgo] }
+
+func (b leakyBinding) newLimiter(o *options) Limiter {
+	if l := newAtomicMeter(&gcraAlgo{b.alg.meter}, b.alg, o); l != nil {
+		return l
+	}
+	return b.bound.newLimiter(o)
+}
 
 func (a *leakyAlgo) step(s *vtime, now, cost int64, commit bool) Decision {
 	var d Decision
-	wn, wf := a.schedule(&d, s, now, cost, commit)
+	a.decide(&d, s, now, cost, commit)
+	return d
+}
+
+// decide is step writing the Decision into *d, as meter.schedule does.
+func (a *leakyAlgo) decide(d *Decision, s *vtime, now, cost int64, commit bool) {
+	wn, wf := a.schedule(d, s, now, cost, commit)
 	if d.Allowed && (wn > a.delayNs || (wn == a.delayNs && wf > a.delayFrac)) {
 		// The queued work beyond Delay's span: wn+wf/n - (delayNs+delayFrac/n).
 		if wf < a.delayFrac {
@@ -69,7 +95,6 @@ func (a *leakyAlgo) step(s *vtime, now, cost int64, commit bool) Decision {
 		}
 		d.Delay = ceilNs(wn-a.delayNs, wf-a.delayFrac)
 	}
-	return d
 }
 
 func (a *leakyAlgo) params() Params {

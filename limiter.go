@@ -31,11 +31,11 @@ import (
 // Implementations in this package are safe for concurrent use, and
 // concurrent checks are linearizable: they behave as if they happened one at
 // a time, in some order consistent with real time. One refinement: the
-// lock-free GCRA reads the clock before it competes for the state, so a
-// check overtaken in between is judged at the latest instant the state
-// proves was already used, which may be a little earlier than the
-// overtaking check's; it can then be refused where a later instant would
-// admit it, never the other way round.
+// lock-free GCRA, token bucket and leaky bucket read the clock before they
+// compete for the state, so a check overtaken in between is judged at the
+// latest instant the state proves was already used, which may be a little
+// earlier than the overtaking check's; it can then be refused where a
+// later instant would admit it, never the other way round.
 type Limiter interface {
 	Check(cost Units) (Decision, error)
 	Wait(ctx context.Context, cost Units) (Decision, error)

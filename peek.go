@@ -58,16 +58,11 @@ func (l *atomicGCRA) peek(cost Units) (Decision, error) {
 	if d, err := checkCost(cost, l.alg.capMilli, &l.alg.pol); err != nil {
 		return d, err
 	}
-	now := l.look()
-	tat := l.tat.Load()
 	// The instant a Check would decide at (see atomicGCRA), without
 	// recording the reading.
-	if tat-int64(l.alg.tauNs) > now {
-		now = l.look()
-	}
-	at := l.floor(now, tat)
+	s, at := l.load(l.look(), l.look)
 	var d Decision
-	l.alg.schedule(&d, &vtime{t: tat}, at, int64(cost), false)
+	l.decide(&d, &s, at, int64(cost))
 	return d, nil
 }
 

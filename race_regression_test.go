@@ -26,10 +26,10 @@ func TestAtomicGCRAOvertakenChecksStayInBounds(t *testing.T) {
 		_, err := lim.Check(Unit)
 		require.NoError(t, err)
 	}
-	tat, at, admitted := l.spend(stale, int64(Unit))
+	s, at, admitted := l.spend(stale, int64(Unit))
 	require.False(t, admitted)
 	var d Decision
-	l.alg.schedule(&d, &vtime{t: tat}, at, int64(Unit), false)
+	l.alg.schedule(&d, &s, at, int64(Unit), false)
 	assert.GreaterOrEqual(t, d.Remaining, int64(0))
 	assert.LessOrEqual(t, d.RetryAfter, 2*time.Microsecond)
 	assert.LessOrEqual(t, d.ResetAfter, 2*time.Microsecond)

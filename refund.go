@@ -64,17 +64,13 @@ func (l *atomicGCRA) refund(cost Units, at time.Duration) (Units, error) {
 	if err != nil {
 		return 0, err
 	}
-	now := l.now()
-	for {
-		tat := l.tat.Load()
-		// As Check: never judge earlier than the TAT proves was used.
-		t := l.judgedAt(now, tat)
-		s := vtime{t: tat}
-		g := l.alg.refund(&s, t, clampAt(at, t), c)
-		if g == 0 || l.tat.CompareAndSwap(tat, s.t) {
-			return Units(g), nil
-		}
-	}
+	var g int64
+	// As Check: never judge earlier than the TAT proves was used.
+	l.update(l.now(), func(s *vtime, t int64) bool {
+		g = l.alg.refund(s, t, clampAt(at, t), c)
+		return g != 0
+	})
+	return Units(g), nil
 }
 
 // Refund gives back up to cost of what key was admitted at the instant at

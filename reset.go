@@ -29,8 +29,22 @@ func (l *single[S, A]) reset() {
 }
 
 // reset sets the TAT to the zero ("long ago") time; a Check racing with it
-// either spends before it (and is forgotten) or after it.
-func (l *atomicGCRA) reset() { l.tat.Store(0) }
+// either spends before it (and is forgotten) or after it. A state moved
+// under the mutex stays there.
+func (l *atomicGCRA) reset() {
+	for {
+		w := l.word.Load()
+		if w == movedWord {
+			l.mu.Lock()
+			l.locked = vtime{}
+			l.mu.Unlock()
+			return
+		}
+		if l.word.CompareAndSwap(w, 0) {
+			return
+		}
+	}
+}
 
 // Reset makes key start again as a fresh key, full, whatever it had spent:
 // the store drops its entry (it holds one key fewer; the drop is not an

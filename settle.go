@@ -68,18 +68,17 @@ func (l *atomicGCRA) settle(charged, actual Units, at time.Duration) (Decision, 
 	if d, err := settleCosts(charged, actual, l.alg.capMilli, &l.alg.pol); err != nil {
 		return d, 0, err
 	}
-	now := l.now()
-	for {
-		tat := l.tat.Load()
-		t := l.judgedAt(now, tat)
-		s := vtime{t: tat}
-		settled := settleState(l.alg, &s, t, int64(charged), int64(actual), at)
-		if s.t == tat || l.tat.CompareAndSwap(tat, s.t) {
-			var d Decision
-			l.alg.schedule(&d, &s, t, int64(charged), false)
-			return d, Units(settled), nil
-		}
-	}
+	var (
+		d       Decision
+		settled int64
+	)
+	l.update(l.now(), func(s *vtime, t int64) bool {
+		was := *s
+		settled = settleState(l.alg, s, t, int64(charged), int64(actual), at)
+		l.decide(&d, s, t, int64(charged))
+		return *s != was
+	})
+	return d, Units(settled), nil
 }
 
 // Settle settles a request admitted for key at the instant at (the

@@ -230,13 +230,18 @@ func (l *single[S, A]) Wait(ctx context.Context, cost Units) (Decision, error) {
 func (l *single[S, A]) try(cost int64, budget time.Duration) attempt {
 	now := l.tl.lock(clampTime(l.clock.Now()))
 	defer l.tl.unlock()
-	a := attempt{now: now, d: l.alg.step(&l.state, now, cost, false)}
+	return tryState(l.alg, &l.state, now, cost, budget)
+}
+
+// tryState is tryFunc's attempt on one state at now.
+func tryState[S any, A algorithm[S]](alg A, s *S, now, cost int64, budget time.Duration) attempt {
+	a := attempt{now: now, d: alg.step(s, now, cost, false)}
 	if !a.d.Allowed {
 		a.goOn = a.d.RetryAfter
 		// What the request would get when its RetryAfter is over: for the
 		// leaky bucket, the Delay it would then queue for.
 		at := min(addTime(now, a.d.RetryAfter), int64(MaxTime))
-		if later := l.alg.step(&l.state, at, cost, false); later.Allowed {
+		if later := alg.step(s, at, cost, false); later.Allowed {
 			a.goOn += later.Delay
 		}
 		return a
@@ -245,7 +250,7 @@ func (l *single[S, A]) try(cost int64, budget time.Duration) attempt {
 	if a.goOn > budget {
 		return a
 	}
-	a.d = l.alg.step(&l.state, now, cost, true)
+	a.d = alg.step(s, now, cost, true)
 	a.committed = true
 	return a
 }
@@ -267,13 +272,34 @@ func (l *atomicGCRA) Wait(ctx context.Context, cost Units) (Decision, error) {
 // deadline has already passed.
 func (l *atomicGCRA) try(cost int64, budget time.Duration) attempt {
 	now := l.now()
-	if budget < 0 {
-		tat := l.tat.Load()
-		now = l.judgedAt(now, tat) // as in spend
-		d := l.alg.step(&vtime{t: tat}, now, cost, false)
-		return attempt{d: d, now: now, goOn: d.RetryAfter}
+	if l.leak != nil {
+		return l.tryQueue(now, cost, budget)
 	}
-	tat, at, admitted := l.spend(now, cost)
-	d := l.alg.step(&vtime{t: tat}, at, cost, false)
+	if budget < 0 {
+		s, at := l.load(now, l.now) // as in spend
+		d := l.alg.step(&s, at, cost, false)
+		return attempt{d: d, now: at, goOn: d.RetryAfter}
+	}
+	s, at, admitted := l.spend(now, cost)
+	d := l.alg.step(&s, at, cost, false)
 	return attempt{d: d, now: at, goOn: d.RetryAfter, committed: admitted}
+}
+
+// tryQueue is try for the leaky bucket, whose admitted request may be
+// delayed: it commits only a request that goes on within budget, and only
+// on the state it judged.
+func (l *atomicGCRA) tryQueue(now, cost int64, budget time.Duration) attempt {
+	for {
+		w := l.word.Load()
+		if w == movedWord {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			return tryState(l.leak, &l.locked, l.judgedAt(now, l.locked.t), cost, budget)
+		}
+		s := l.unpack(w)
+		a := tryState(l.leak, &s, l.judgedAt(now, s.t), cost, budget)
+		if !a.committed || l.swap(w, s) {
+			return a
+		}
+	}
 }

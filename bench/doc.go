@@ -18,10 +18,11 @@
 // for all. This library is measured with [ratelimit.SystemClock], as every
 // peer reads the system clock too.
 //
-//   - ratelimit.* : this library's six rules; GCRA-frac is GCRA at a rate
-//     (7 per 3 µs, or 7 per 3 h) that is not a whole number of nanoseconds per milli-unit (the
-//     single-key limiter then takes its mutex path rather than the
-//     lock-free one).
+//   - ratelimit.* : this library's six rules; GCRA-frac, TokenBucket-frac
+//     and LeakyBucket-frac are those rules at a rate (7 per 3 µs, or 7 per
+//     3 h) that is not a whole number of nanoseconds per milli-unit (the
+//     single-key GCRA and token bucket then keep a fraction of a
+//     nanosecond in their lock-free word).
 //   - x-time-rate: golang.org/x/time/rate; keyed, a map of limiters behind
 //     one sync.Mutex.
 //   - throttled: github.com/throttled/throttled/v2, GCRA on memstore

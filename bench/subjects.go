@@ -84,7 +84,9 @@ func ourRules(sc Scenario) []struct {
 			{"GCRA", ratelimit.GCRA{Rate: hour, Burst: 1}},
 			{"GCRA-frac", ratelimit.GCRA{Rate: ratelimit.Rate{Count: 7, Per: 3 * time.Hour}, Burst: 1}},
 			{"TokenBucket", ratelimit.TokenBucket{Rate: hour, Burst: 1}},
+			{"TokenBucket-frac", ratelimit.TokenBucket{Rate: ratelimit.Rate{Count: 7, Per: 3 * time.Hour}, Burst: 1}},
 			{"LeakyBucket", ratelimit.LeakyBucket{Rate: hour, Capacity: 1}},
+			{"LeakyBucket-frac", ratelimit.LeakyBucket{Rate: ratelimit.Rate{Count: 7, Per: 3 * time.Hour}, Capacity: 1}},
 			{"FixedWindow", ratelimit.FixedWindow{Limit: 1, Window: time.Hour}},
 			{"SlidingLog", ratelimit.SlidingLog{Limit: 1, Window: time.Hour}},
 			{"SlidingCounter", ratelimit.SlidingCounter{Limit: 1, Window: time.Hour}},
@@ -97,7 +99,9 @@ func ourRules(sc Scenario) []struct {
 		// nanoseconds per milli-unit.
 		{"GCRA-frac", ratelimit.GCRA{Rate: ratelimit.Rate{Count: 7, Per: 3 * time.Microsecond}, Burst: allowBurst}},
 		{"TokenBucket", ratelimit.TokenBucket{Rate: rate, Burst: allowBurst}},
+		{"TokenBucket-frac", ratelimit.TokenBucket{Rate: ratelimit.Rate{Count: 7, Per: 3 * time.Microsecond}, Burst: allowBurst}},
 		{"LeakyBucket", ratelimit.LeakyBucket{Rate: rate, Capacity: allowBurst}},
+		{"LeakyBucket-frac", ratelimit.LeakyBucket{Rate: ratelimit.Rate{Count: 7, Per: 3 * time.Microsecond}, Capacity: allowBurst}},
 		{"FixedWindow", ratelimit.FixedWindow{Limit: allowBurst, Window: time.Second}},
 		// A sliding log keeps every admission inside its window: a 1 ms
 		// window holds a few ten thousand at benchmark speed, well under
