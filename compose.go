@@ -265,38 +265,48 @@ func tryLayers(layers []compositeLayer, enforced int, clock Clock, key string, c
 	var buf [inlineLayers]layerTurn
 	turns := prepareTurns(layers, key, cost, buf[:0])
 
-	// Lock in layer order, and agree on one instant.
+	now := lockTurns(layers, turns, clock)
+	a := decideLocked(layers, turns, enforced, now, cost, budget)
+	unlockTurns(layers, turns)
+	if a.err == nil {
+		reportShadows(layers, turns, enforced, &a)
+	}
+	return a
+}
+
+// lockTurns locks the shard of every turn that has no error, in layer
+// order, and returns the one instant they agree on: the latest of the
+// clock and of every shard's own. Every shard locked records that instant,
+// not just the running maximum seen when it was locked: its keys are
+// stepped at now, so no later operation may step them at an earlier time.
+func lockTurns(layers []compositeLayer, turns []layerTurn, clock Clock) int64 {
 	now := clampTime(clock.Now())
 	for i := range turns {
 		if turns[i].err == nil {
 			now = max(now, layers[i].store.lockShard(turns[i].shard, now))
 		}
 	}
-	// Every shard locked records the agreed instant, not just the running
-	// maximum seen when it was locked: its keys are stepped at now, so no
-	// later check may step them at an earlier time.
 	for i := range turns {
 		if turns[i].err == nil {
 			layers[i].store.raiseShard(turns[i].shard, now)
 		}
 	}
-	a := decideLocked(layers, turns, enforced, now, cost, budget)
+	return now
+}
+
+// unlockTurns unlocks what lockTurns locked, in reverse order, and then,
+// with no lock held, reports the evictions that made room for the keys.
+func unlockTurns(layers []compositeLayer, turns []layerTurn) {
 	for i := len(turns) - 1; i >= 0; i-- {
 		if turns[i].err == nil {
 			turns[i].ev = layers[i].store.unlockShard(turns[i].shard)
 		}
 	}
-	// Evictions made room for these keys: report them now that no lock is
-	// held.
 	for i := range turns {
 		if e := turns[i].ev; e.n|e.lossy != 0 {
 			layers[i].store.evicted(e)
 		}
 	}
-	if a.err == nil {
-		reportShadows(layers, turns, enforced, &a)
-	}
-	return a
 }
 
 // prepareTurns derives and prepares every layer's key for a request of

@@ -168,17 +168,9 @@ func (p *Plans) Refund(key string, cost Units, at time.Duration) (Units, error) 
 func refundLayers(layers []compositeLayer, clock Clock, key string, cost, at int64) (first, least int64) {
 	var buf [inlineLayers]layerTurn
 	turns := prepareTurns(layers, key, 1, buf[:0])
-	now := clampTime(clock.Now())
-	for i := range turns {
-		now = max(now, layers[i].store.lockShard(turns[i].shard, now))
-	}
-	for i := range turns {
-		layers[i].store.raiseShard(turns[i].shard, now)
-	}
+	now := lockTurns(layers, turns, clock) // a cost of 1 is no turn's error
 	first, least = refundLocked(layers, turns, now, cost, at)
-	for i := len(turns) - 1; i >= 0; i-- {
-		layers[i].store.unlockShard(turns[i].shard)
-	}
+	unlockTurns(layers, turns)
 	return first, least
 }
 

@@ -208,28 +208,9 @@ func (p *Plans) Settle(key string, charged, actual Units, at time.Duration) (Dec
 func settleLayers(layers []compositeLayer, enforced int, clock Clock, key string, charged, actual int64, at time.Duration) (Decision, Units, error) {
 	var buf [inlineLayers]layerTurn
 	turns := prepareTurns(layers, key, charged, buf[:0])
-	now := clampTime(clock.Now())
-	for i := range turns {
-		if turns[i].err == nil {
-			now = max(now, layers[i].store.lockShard(turns[i].shard, now))
-		}
-	}
-	for i := range turns {
-		if turns[i].err == nil {
-			layers[i].store.raiseShard(turns[i].shard, now)
-		}
-	}
+	now := lockTurns(layers, turns, clock)
 	d, settled, err := settleLocked(layers, turns, enforced, now, charged, actual, at)
-	for i := len(turns) - 1; i >= 0; i-- {
-		if turns[i].err == nil {
-			turns[i].ev = layers[i].store.unlockShard(turns[i].shard)
-		}
-	}
-	for i := range turns {
-		if e := turns[i].ev; e.n|e.lossy != 0 {
-			layers[i].store.evicted(e)
-		}
-	}
+	unlockTurns(layers, turns)
 	return d, Units(settled), err
 }
 
