@@ -7,13 +7,17 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ratekit/ratelimit"
 )
 
-var tail = flag.Bool("tail", false, "run TestTail, the fill-and-churn latency harness (slow)")
+var (
+	tail       = flag.Bool("tail", false, "run TestTail, the fill-and-churn latency harness (slow)")
+	tailShards = flag.Int("tailshards", 0, "TestTail: the store's WithShards (0: the default)")
+)
 
 // tailKeys is the bound of the stores in TestTail; twice as many distinct
 // keys are checked, the first half filling a store from empty and the second
@@ -24,7 +28,9 @@ const tailKeys = 1_000_000
 // fills a store from empty to its bound of 1,000,000 keys and then checks
 // 1,000,000 more, each new key evicting another, and reports its quantiles
 // beside those of a mutex-guarded Go map bounded the same way (the store a
-// user would otherwise write). It asserts nothing about time: run it with
+// user would otherwise write) and of an atomic add, which does no work that
+// could pause: its tail is the machine's (preemption, the runtime), the
+// floor under the others. It asserts nothing about time: run it with
 //
 //	go test -run TestTail -tail -v -count 3 .
 func TestTail(t *testing.T) {
@@ -41,13 +47,22 @@ func TestTail(t *testing.T) {
 		check func(string) error
 	}{
 		{"store", func() func(string) error {
-			s, err := ratelimit.NewStore(rule, ratelimit.WithMaxKeys(tailKeys))
+			opts := []ratelimit.Option{ratelimit.WithMaxKeys(tailKeys)}
+			if *tailShards > 0 {
+				opts = append(opts, ratelimit.WithShards(*tailShards))
+			}
+			s, err := ratelimit.NewStore(rule, opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Logf("store: %d shards", s.Stats().Shards)
 			return func(k string) error { _, err := s.Check(k, ratelimit.Unit); return err }
 		}()},
 		{"map+mutex", newTailMap(tailKeys, rule).check},
+		{"atomic", func() func(string) error {
+			var n atomic.Int64
+			return func(string) error { n.Add(1); return nil }
+		}()},
 	}
 	for _, sub := range subjects {
 		lat := tailRun(keys, sub.check)
@@ -88,8 +103,13 @@ func tailRun(keys []string, check func(string) error) []int64 {
 
 func tailReport(name string, lat []int64) string {
 	q := func(p float64) time.Duration { return time.Duration(lat[min(len(lat)-1, int(p*float64(len(lat))))]) }
-	return fmt.Sprintf("%-10s checks %d  p50 %v  p99 %v  p99.9 %v  p99.99 %v  max %v",
-		name, len(lat), q(0.5), q(0.99), q(0.999), q(0.9999), time.Duration(lat[len(lat)-1]))
+	over := func(d time.Duration) int { // checks slower than d
+		i, _ := slices.BinarySearch(lat, int64(d)+1)
+		return len(lat) - i
+	}
+	return fmt.Sprintf("%-10s checks %d  p50 %v  p99 %v  p99.9 %v  p99.99 %v  max %v  >100µs %d  >1ms %d",
+		name, len(lat), q(0.5), q(0.99), q(0.999), q(0.9999), time.Duration(lat[len(lat)-1]),
+		over(100*time.Microsecond), over(time.Millisecond))
 }
 
 // tailMap is the store a user would write without this package: a Go map

@@ -1,0 +1,61 @@
+package table
+
+import (
+	"flag"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+)
+
+var (
+	tail    = flag.Bool("tail", false, "run TestInsertTail, a latency harness (slow)")
+	tailMax = flag.Int("tailmax", 125_000, "TestInsertTail: the table's bound")
+)
+
+// TestInsertTail times every Insert, on one goroutine and with no lock,
+// while a table fills from empty to its bound (125,000 by default: one of
+// the eight shards of a store bounded at 1,000,000 on two cores) and then
+// takes as many keys again, each evicting another; an entry turns fresh
+// 40,000 insertions after it came, so that sweeps find some. It reports
+// the quantiles and the slowest insertions with what they did (a growth of
+// the array, a sweep). It asserts nothing about time: run it with
+//
+//	go test -run TestInsertTail -tail -tailmax 125000 -v -count 1 ./internal/table/
+func TestInsertTail(t *testing.T) {
+	if !*tail {
+		t.Skip("a latency harness: run with -tail")
+	}
+	var tb Table[int64]
+	tb.Init(*tailMax, expired)
+	keys := make([]string, 2**tailMax)
+	for i := range keys {
+		keys[i] = "user-" + strconv.Itoa(i*7919)
+	}
+	type slow struct {
+		d           time.Duration
+		i, n, grown int
+		swept       bool
+	}
+	var slowest []slow
+	lat := make([]int64, 0, len(keys))
+	for i, k := range keys {
+		tag := Tag(hash(k), false)
+		sweeps, size := tb.Stats.Sweeps, len(tb.slots)
+		start := time.Now()
+		p, _ := tb.Insert(k, tag, int64(i))
+		d := time.Since(start)
+		*tb.State(p) = int64(i + 40_000)
+		lat = append(lat, int64(d))
+		slowest = append(slowest, slow{d, i, tb.n, len(tb.slots) - size, tb.Stats.Sweeps != sweeps})
+		slices.SortFunc(slowest, func(a, b slow) int { return int(b.d - a.d) })
+		slowest = slowest[:min(len(slowest), 10)]
+	}
+	slices.Sort(lat)
+	q := func(p float64) time.Duration { return time.Duration(lat[min(len(lat)-1, int(p*float64(len(lat))))]) }
+	t.Logf("inserts %d  p50 %v  p99 %v  p99.9 %v  p99.99 %v  max %v  growths+sweeps: see below",
+		len(lat), q(0.5), q(0.99), q(0.999), q(0.9999), time.Duration(lat[len(lat)-1]))
+	for _, s := range slowest {
+		t.Logf("%10v  insert %d  entries %d  array grown by %d slots  swept %v", s.d, s.i, s.n, s.grown, s.swept)
+	}
+}
