@@ -12,16 +12,17 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrConflict means a refund found its keys changed by other requests
-// between reading and writing them on every one of its attempts; nothing
-// was given back. Every check writes its key, so a key checked by many
-// processes at once (more often than once per round trip) can refuse most
-// refunds this way: the refund is computed in Go, and its write must find
-// the key as it was read.
-var ErrConflict = errors.New("redisstore: refund conflicted with concurrent requests on every attempt")
+// ErrConflict means a refund or a settlement found its keys changed by
+// other requests between reading and writing them on every one of its
+// attempts; nothing was given back or charged. Every check writes its key,
+// so a key checked by many processes at once (more often than once per
+// round trip) can refuse most refunds and settlements this way: they are
+// computed in Go, and their write must find the key as it was read.
+var ErrConflict = errors.New("redisstore: compare-and-set conflicted with concurrent requests on every attempt")
 
-// refundAttempts bounds a refund's compare-and-set attempts.
-const refundAttempts = 8
+// casAttempts bounds the compare-and-set attempts of a refund or a
+// settlement.
+const casAttempts = 8
 
 // opsScript reads, compares and sets, and resets keys (see ops.lua).
 //
@@ -215,34 +216,152 @@ func (s *Store) RefundContext(ctx context.Context, key string, cost ratelimit.Un
 	ctx, cancel := withTimeout(ctx, s.o.timeout)
 	defer cancel()
 	rk := s.Key(key)
+	var g ratelimit.Units
+	w, err := s.update(ctx, key, rk, func(state []byte, now time.Duration) ([]byte, int64, error) {
+		var next []byte
+		var err error
+		g, next, err = s.m.Refund(state, now, at, cost)
+		return next, 0, err
+	})
+	if err != nil {
+		return 0, err
+	}
+	if w.state != nil && s.deny != nil {
+		s.deny.drop(rk)
+	}
+	return g, nil
+}
+
+// update reads the store's key rk (for key) and the store's instant, has
+// compute work out the key's next state from the state read and that
+// instant, and writes it only if rk still holds the state it was computed
+// from: with the expiry px ms if px > 0, else keeping the key's. When
+// checks change the key in between, it reads again and computes again, at
+// most casAttempts times in all; then it writes nothing and returns
+// ErrConflict. compute returns its state unchanged when there is nothing
+// to write. The write made, if any, is returned; on an error none was
+// made, but for a failure after the write was sent, which leaves it
+// unknown.
+func (s *Store) update(ctx context.Context, key, rk string, compute func(state []byte, now time.Duration) (next []byte, px int64, err error)) (written, error) {
+	sent := time.Now()
 	r, err := s.op(ctx, rk, s.floor(rk), "r")
 	for attempt := 0; ; attempt++ {
 		switch {
 		case err != nil:
-			return 0, err
+			return written{}, err
 		case len(r.states) != 1:
 			s.mismatches.Add(1)
-			return 0, fmt.Errorf("%w: no state in the reply", ErrMismatch)
-		case attempt == refundAttempts:
-			return 0, fmt.Errorf("%w: key %q", ErrConflict, clipKey(key))
+			return written{}, fmt.Errorf("%w: no state in the reply", ErrMismatch)
+		case attempt == casAttempts:
+			return written{}, fmt.Errorf("%w: key %q", ErrConflict, clipKey(key))
 		}
 		state := r.states[0]
-		g, next, rerr := s.m.Refund(state, time.Duration(r.instant), at, cost)
-		if rerr != nil {
+		next, px, cerr := compute(state, time.Duration(r.instant))
+		if cerr != nil {
 			s.invalid.Add(1)
-			return 0, fmt.Errorf("key %q: %w", clipKey(key), rerr)
+			return written{}, fmt.Errorf("key %q: %w", clipKey(key), cerr)
 		}
 		if string(next) == string(state) {
-			return g, nil // nothing to write: a key Redis does not hold
+			return written{}, nil // nothing to write
 		}
-		r, err = s.op(ctx, rk, s.floor(rk), "w", string(state), string(next))
+		w := written{state: next, at: r.instant, sent: sent}
+		sent = time.Now()
+		if px > 0 {
+			r, err = s.op(ctx, rk, s.floor(rk), "p", string(state), string(next), strconv.FormatInt(px, 10))
+		} else {
+			r, err = s.op(ctx, rk, s.floor(rk), "w", string(state), string(next))
+		}
 		if err == nil && r.done {
-			if s.deny != nil {
-				s.deny.drop(rk)
-			}
-			return g, nil
+			return w, nil
 		}
 	}
+}
+
+// written is the state an update wrote (nil for none), computed at the
+// instant at that Redis read, for a request sent at sent by the local
+// monotonic clock.
+type written struct {
+	state []byte
+	at    int64
+	sent  time.Time
+}
+
+// Settle is SettleContext with a background context.
+func (s *Store) Settle(key string, charged, actual ratelimit.Units, at time.Duration) (ratelimit.Decision, ratelimit.Units, error) {
+	return s.SettleContext(context.Background(), key, charged, actual, at)
+}
+
+// SettleContext settles a request admitted for key at the instant at (the
+// admitting Decision's At) that was charged an estimate, charged, and
+// turned out to cost actual, exactly as [ratelimit.Store.Settle] does (its
+// documentation gives the debt bound per algorithm), and returns the
+// Decision a [Store.PeekContext] of cost charged would get just after, and
+// the request's cost as settled. A cost above charged is charged now, even
+// past the limit, into a debt of at most one capacity beyond empty, which
+// the key's next checks wait off; a cost below it is a refund of charged -
+// actual, as [Store.RefundContext] gives back. A key Redis does not hold
+// is created to be charged, and gives nothing back for a refund (the
+// settled cost is then charged).
+//
+// Cost errors are ratelimit.Store.Settle's ([ratelimit.ErrInvalidCost],
+// [ratelimit.ErrCostExceedsCapacity]), with no server reached. The
+// settlement is computed in Go by the rule's [ratelimit.Machine] and
+// written back with a compare-and-set, retried as a refund is: on a key
+// checked by many processes at once it may conflict on every attempt, and
+// then returns [ErrConflict] with nothing charged or given back (the
+// Decision is then a refusal with no wait). A caller that must not lose
+// the charge can settle again (nothing was written), or, for a hot key,
+// check the difference instead when it is within the capacity: a check is
+// one atomic script and never conflicts, though it is refused where a
+// settlement would go into debt.
+//
+// A charge sets the key's expiry to when its state is as good as a fresh
+// key's (at most the Decision's ResetAfter) plus the expiry margin, as a
+// check does; a refund keeps it. A refund drops the key's refusal from
+// this store's deny cache; a charge replaces a refusal the cache holds by
+// the settled state, so that its answers stay Redis's, field for field.
+// Other processes' caches know of neither: a charge only makes refusals
+// last longer, so theirs stay refusals, but may report an earlier
+// RetryAfter than Redis would (see [WithDenyCache]). Failures are
+// RefundContext's: a failure after the write was sent leaves it unknown
+// whether the settlement was made (the settled cost is then 0 with the
+// error); do not retry such a failure blindly. A corrupted state is an
+// error matching [ratelimit.ErrInvalidState], and nothing is written.
+func (s *Store) SettleContext(ctx context.Context, key string, charged, actual ratelimit.Units, at time.Duration) (ratelimit.Decision, ratelimit.Units, error) {
+	if d, _, _, err := s.m.Settle(nil, 0, 0, charged, actual); err != nil {
+		return d, 0, err
+	}
+	ctx, cancel := withTimeout(ctx, s.o.timeout)
+	defer cancel()
+	rk := s.Key(key)
+	var d ratelimit.Decision
+	var settled ratelimit.Units
+	w, err := s.update(ctx, key, rk, func(state []byte, now time.Duration) ([]byte, int64, error) {
+		var next []byte
+		var err error
+		d, settled, next, err = s.m.Settle(state, now, at, charged, actual)
+		if err != nil || actual <= charged {
+			return next, 0, err
+		}
+		return next, s.expiryMs(d.ResetAfter), nil
+	})
+	if err != nil {
+		return s.refused(), 0, err
+	}
+	switch {
+	case w.state == nil || s.deny == nil:
+	case actual < charged:
+		s.deny.drop(rk)
+	default:
+		s.deny.charged(rk, w.state, w.at, w.sent)
+	}
+	return d, settled, nil
+}
+
+// expiryMs is the expiry a check sets for a state that is as good as a
+// fresh key's after reset: reset in whole ms, rounded up, plus the margin.
+func (s *Store) expiryMs(reset time.Duration) int64 {
+	return (int64(reset)+int64(time.Millisecond)-1)/int64(time.Millisecond) + s.marginMs
 }
 
 // Reset is ResetContext with a background context.
@@ -383,7 +502,7 @@ func (c *Composite) RefundContext(ctx context.Context, key string, cost ratelimi
 			return 0, err
 		case len(r.states) != n:
 			return 0, fmt.Errorf("%w: no states in the reply", ErrMismatch)
-		case attempt == refundAttempts:
+		case attempt == casAttempts:
 			return 0, fmt.Errorf("%w: key %q", ErrConflict, clipKey(key))
 		}
 		now, ierr := c.lm.Instant(r.states, time.Duration(r.instant), all)
