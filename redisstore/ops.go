@@ -492,6 +492,39 @@ func (c *Composite) RefundContext(ctx context.Context, key string, cost ratelimi
 	}
 	ctx, cancel := withTimeout(ctx, c.o.timeout)
 	defer cancel()
+	var least ratelimit.Units
+	err := c.update(ctx, key, func(states [][]byte, now time.Duration) ([][]byte, []int64, error) {
+		least = -1
+		nexts := make([][]byte, len(states))
+		for i := range states {
+			if c.layers[i].Shadow {
+				continue
+			}
+			g, next, err := c.lm.Machine(i).Refund(states[i], now, at, cost)
+			if err != nil {
+				return nil, nil, fmt.Errorf("layer %d: %w", i, err)
+			}
+			if least < 0 || g < least {
+				least = g
+			}
+			nexts[i] = next
+		}
+		least = max(least, 0)
+		return nexts, nil, nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return least, nil
+}
+
+// update reads every layer's key for key and the instant, agrees on one
+// instant for all of them, has compute work out the layers' next states
+// (nil, or the state read, leaves a layer alone) and their expiries in ms
+// (none, or 0, keeps a key's), and writes the new states together, all or
+// none, only if every layer's key still holds what was read: Store.update
+// over the layers' keys, with its retries and ErrConflict.
+func (c *Composite) update(ctx context.Context, key string, compute func(states [][]byte, now time.Duration) (nexts [][]byte, px []int64, err error)) error {
 	// Every layer takes part, as in process (the least cost takes all).
 	const all = 1
 	_, r, err := c.op(ctx, key, all, "r")
@@ -499,44 +532,121 @@ func (c *Composite) RefundContext(ctx context.Context, key string, cost ratelimi
 	for attempt := 0; ; attempt++ {
 		switch {
 		case err != nil:
-			return 0, err
+			return err
 		case len(r.states) != n:
-			return 0, fmt.Errorf("%w: no states in the reply", ErrMismatch)
+			return fmt.Errorf("%w: no states in the reply", ErrMismatch)
 		case attempt == casAttempts:
-			return 0, fmt.Errorf("%w: key %q", ErrConflict, clipKey(key))
+			return fmt.Errorf("%w: key %q", ErrConflict, clipKey(key))
 		}
 		now, ierr := c.lm.Instant(r.states, time.Duration(r.instant), all)
 		if ierr != nil {
-			return 0, fmt.Errorf("key %q: %w", clipKey(key), ierr)
+			return fmt.Errorf("key %q: %w", clipKey(key), ierr)
 		}
-		args := make([]any, 0, 1+2*n)
-		args = append(args, "w")
-		least, changed := ratelimit.Units(-1), false
+		nexts, px, cerr := compute(r.states, now)
+		if cerr != nil {
+			return fmt.Errorf("key %q: %w", clipKey(key), cerr)
+		}
+		args := make([]any, 0, 1+3*n)
+		args = append(args, "p")
+		changed := false
 		for i := range n {
-			var next []byte
-			if !c.layers[i].Shadow {
-				g, nx, rerr := c.lm.Machine(i).Refund(r.states[i], now, at, cost)
-				if rerr != nil {
-					return 0, fmt.Errorf("key %q: layer %d: %w", clipKey(key), i, rerr)
-				}
-				if least < 0 || g < least {
-					least = g
-				}
-				if string(nx) != string(r.states[i]) {
-					next, changed = nx, true
+			next, pxs := nexts[i], ""
+			if string(next) == string(r.states[i]) {
+				next = nil
+			} else {
+				changed = true
+				if i < len(px) && px[i] > 0 {
+					pxs = strconv.FormatInt(px[i], 10)
 				}
 			}
-			args = append(args, string(r.states[i]), string(next))
+			args = append(args, string(r.states[i]), string(next), pxs)
 		}
-		least = max(least, 0)
 		if !changed {
-			return least, nil
+			return nil
 		}
 		_, r, err = c.op(ctx, key, all, args...)
 		if err == nil && r.done {
-			return least, nil
+			return nil
 		}
 	}
+}
+
+// Settle is SettleContext with a background context.
+func (c *Composite) Settle(key string, charged, actual ratelimit.Units, at time.Duration) (ratelimit.Decision, ratelimit.Units, error) {
+	return c.SettleContext(context.Background(), key, charged, actual, at)
+}
+
+// SettleContext settles a request admitted for key at the instant at,
+// charged charged and costing actual, in every enforced layer at one
+// instant, as [ratelimit.Composite.Settle] does: each layer's amount and
+// state are [Store.SettleContext]'s for the layer's own key, and the
+// layers' new states are written together, all or none, with one
+// compare-and-set over every layer's key (they share a slot), retried as
+// the Store's settlement is ([ErrConflict] when every attempt conflicts:
+// nothing is charged or given back in any layer). Shadow layers keep what
+// they spent. The Decision is [Composite.PeekContext]'s for cost charged
+// just after, and the settled cost the one furthest from actual of the
+// enforced layers' (the least charged, or the least given back); a
+// composite of shadow layers only settles nothing and reports charged. A
+// charge sets each charged layer's expiry as a check would; a refund keeps
+// it. Its cost errors are CheckContext's for charged, and for an actual of
+// zero or less [ratelimit.ErrInvalidCost]; its failures are the Store's
+// settlement's.
+func (c *Composite) SettleContext(ctx context.Context, key string, charged, actual ratelimit.Units, at time.Duration) (ratelimit.Decision, ratelimit.Units, error) {
+	empty := make([][]byte, c.lm.Len())
+	if d, _, _, err := c.lm.Step(empty, 0, charged, false); err != nil {
+		return d, 0, err
+	}
+	if actual <= 0 {
+		d, _, _, err := c.lm.Step(empty, 0, actual, false)
+		return d, 0, err
+	}
+	ctx, cancel := withTimeout(ctx, c.o.timeout)
+	defer cancel()
+	var d ratelimit.Decision
+	var settled ratelimit.Units
+	err := c.update(ctx, key, func(states [][]byte, now time.Duration) ([][]byte, []int64, error) {
+		settled = charged
+		first := true
+		nexts, px := make([][]byte, len(states)), make([]int64, len(states))
+		after := make([][]byte, len(states))
+		for i := range states {
+			after[i] = states[i]
+			if c.layers[i].Shadow {
+				continue
+			}
+			ld, x, next, err := c.lm.Machine(i).Settle(states[i], now, at, charged, actual)
+			if err != nil {
+				return nil, nil, fmt.Errorf("layer %d: %w", i, err)
+			}
+			if first || absUnits(x-actual) > absUnits(settled-actual) {
+				settled, first = x, false
+			}
+			nexts[i], after[i] = next, next
+			if actual > charged {
+				px[i] = c.expiryMs(ld.ResetAfter)
+			}
+		}
+		var err error
+		d, _, _, err = c.lm.Step(after, now, charged, false)
+		return nexts, px, err
+	})
+	if err != nil {
+		return c.refused(), 0, err
+	}
+	return d, settled, nil
+}
+
+func absUnits(x ratelimit.Units) ratelimit.Units {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// expiryMs is Store.expiryMs for a layer's state.
+func (c *Composite) expiryMs(reset time.Duration) int64 {
+	return (int64(reset)+int64(time.Millisecond)-1)/int64(time.Millisecond) + c.marginMs
 }
 
 // Reset is ResetContext with a background context.
