@@ -95,7 +95,7 @@ func TestMachineRefundErrors(t *testing.T) {
 		assert.Zero(t, g)
 		assert.Equal(t, state, next)
 	}
-	for _, bad := range []string{"x", "1 2", "1 1 9000", "01 1 1", "9223372036854775807 0 0"} {
+	for _, bad := range []string{"x", "1 2", "1 1 10001", "01 1 1", "9223372036854775807 0 0"} { // 10001: past the debt bound
 		g, next, err := m.Refund([]byte(bad), time.Second, time.Second, ratelimit.Unit)
 		assert.ErrorIs(t, err, ratelimit.ErrInvalidState, bad)
 		assert.Zero(t, g)
