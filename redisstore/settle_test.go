@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratelimit"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -172,4 +173,73 @@ func TestSettleConcurrent(t *testing.T) {
 	assert.Equal(t, spent.Load()*int64(100*time.Millisecond)/int64(ratelimit.Unit), tat-int64(unixNow), "the schedule holds what was reported spent")
 	assert.LessOrEqual(t, spent.Load(), int64(20*ratelimit.Unit), "past the debt bound")
 	t.Logf("%d milli-units spent, %d settlements conflicted", spent.Load(), conflicts.Load())
+}
+
+// interloper is a client hook that runs before each compare-and-set the
+// ops script is sent for (mode 'w' or 'p'), as a check from another
+// process landing between a read and its write would.
+type interloper struct {
+	before func()
+	writes atomic.Int64
+}
+
+func (h *interloper) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *interloper) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *interloper) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if name := cmd.Name(); (name == "evalsha" || name == "eval") && len(args) > 5 && (args[5] == "w" || args[5] == "p") {
+			h.writes.Add(1)
+			h.before()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestSettleConflict: a settlement whose key another process changes
+// before every one of its writes gives up after casAttempts attempts with
+// ErrConflict, and has charged or given back nothing: the key holds what
+// the other process's last check left.
+func TestSettleConflict(t *testing.T) {
+	rdb := needRedis(t)
+	ctx := context.Background()
+	clk := ratelimit.NewManualClock(unixNow)
+	rule := ratelimit.GCRA{Rate: ratelimit.PerSecond(10), Burst: 10}
+	prefix := testPrefix()
+	other, err := New(rdb, rule, WithClock(clk), WithPrefix(prefix), WithDenyCache(0))
+	require.NoError(t, err)
+	var left string
+	h := &interloper{before: func() {
+		clk.Advance(time.Millisecond)
+		_, err := other.Check("k", ratelimit.Unit)
+		assert.NoError(t, err)
+		left, err = rdb.Get(ctx, other.Key("k")).Result()
+		assert.NoError(t, err)
+	}}
+	hooked := shared.client(nil)
+	defer hooked.Close()
+	hooked.AddHook(h)
+	s, err := New(hooked, rule, WithClock(clk), WithPrefix(prefix), WithDenyCache(0))
+	require.NoError(t, err)
+	a, err := s.Check("k", 3*ratelimit.Unit)
+	require.NoError(t, err)
+
+	for _, actual := range []ratelimit.Units{8 * ratelimit.Unit, ratelimit.Unit} {
+		h.writes.Store(0)
+		d, settled, err := s.Settle("k", 3*ratelimit.Unit, actual, a.At)
+		require.ErrorIs(t, err, ErrConflict)
+		assert.Zero(t, settled)
+		assert.False(t, d.Allowed)
+		assert.Equal(t, int64(casAttempts), h.writes.Load())
+		state, err := rdb.Get(ctx, s.Key("k")).Result()
+		require.NoError(t, err)
+		assert.Equal(t, left, state, "the settlement wrote after all")
+	}
+	// Without the other process, the same settlement is made.
+	h.before = func() {}
+	_, settled, err := s.Settle("k", 3*ratelimit.Unit, ratelimit.Unit, clk.Now())
+	require.NoError(t, err)
+	assert.Equal(t, ratelimit.Unit, settled)
 }
