@@ -120,9 +120,9 @@
 // [ErrConflict] having charged nothing. The caller then still owes the
 // difference: settle again (nothing was written), or, for a difference
 // within the capacity, check it instead (one atomic script, never a
-// conflict, but refused rather than put into debt). A charge sets the
-// key's expiry to when the settled state is as good as a fresh key's, plus
-// the margin, as a check does; a refund keeps the key's expiry. The check
+// conflict, but refused rather than put into debt). A charge moves the
+// key's expiry on, to at least when the settled state is as good as a
+// fresh key's, plus the margin, as a check does; a refund keeps the key's expiry. The check
 // scripts, on every path, accept the debts a settlement leaves (up to the
 // Machine's bound, not beyond) and decide on them as the Machine does.
 //

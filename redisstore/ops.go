@@ -315,9 +315,12 @@ func (s *Store) Settle(key string, charged, actual ratelimit.Units, at time.Dura
 // one atomic script and never conflicts, though it is refused where a
 // settlement would go into debt.
 //
-// A charge sets the key's expiry to when its state is as good as a fresh
-// key's (at most the Decision's ResetAfter) plus the expiry margin, as a
-// check does; a refund keeps it. A refund drops the key's refusal from
+// A charge sets the key's expiry to the returned Decision's ResetAfter
+// plus the expiry margin, as a check sets it from its own: at least until
+// the settled state is as good as a fresh key's (the Decision, a peek's,
+// counts cost charged in when it would be admitted, so it may be later by
+// that much); a refund keeps the key's expiry, which covers a state that
+// is fresh no later. A refund drops the key's refusal from
 // this store's deny cache; a charge replaces a refusal the cache holds by
 // the settled state, so that its answers stay Redis's, field for field.
 // Other processes' caches know of neither: a charge only makes refusals
@@ -588,8 +591,8 @@ func (c *Composite) Settle(key string, charged, actual ratelimit.Units, at time.
 // just after, and the settled cost the one furthest from actual of the
 // enforced layers' (the least charged, or the least given back); a
 // composite of shadow layers only settles nothing and reports charged. A
-// charge sets each charged layer's expiry as a check would; a refund keeps
-// it. Its cost errors are CheckContext's for charged, and for an actual of
+// charge sets each enforced layer's expiry as [Store.SettleContext] sets
+// a key's, from that layer's own settlement; a refund keeps it. Its cost errors are CheckContext's for charged, and for an actual of
 // zero or less [ratelimit.ErrInvalidCost]; its failures are the Store's
 // settlement's.
 func (c *Composite) SettleContext(ctx context.Context, key string, charged, actual ratelimit.Units, at time.Duration) (ratelimit.Decision, ratelimit.Units, error) {
