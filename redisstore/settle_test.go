@@ -243,3 +243,28 @@ func TestSettleConflict(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, ratelimit.Unit, settled)
 }
+
+// TestCompositeSettleExpiry: a composite's charge moves each enforced
+// layer's expiry on with its debt, as the Store's does.
+func TestCompositeSettleExpiry(t *testing.T) {
+	rdb := needRedis(t)
+	ctx := context.Background()
+	clk := ratelimit.NewManualClock(unixNow)
+	c, err := NewComposite(rdb, []Layer{
+		{Layer: ratelimit.Layer{Rule: ratelimit.GCRA{Rate: ratelimit.PerMinute(1), Burst: 10}}},
+		{Layer: ratelimit.Layer{Rule: ratelimit.FixedWindow{Limit: 100, Window: time.Hour}}},
+	}, WithClock(clk), WithPrefix(testPrefix()), WithExpiryMargin(2*time.Second))
+	require.NoError(t, err)
+	a, err := c.Check("k", ratelimit.Unit)
+	require.NoError(t, err)
+	d, settled, err := c.Settle("k", ratelimit.Unit, 15*ratelimit.Unit, a.At)
+	require.NoError(t, err)
+	assert.Equal(t, 15*ratelimit.Unit, settled)
+	assert.False(t, d.Allowed)
+	keys, err := c.keys("k", ratelimit.Unit)
+	require.NoError(t, err)
+	ttl, err := rdb.PTTL(ctx, keys[0]).Result()
+	require.NoError(t, err)
+	assert.Greater(t, ttl, 15*time.Minute+time.Second, "the expiry moved with the debt")
+	assert.LessOrEqual(t, ttl, 15*time.Minute+2*time.Second)
+}
