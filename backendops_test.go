@@ -1,6 +1,7 @@
 package ratelimit_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -169,6 +170,11 @@ func TestMachineSettleMatchesLimiter(t *testing.T) {
 					at = now + time.Duration(rapid.Int64Range(-int64(scale), int64(scale)).Draw(t, "offset"))
 				}
 				got, x, next, err := m.Settle(state, now, at, cost, actual)
+				if errors.Is(err, errors.ErrUnsupported) {
+					// A schedule charged to the last int64 instants does not read
+					// back (see Machine.Settle); such rules are beyond this trace.
+					t.Skip(err)
+				}
 				require.NoError(t, err, "settle %d on state %q", i, state)
 				if len(state) == 0 && actual <= cost {
 					// Nothing held: nothing to give back, nothing to write,
@@ -248,4 +254,24 @@ func TestMachineSettleErrors(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 7*ratelimit.Unit, x)
 	assert.Equal(t, "1000000000 1 6000", string(next))
+}
+
+// TestMachineSettleUnreadableState: a charge that would move a bucket's
+// schedule to the last int64 instants, which the Machine does not read
+// back, is an error and settles nothing.
+func TestMachineSettleUnreadableState(t *testing.T) {
+	rule := ratelimit.TokenBucket{Rate: ratelimit.Rate{Count: 1000, Per: 2481125}, Burst: 999999999999989}
+	m, err := ratelimit.NewMachine(rule)
+	require.NoError(t, err)
+	state := []byte("4261124999999972708 4261124999999972708 0")
+	_, x, next, err := m.Settle(state, 4261124999999972708, 4261124999999972708, ratelimit.Unit, 1999999999999979000)
+	require.ErrorIs(t, err, errors.ErrUnsupported)
+	assert.Zero(t, x)
+	assert.Equal(t, string(state), string(next))
+	// Less is charged where the schedule stays within what reads back.
+	_, x, next, err = m.Settle(state, 4261124999999972708, 4261124999999972708, ratelimit.Unit, 1000*ratelimit.Unit)
+	require.NoError(t, err)
+	assert.Equal(t, 1000*ratelimit.Unit, x)
+	_, _, err = m.Step(next, 0, 1, false)
+	require.NoError(t, err)
 }

@@ -258,7 +258,9 @@ func (s *Store) update(ctx context.Context, key, rk string, compute func(state [
 		state := r.states[0]
 		next, px, cerr := compute(state, time.Duration(r.instant))
 		if cerr != nil {
-			s.invalid.Add(1)
+			if errors.Is(cerr, ratelimit.ErrInvalidState) {
+				s.invalid.Add(1)
+			}
 			return written{}, fmt.Errorf("key %q: %w", clipKey(key), cerr)
 		}
 		if string(next) == string(state) {

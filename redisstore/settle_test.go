@@ -268,3 +268,27 @@ func TestCompositeSettleExpiry(t *testing.T) {
 	assert.Greater(t, ttl, 15*time.Minute+time.Second, "the expiry moved with the debt")
 	assert.LessOrEqual(t, ttl, 15*time.Minute+2*time.Second)
 }
+
+// TestSettleUnreadableState: a charge the Machine refuses because its
+// state would not read back (a schedule at the last int64 instants) is an
+// error, and Redis keeps the key's state: no key is left unreadable.
+func TestSettleUnreadableState(t *testing.T) {
+	rdb := needRedis(t)
+	ctx := context.Background()
+	rule := ratelimit.TokenBucket{Rate: ratelimit.Rate{Count: 1000, Per: 2481125}, Burst: 999999999999989}
+	clk := ratelimit.NewManualClock(4261124999999972708)
+	s, err := New(rdb, rule, WithClock(clk), WithPrefix(testPrefix()))
+	require.NoError(t, err)
+	state := "4261124999999972708 4261124999999972708 0"
+	require.NoError(t, rdb.Set(ctx, s.Key("k"), state, time.Hour).Err())
+	_, settled, err := s.Settle("k", ratelimit.Unit, 1999999999999979000, clk.Now())
+	require.ErrorIs(t, err, errors.ErrUnsupported)
+	assert.Zero(t, settled)
+	got, err := rdb.Get(ctx, s.Key("k")).Result()
+	require.NoError(t, err)
+	assert.Equal(t, state, got)
+	d, err := s.Check("k", ratelimit.Unit)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed)
+	assert.Zero(t, s.Stats().InvalidStates)
+}
