@@ -28,8 +28,9 @@ func firstField(k string) string { return strings.SplitN(k, " ", 2)[0] }
 // every algorithm, enforced or shadow, keyed globally, per customer or per
 // whole key), on one ManualClock, and requires the same Decisions, field
 // for field, and the same shadow reports; and again on a third Composite
-// whose layers all decide on the exact path. Peeks, refunds and resets
-// among the checks must give the same Decisions and amounts too.
+// whose layers all decide on the exact path. Peeks, refunds, settlements
+// (into debt, past its bound, or refunding) and resets among the checks
+// must give the same Decisions and amounts too.
 func TestCompositeSameDecisionsAsInProcess(t *testing.T) {
 	rdb := needRedis(t)
 	keyFns := []func(string) string{func(string) string { return "all" }, firstField, nil}
@@ -63,9 +64,11 @@ func TestCompositeSameDecisionsAsInProcess(t *testing.T) {
 		require.NoError(t, err)
 		exact.script = exactLayersScript
 		capacity := ratelimit.Units(1 << 62)
+		layersSettle := true
 		for _, l := range local {
 			m, _ := ratelimit.NewMachine(l.Rule)
 			capacity = min(capacity, m.Params().Capacity)
+			layersSettle = layersSettle && settles(m.Params())
 		}
 		var ats []time.Duration
 		for step := range rapid.IntRange(1, 40).Draw(t, "steps") {
@@ -109,6 +112,29 @@ func TestCompositeSameDecisionsAsInProcess(t *testing.T) {
 				want.Reset(key)
 				require.NoError(t, got.Reset(key))
 				require.NoError(t, exact.Reset(key))
+				continue
+			case 3:
+				if !layersSettle {
+					continue
+				}
+				at := clk.Now()
+				if len(ats) > 0 {
+					at = rapid.SampledFrom(ats).Draw(t, "at")
+				}
+				actual := drawActual(t, cost, capacity)
+				w, wx, werr := want.Settle(key, cost, actual, at)
+				g, gx, gerr := got.Settle(key, cost, actual, at)
+				e, ex, eerr := exact.Settle(key, cost, actual, at)
+				if werr != nil || gerr != nil || eerr != nil {
+					require.Error(t, werr)
+					require.EqualError(t, gerr, werr.Error())
+					require.EqualError(t, eerr, werr.Error())
+				}
+				if w != g || wx != gx {
+					t.Fatalf("settle %d at %d, key %q, %d as %d admitted at %d:\n in-process %+v settled %d\n redis      %+v settled %d", step, clk.Now(), key, cost, actual, at, w, wx, g, gx)
+				}
+				require.Equal(t, w, e)
+				require.Equal(t, wx, ex)
 				continue
 			}
 			wantReports, gotReports = wantReports[:0], gotReports[:0]

@@ -138,6 +138,25 @@ func (c *denyCache) remember(rk string, state string, at int64, sent time.Time, 
 	c.entries[rk] = denied{state: []byte(state), latest: latestOf([]byte(state)), at: at, sent: sent}
 }
 
+// charged replaces rk's cached refusal, if any, by the state a
+// settlement's charge wrote, computed at the instant at Redis read for a
+// request sent at sent: the key spends more than the cached state says,
+// and answers must be Redis's. It makes remember ignore the refusals of
+// checks sent before, which carry a state from before the charge.
+func (c *denyCache) charged(rk string, state []byte, at int64, sent time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen.Add(1)
+	if _, found := c.entries[rk]; !found {
+		return
+	}
+	if len(state) > maxCachedState {
+		delete(c.entries, rk)
+		return
+	}
+	c.entries[rk] = denied{state: state, latest: latestOf(state), at: at, sent: sent}
+}
+
 // forget drops rk's cached refusal, if any.
 func (c *denyCache) forget(rk string) {
 	c.mu.Lock()

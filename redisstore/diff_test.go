@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"fmt"
+	"math"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -82,11 +83,33 @@ func drawCost(t *rapid.T, capacity ratelimit.Units) ratelimit.Units {
 	return min(c, capacity)
 }
 
+// drawActual draws a settlement's actual cost for a request charged
+// charged: near it, anywhere up to past the debt bound, or far beyond.
+func drawActual(t *rapid.T, charged, capacity ratelimit.Units) ratelimit.Units {
+	return rapid.OneOf(
+		rapid.Map(rapid.Int64Range(-2, 2), func(v int64) ratelimit.Units { return max(1, charged+ratelimit.Units(v)) }),
+		rapid.Map(rapid.Int64Range(1, 3*int64(min(capacity, math.MaxInt64/4))+2000), func(v int64) ratelimit.Units { return ratelimit.Units(v) }),
+		rapid.Just(2*capacity+charged),
+		rapid.Map(rapid.Int64Range(1, math.MaxInt64), func(v int64) ratelimit.Units { return ratelimit.Units(v) }),
+	).Draw(t, "actual")
+}
+
+// settles reports whether a rule's settlements are within these traces: a
+// bucket whose twice Burst/Rate, from MaxTime, comes within a few ns of the
+// largest int64 instant (a span over about 73 years) can be charged to a
+// schedule the Machine does not read back, and Machine.Settle refuses
+// that charge (errors.ErrUnsupported) where the in-process store makes it.
+func settles(p ratelimit.Params) bool {
+	return uint64(ratelimit.MaxTime)+2*p.TauNanos+16 <= math.MaxInt64
+}
+
 // TestSameDecisionsAsInProcess runs one trace against the Redis store and
 // against an in-process single-key limiter per key, on one ManualClock, and
 // requires every Decision, and every amount a refund gives back, to be the
 // same: checks, peeks, refunds (at instants checks admitted at, and at
-// others) and resets. Times run from 0 to MaxTime with leaps of years and
+// others), settlements (charging into debt, past its bound, or refunding)
+// and resets; the checks after a settlement are what show that the
+// scripts accept a debt and decide on it exactly. Times run from 0 to MaxTime with leaps of years and
 // readings that go back; capacities and rates reach 1e15, so most
 // quantities are beyond 2^53.
 func TestSameDecisionsAsInProcess(t *testing.T) {
@@ -194,6 +217,30 @@ func TestSameDecisionsAsInProcess(t *testing.T) {
 					require.NoError(t, ratelimit.Reset(l))
 				}
 				require.NoError(t, s.Reset(key))
+			},
+			"settle": func(t *rapid.T) {
+				if !settles(p) {
+					return
+				}
+				key := rapid.SampledFrom(append(keys, "never")).Draw(t, "key")
+				at := clk.Now()
+				if len(ats) > 0 && rapid.IntRange(0, 3).Draw(t, "admitted") > 0 {
+					at = rapid.SampledFrom(ats).Draw(t, "at")
+				} else {
+					at += time.Duration(rapid.Int64Range(-int64(span), int64(span)).Draw(t, "offset"))
+				}
+				charged := drawCost(t, p.Capacity)
+				actual := drawActual(t, charged, p.Capacity)
+				// A charge makes the key (in Redis as in process); a refund
+				// on a key no check has touched gives nothing and makes
+				// nothing, and the in-process limiter is not kept for it.
+				want, wx, werr := ratelimit.Settle(limiter(key, actual > charged), charged, actual, at)
+				got, gx, gerr := s.Settle(key, charged, actual, at)
+				require.NoError(t, werr)
+				require.NoError(t, gerr)
+				if want != got || wx != gx {
+					t.Fatalf("settle at %d, key %q, %d as %d admitted at %d:\n in-process %+v settled %d\n redis      %+v settled %d", clk.Now(), key, charged, actual, at, want, wx, got, gx)
+				}
 			},
 		})
 		totalChecks.Add(int64(checks))

@@ -96,9 +96,10 @@
 //
 // # After the fact
 //
-// [Store.Peek], [Store.Refund] and [Store.Reset] are the in-process
-// store's (see [ratelimit.Store.Peek], [ratelimit.Store.Refund] and
-// [ratelimit.Store.Reset]), with the same Decisions and amounts, each
+// [Store.Peek], [Store.Refund], [Store.Settle] and [Store.Reset] are the
+// in-process store's (see [ratelimit.Store.Peek], [ratelimit.Store.Refund],
+// [ratelimit.Store.Settle] and [ratelimit.Store.Reset]), with the same
+// Decisions and amounts, each
 // within a deadline as a check is. A peek reads the key's state and the
 // instant in one round trip and decides in Go with the rule's Machine,
 // writing nothing. A refund reads the same, computes the amount and the new
@@ -108,13 +109,34 @@
 // [ErrConflict]; it never gives back twice or on a state it did not read.
 // On a key that checks write more often than once per round trip most
 // refunds conflict (see [ErrConflict]).
+//
+// A settlement charges the difference between what a request was charged
+// and what it turned out to cost ([ratelimit.Machine.Settle]): more is
+// charged at once even past the limit, into a debt of at most one capacity
+// beyond empty that the key's next checks wait off; less is a refund. It
+// goes through the refund's compare-and-set, so it never charges twice nor
+// on a state it did not read, and it conflicts as a refund does: on a hot
+// key every attempt may find the key changed, and the settlement returns
+// [ErrConflict] having charged nothing. The caller then still owes the
+// difference: settle again (nothing was written), or, for a difference
+// within the capacity, check it instead (one atomic script, never a
+// conflict, but refused rather than put into debt). A charge moves the
+// key's expiry on, to at least when the settled state is as good as a
+// fresh key's, plus the margin, as a check does; a refund keeps the key's expiry. The check
+// scripts, on every path, accept the debts a settlement leaves (up to the
+// Machine's bound, not beyond) and decide on them as the Machine does.
+//
 // A reset replaces the key's state by a fresh key's that keeps the key's
-// clamp on time. [Composite.Peek], [Composite.Refund] and [Composite.Reset]
-// are the in-process Composite's in the same way, over every layer's key in
-// one script (the keys share a slot): a composite refund writes every
-// enforced layer's new state, all or none, in one compare-and-set. A refund or reset drops the key from this store's deny
-// cache; another process's deny cache may keep refusing the key until its
-// own cached refusal runs out (see [WithDenyCache]).
+// clamp on time. [Composite.Peek], [Composite.Refund], [Composite.Settle]
+// and [Composite.Reset] are the in-process Composite's in the same way,
+// over every layer's key in one script (the keys share a slot): a
+// composite refund or settlement writes every enforced layer's new state,
+// all or none, in one compare-and-set. A refund, a settlement's refund or
+// a reset drops the key from this store's deny cache, and a settlement's
+// charge updates its cached refusal; another process's deny cache may
+// keep refusing the key until its own cached refusal runs out, and after
+// a charge there may report a shorter RetryAfter than Redis would (see
+// [WithDenyCache]).
 //
 // # Leases
 //

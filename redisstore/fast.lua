@@ -3,9 +3,11 @@
 -- comparison below is exact (below 2^53). Times are never used whole (a
 -- nanosecond Unix time is near 2^61): each is split into seconds and
 -- nanoseconds, and only its distance from the key's clamped now is ever
--- computed, which a range check keeps within 2^22 s. Constants, costs,
--- counts and spans must be below 2^51. Where a check fails, fast returns
--- nil and the exact path decides instead (pairs.lua, limbs.lua); a state
+-- computed, which a range check keeps within 2^22 s (2^22 s is about
+-- 2^51.9 ns). Constants, costs, counts and spans must be below 2^51; a
+-- state in debt (after a settlement) holds counts and spans up to twice a
+-- constant, below 2^52, so that the sum of one of them and a constant stays
+-- below 2^53. Where a check fails, fast returns nil and the exact path decides instead (pairs.lua, limbs.lua); a state
 -- the exact path would refuse is never decided here, so every error comes
 -- from the exact path.
 --
@@ -204,7 +206,10 @@ local function fast(key, alg, old, tm)
       local fr, t = fdig(frs), frel(ts, H, L)
       if not (fr and t) or fr >= n then return nil end
       if t >= 0 then
-        if t > tau or (t == tau and fr > tauf) then return nil end
+        -- At most twice the capacity's span ahead (a debt): below 2^52.
+        local t2, t2f = tau + tau, tauf + tauf
+        if t2f >= n then t2, t2f = t2 + 1, t2f - n end
+        if t > t2 or (t == t2 and fr > t2f) then return nil end
         dn, df = t, fr
       end
     end
@@ -223,12 +228,12 @@ local function fast(key, alg, old, tm)
       local k, inside, prev = nf + 1, 0, nil
       for i = 2, nf, 2 do
         local t, ci = frel(fs[i], H, L), fdig(fs[i + 1])
-        if not (t and ci) or t > 0 or ci == 0 or ci > cap or (prev and prev >= t) then return nil end
+        if not (t and ci) or t > 0 or ci == 0 or ci > cap + cap or (prev and prev >= t) then return nil end
         prev = t
         if t + w > 0 then
           if k > nf then k = i end
           inside = inside + ci
-          if inside > cap then return nil end
+          if inside > cap + cap then return nil end
         end
         rt[i], c[i] = t, ci
       end
@@ -254,8 +259,10 @@ local function fast(key, alg, old, tm)
     elseif alg == 's' then
       -- Buckets of g ns: the state is the latest bucket's index sc and the
       -- counts of buckets sc-k+1 to sc; a bucket before the origin holds
-      -- nothing. Each sum below stays under 2^52: the window's count is
-      -- capped at cap + 1, as the Machine caps it.
+      -- nothing. Each sum below stays under 2^53: a count is at most
+      -- 2 cap (a debt), and the window's count is capped at 2 cap + 1 as
+      -- the Machine caps it, then at cap + 1 where only whether it leaves
+      -- room matters.
       local g = w / k
       local win, e = fwindow(H, L, g)
       if not win then return nil end
@@ -271,11 +278,11 @@ local function fast(key, alg, old, tm)
         local sum = 0
         for i = 1, k do
           local ci = fdig(fs[i + 2])
-          if not ci or ci > cap or (ci ~= 0 and sc + i < k) then return nil end
+          if not ci or ci > cap + cap or (ci ~= 0 and sc + i < k) then return nil end
           sum = sum + ci
-          if sum > cap then
+          if sum > cap + cap then
             if not refused then return nil end
-            sum = cap + 1
+            sum = cap + cap + 1
           end
           a[i] = ci
         end
@@ -318,7 +325,7 @@ local function fast(key, alg, old, tm)
         if nf > 1 then
           sws, scs = f2, f3
           sw, sc = fdig(sws), fdig(scs)
-          if not (sw and sc) or sw > win or sc > cap then return nil end
+          if not (sw and sc) or sw > win or sc > cap + cap then return nil end
         end
         local used = cost
         if sw == win then used = sc + cost end
@@ -332,7 +339,7 @@ local function fast(key, alg, old, tm)
         if nf > 1 then
           sws, sps, scs = f2, f3, f4
           sw, sp, sc = fdig(sws), fdig(sps), fdig(scs)
-          if not (sw and sp and sc) or sw > win or sp > cap or sc > cap then return nil end
+          if not (sw and sp and sc) or sw > win or sp > cap + cap or sc > cap + cap then return nil end
         end
         local prev, cur = 0, 0
         if win == sw then
@@ -347,8 +354,11 @@ local function fast(key, alg, old, tm)
           sws, sps, scs = string.format('%d', win), string.format('%d', prev), string.format('%d', cur)
         elseif ARGV[7] == '1' then
           -- CountRefused: the refusal spends too, the count capped at the
-          -- capacity.
-          if used > cap then used = cap end
+          -- capacity; a count above it (a debt) stays as it is.
+          if used > cap then
+            used = cap
+            if cur > cap then used = cur end
+          end
           cur = used
           sws, sps, scs = string.format('%d', win), string.format('%d', prev), string.format('%d', cur)
         end

@@ -57,6 +57,8 @@ if alg == 's' then
   -- '1' counts refusals; '2' (a composite's step, which never spends a
   -- refusal) counts none but reads the states of a rule that does.
   local k, refused, counts = kk[1], ARGV[7] ~= '0', ARGV[7] == '1'
+  -- A state in debt (after a settlement) holds up to twice the capacity.
+  local cap2 = add(cap, cap)
   local g, gr = divmod(w, kk)
   if not iszero(gr) then return fail('invalid argument') end
   local win, e = divmod(now, g)
@@ -69,11 +71,11 @@ if alg == 's' then
     local sum = Z
     for i = 1, k do
       local n = f[i + 2]
-      if cmp(n, cap) > 0 or (not iszero(n) and cmp(add(sc, {i}), kk) < 0) then
+      if cmp(n, cap2) > 0 or (not iszero(n) and cmp(add(sc, {i}), kk) < 0) then
         return fail('invalid state')
       end
       sum = add(sum, n)
-      if not refused and cmp(sum, cap) > 0 then return fail('invalid state') end
+      if not refused and cmp(sum, cap2) > 0 then return fail('invalid state') end
       a[i] = n
     end
   end
@@ -112,13 +114,15 @@ if alg == 's' then
 elseif alg == 'f' or alg == 'c' or alg == 'l' then
   local w, cap = N(ARGV[5]), N(ARGV[6])
   if not (w and cap) or iszero(w) then return fail('invalid argument') end
+  -- A state in debt (after a settlement) holds up to twice the capacity.
+  local cap2 = add(cap, cap)
   if alg == 'f' then
     local win = divmod(now, w)
     local sw, sc = Z, Z
     if not fresh then
       if #f ~= 3 then return fail('invalid state') end
       sw, sc = f[2], f[3]
-      if cmp(sw, win) > 0 or cmp(sc, cap) > 0 then return fail('invalid state') end
+      if cmp(sw, win) > 0 or cmp(sc, cap2) > 0 then return fail('invalid state') end
     end
     local count = Z
     if cmp(win, sw) == 0 then count = sc end
@@ -134,7 +138,7 @@ elseif alg == 'f' or alg == 'c' or alg == 'l' then
     if not fresh then
       if #f ~= 4 then return fail('invalid state') end
       sw, sp, sc = f[2], f[3], f[4]
-      if cmp(sw, win) > 0 or cmp(sp, cap) > 0 or cmp(sc, cap) > 0 then return fail('invalid state') end
+      if cmp(sw, win) > 0 or cmp(sp, cap2) > 0 or cmp(sc, cap2) > 0 then return fail('invalid state') end
     end
     local prev, cur = Z, Z
     local c = cmp(win, sw)
@@ -150,8 +154,8 @@ elseif alg == 'f' or alg == 'c' or alg == 'l' then
       sw, sp, sc = win, prev, cur
     elseif ARGV[7] == '1' then
       -- CountRefused: the refusal spends too, the count capped at the
-      -- capacity.
-      if cmp(used, cap) > 0 then used = cap end
+      -- capacity; a count above it (a debt) stays as it is.
+      if cmp(used, cap) > 0 then used = max(cap, cur) end
       cur = used
       sw, sp, sc = win, prev, cur
     end
@@ -172,7 +176,7 @@ elseif alg == 'f' or alg == 'c' or alg == 'l' then
     local k, inside = m + 1, Z
     for i = 2, m, 2 do
       local t, c = f[i], f[i + 1]
-      if cmp(t, now) > 0 or (i > 2 and cmp(f[i - 2], t) >= 0) or iszero(c) or cmp(c, cap) > 0 then
+      if cmp(t, now) > 0 or (i > 2 and cmp(f[i - 2], t) >= 0) or iszero(c) or cmp(c, cap2) > 0 then
         return fail('invalid state')
       end
       if cmp(add(t, w), now) > 0 then
@@ -180,7 +184,7 @@ elseif alg == 'f' or alg == 'c' or alg == 'l' then
         inside = add(inside, c)
       end
     end
-    if cmp(inside, cap) > 0 then return fail('invalid state') end
+    if cmp(inside, cap2) > 0 then return fail('invalid state') end
     local parts = {S(now)}
     if cmp(add(inside, cost), cap) <= 0 then
       admitted = 1

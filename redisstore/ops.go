@@ -12,16 +12,17 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrConflict means a refund found its keys changed by other requests
-// between reading and writing them on every one of its attempts; nothing
-// was given back. Every check writes its key, so a key checked by many
-// processes at once (more often than once per round trip) can refuse most
-// refunds this way: the refund is computed in Go, and its write must find
-// the key as it was read.
-var ErrConflict = errors.New("redisstore: refund conflicted with concurrent requests on every attempt")
+// ErrConflict means a refund or a settlement found its keys changed by
+// other requests between reading and writing them on every one of its
+// attempts; nothing was given back or charged. Every check writes its key,
+// so a key checked by many processes at once (more often than once per
+// round trip) can refuse most refunds and settlements this way: they are
+// computed in Go, and their write must find the key as it was read.
+var ErrConflict = errors.New("redisstore: compare-and-set conflicted with concurrent requests on every attempt")
 
-// refundAttempts bounds a refund's compare-and-set attempts.
-const refundAttempts = 8
+// casAttempts bounds the compare-and-set attempts of a refund or a
+// settlement.
+const casAttempts = 8
 
 // opsScript reads, compares and sets, and resets keys (see ops.lua).
 //
@@ -215,34 +216,157 @@ func (s *Store) RefundContext(ctx context.Context, key string, cost ratelimit.Un
 	ctx, cancel := withTimeout(ctx, s.o.timeout)
 	defer cancel()
 	rk := s.Key(key)
+	var g ratelimit.Units
+	w, err := s.update(ctx, key, rk, func(state []byte, now time.Duration) ([]byte, int64, error) {
+		var next []byte
+		var err error
+		g, next, err = s.m.Refund(state, now, at, cost)
+		return next, 0, err
+	})
+	if err != nil {
+		return 0, err
+	}
+	if w.state != nil && s.deny != nil {
+		s.deny.drop(rk)
+	}
+	return g, nil
+}
+
+// update reads the store's key rk (for key) and the store's instant, has
+// compute work out the key's next state from the state read and that
+// instant, and writes it only if rk still holds the state it was computed
+// from: with the expiry px ms if px > 0, else keeping the key's. When
+// checks change the key in between, it reads again and computes again, at
+// most casAttempts times in all; then it writes nothing and returns
+// ErrConflict. compute returns its state unchanged when there is nothing
+// to write. The write made, if any, is returned; on an error none was
+// made, but for a failure after the write was sent, which leaves it
+// unknown.
+func (s *Store) update(ctx context.Context, key, rk string, compute func(state []byte, now time.Duration) (next []byte, px int64, err error)) (written, error) {
+	sent := time.Now()
 	r, err := s.op(ctx, rk, s.floor(rk), "r")
 	for attempt := 0; ; attempt++ {
 		switch {
 		case err != nil:
-			return 0, err
+			return written{}, err
 		case len(r.states) != 1:
 			s.mismatches.Add(1)
-			return 0, fmt.Errorf("%w: no state in the reply", ErrMismatch)
-		case attempt == refundAttempts:
-			return 0, fmt.Errorf("%w: key %q", ErrConflict, clipKey(key))
+			return written{}, fmt.Errorf("%w: no state in the reply", ErrMismatch)
+		case attempt == casAttempts:
+			return written{}, fmt.Errorf("%w: key %q", ErrConflict, clipKey(key))
 		}
 		state := r.states[0]
-		g, next, rerr := s.m.Refund(state, time.Duration(r.instant), at, cost)
-		if rerr != nil {
-			s.invalid.Add(1)
-			return 0, fmt.Errorf("key %q: %w", clipKey(key), rerr)
+		next, px, cerr := compute(state, time.Duration(r.instant))
+		if cerr != nil {
+			if errors.Is(cerr, ratelimit.ErrInvalidState) {
+				s.invalid.Add(1)
+			}
+			return written{}, fmt.Errorf("key %q: %w", clipKey(key), cerr)
 		}
 		if string(next) == string(state) {
-			return g, nil // nothing to write: a key Redis does not hold
+			return written{}, nil // nothing to write
 		}
-		r, err = s.op(ctx, rk, s.floor(rk), "w", string(state), string(next))
+		w := written{state: next, at: r.instant, sent: sent}
+		sent = time.Now()
+		if px > 0 {
+			r, err = s.op(ctx, rk, s.floor(rk), "p", string(state), string(next), strconv.FormatInt(px, 10))
+		} else {
+			r, err = s.op(ctx, rk, s.floor(rk), "w", string(state), string(next))
+		}
 		if err == nil && r.done {
-			if s.deny != nil {
-				s.deny.drop(rk)
-			}
-			return g, nil
+			return w, nil
 		}
 	}
+}
+
+// written is the state an update wrote (nil for none), computed at the
+// instant at that Redis read, for a request sent at sent by the local
+// monotonic clock.
+type written struct {
+	state []byte
+	at    int64
+	sent  time.Time
+}
+
+// Settle is SettleContext with a background context.
+func (s *Store) Settle(key string, charged, actual ratelimit.Units, at time.Duration) (ratelimit.Decision, ratelimit.Units, error) {
+	return s.SettleContext(context.Background(), key, charged, actual, at)
+}
+
+// SettleContext settles a request admitted for key at the instant at (the
+// admitting Decision's At) that was charged an estimate, charged, and
+// turned out to cost actual, exactly as [ratelimit.Store.Settle] does (its
+// documentation gives the debt bound per algorithm), and returns the
+// Decision a [Store.PeekContext] of cost charged would get just after, and
+// the request's cost as settled. A cost above charged is charged now, even
+// past the limit, into a debt of at most one capacity beyond empty, which
+// the key's next checks wait off; a cost below it is a refund of charged -
+// actual, as [Store.RefundContext] gives back. A key Redis does not hold
+// is created to be charged, and gives nothing back for a refund (the
+// settled cost is then charged).
+//
+// Cost errors are ratelimit.Store.Settle's ([ratelimit.ErrInvalidCost],
+// [ratelimit.ErrCostExceedsCapacity]), with no server reached. The
+// settlement is computed in Go by the rule's [ratelimit.Machine] and
+// written back with a compare-and-set, retried as a refund is: on a key
+// checked by many processes at once it may conflict on every attempt, and
+// then returns [ErrConflict] with nothing charged or given back (the
+// Decision is then a refusal with no wait). A caller that must not lose
+// the charge can settle again (nothing was written), or, for a hot key,
+// check the difference instead when it is within the capacity: a check is
+// one atomic script and never conflicts, though it is refused where a
+// settlement would go into debt.
+//
+// A charge sets the key's expiry to the returned Decision's ResetAfter
+// plus the expiry margin, as a check sets it from its own: at least until
+// the settled state is as good as a fresh key's (the Decision, a peek's,
+// counts cost charged in when it would be admitted, so it may be later by
+// that much); a refund keeps the key's expiry, which covers a state that
+// is fresh no later. A refund drops the key's refusal from
+// this store's deny cache; a charge replaces a refusal the cache holds by
+// the settled state, so that its answers stay Redis's, field for field.
+// Other processes' caches know of neither: a charge only makes refusals
+// last longer, so theirs stay refusals, but may report an earlier
+// RetryAfter than Redis would (see [WithDenyCache]). Failures are
+// RefundContext's: a failure after the write was sent leaves it unknown
+// whether the settlement was made (the settled cost is then 0 with the
+// error); do not retry such a failure blindly. A corrupted state is an
+// error matching [ratelimit.ErrInvalidState], and nothing is written.
+func (s *Store) SettleContext(ctx context.Context, key string, charged, actual ratelimit.Units, at time.Duration) (ratelimit.Decision, ratelimit.Units, error) {
+	if d, _, _, err := s.m.Settle(nil, 0, 0, charged, actual); err != nil {
+		return d, 0, err
+	}
+	ctx, cancel := withTimeout(ctx, s.o.timeout)
+	defer cancel()
+	rk := s.Key(key)
+	var d ratelimit.Decision
+	var settled ratelimit.Units
+	w, err := s.update(ctx, key, rk, func(state []byte, now time.Duration) ([]byte, int64, error) {
+		var next []byte
+		var err error
+		d, settled, next, err = s.m.Settle(state, now, at, charged, actual)
+		if err != nil || actual <= charged {
+			return next, 0, err
+		}
+		return next, s.expiryMs(d.ResetAfter), nil
+	})
+	if err != nil {
+		return s.refused(), 0, err
+	}
+	switch {
+	case w.state == nil || s.deny == nil:
+	case actual < charged:
+		s.deny.drop(rk)
+	default:
+		s.deny.charged(rk, w.state, w.at, w.sent)
+	}
+	return d, settled, nil
+}
+
+// expiryMs is the expiry a check sets for a state that is as good as a
+// fresh key's after reset: reset in whole ms, rounded up, plus the margin.
+func (s *Store) expiryMs(reset time.Duration) int64 {
+	return (int64(reset)+int64(time.Millisecond)-1)/int64(time.Millisecond) + s.marginMs
 }
 
 // Reset is ResetContext with a background context.
@@ -373,6 +497,39 @@ func (c *Composite) RefundContext(ctx context.Context, key string, cost ratelimi
 	}
 	ctx, cancel := withTimeout(ctx, c.o.timeout)
 	defer cancel()
+	var least ratelimit.Units
+	err := c.update(ctx, key, func(states [][]byte, now time.Duration) ([][]byte, []int64, error) {
+		least = -1
+		nexts := make([][]byte, len(states))
+		for i := range states {
+			if c.layers[i].Shadow {
+				continue
+			}
+			g, next, err := c.lm.Machine(i).Refund(states[i], now, at, cost)
+			if err != nil {
+				return nil, nil, fmt.Errorf("layer %d: %w", i, err)
+			}
+			if least < 0 || g < least {
+				least = g
+			}
+			nexts[i] = next
+		}
+		least = max(least, 0)
+		return nexts, nil, nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return least, nil
+}
+
+// update reads every layer's key for key and the instant, agrees on one
+// instant for all of them, has compute work out the layers' next states
+// (nil, or the state read, leaves a layer alone) and their expiries in ms
+// (none, or 0, keeps a key's), and writes the new states together, all or
+// none, only if every layer's key still holds what was read: Store.update
+// over the layers' keys, with its retries and ErrConflict.
+func (c *Composite) update(ctx context.Context, key string, compute func(states [][]byte, now time.Duration) (nexts [][]byte, px []int64, err error)) error {
 	// Every layer takes part, as in process (the least cost takes all).
 	const all = 1
 	_, r, err := c.op(ctx, key, all, "r")
@@ -380,44 +537,121 @@ func (c *Composite) RefundContext(ctx context.Context, key string, cost ratelimi
 	for attempt := 0; ; attempt++ {
 		switch {
 		case err != nil:
-			return 0, err
+			return err
 		case len(r.states) != n:
-			return 0, fmt.Errorf("%w: no states in the reply", ErrMismatch)
-		case attempt == refundAttempts:
-			return 0, fmt.Errorf("%w: key %q", ErrConflict, clipKey(key))
+			return fmt.Errorf("%w: no states in the reply", ErrMismatch)
+		case attempt == casAttempts:
+			return fmt.Errorf("%w: key %q", ErrConflict, clipKey(key))
 		}
 		now, ierr := c.lm.Instant(r.states, time.Duration(r.instant), all)
 		if ierr != nil {
-			return 0, fmt.Errorf("key %q: %w", clipKey(key), ierr)
+			return fmt.Errorf("key %q: %w", clipKey(key), ierr)
 		}
-		args := make([]any, 0, 1+2*n)
-		args = append(args, "w")
-		least, changed := ratelimit.Units(-1), false
+		nexts, px, cerr := compute(r.states, now)
+		if cerr != nil {
+			return fmt.Errorf("key %q: %w", clipKey(key), cerr)
+		}
+		args := make([]any, 0, 1+3*n)
+		args = append(args, "p")
+		changed := false
 		for i := range n {
-			var next []byte
-			if !c.layers[i].Shadow {
-				g, nx, rerr := c.lm.Machine(i).Refund(r.states[i], now, at, cost)
-				if rerr != nil {
-					return 0, fmt.Errorf("key %q: layer %d: %w", clipKey(key), i, rerr)
-				}
-				if least < 0 || g < least {
-					least = g
-				}
-				if string(nx) != string(r.states[i]) {
-					next, changed = nx, true
+			next, pxs := nexts[i], ""
+			if string(next) == string(r.states[i]) {
+				next = nil
+			} else {
+				changed = true
+				if i < len(px) && px[i] > 0 {
+					pxs = strconv.FormatInt(px[i], 10)
 				}
 			}
-			args = append(args, string(r.states[i]), string(next))
+			args = append(args, string(r.states[i]), string(next), pxs)
 		}
-		least = max(least, 0)
 		if !changed {
-			return least, nil
+			return nil
 		}
 		_, r, err = c.op(ctx, key, all, args...)
 		if err == nil && r.done {
-			return least, nil
+			return nil
 		}
 	}
+}
+
+// Settle is SettleContext with a background context.
+func (c *Composite) Settle(key string, charged, actual ratelimit.Units, at time.Duration) (ratelimit.Decision, ratelimit.Units, error) {
+	return c.SettleContext(context.Background(), key, charged, actual, at)
+}
+
+// SettleContext settles a request admitted for key at the instant at,
+// charged charged and costing actual, in every enforced layer at one
+// instant, as [ratelimit.Composite.Settle] does: each layer's amount and
+// state are [Store.SettleContext]'s for the layer's own key, and the
+// layers' new states are written together, all or none, with one
+// compare-and-set over every layer's key (they share a slot), retried as
+// the Store's settlement is ([ErrConflict] when every attempt conflicts:
+// nothing is charged or given back in any layer). Shadow layers keep what
+// they spent. The Decision is [Composite.PeekContext]'s for cost charged
+// just after, and the settled cost the one furthest from actual of the
+// enforced layers' (the least charged, or the least given back); a
+// composite of shadow layers only settles nothing and reports charged. A
+// charge sets each enforced layer's expiry as [Store.SettleContext] sets
+// a key's, from that layer's own settlement; a refund keeps it. Its cost errors are CheckContext's for charged, and for an actual of
+// zero or less [ratelimit.ErrInvalidCost]; its failures are the Store's
+// settlement's.
+func (c *Composite) SettleContext(ctx context.Context, key string, charged, actual ratelimit.Units, at time.Duration) (ratelimit.Decision, ratelimit.Units, error) {
+	empty := make([][]byte, c.lm.Len())
+	if d, _, _, err := c.lm.Step(empty, 0, charged, false); err != nil {
+		return d, 0, err
+	}
+	if actual <= 0 {
+		d, _, _, err := c.lm.Step(empty, 0, actual, false)
+		return d, 0, err
+	}
+	ctx, cancel := withTimeout(ctx, c.o.timeout)
+	defer cancel()
+	var d ratelimit.Decision
+	var settled ratelimit.Units
+	err := c.update(ctx, key, func(states [][]byte, now time.Duration) ([][]byte, []int64, error) {
+		settled = charged
+		first := true
+		nexts, px := make([][]byte, len(states)), make([]int64, len(states))
+		after := make([][]byte, len(states))
+		for i := range states {
+			after[i] = states[i]
+			if c.layers[i].Shadow {
+				continue
+			}
+			ld, x, next, err := c.lm.Machine(i).Settle(states[i], now, at, charged, actual)
+			if err != nil {
+				return nil, nil, fmt.Errorf("layer %d: %w", i, err)
+			}
+			if first || absUnits(x-actual) > absUnits(settled-actual) {
+				settled, first = x, false
+			}
+			nexts[i], after[i] = next, next
+			if actual > charged {
+				px[i] = c.expiryMs(ld.ResetAfter)
+			}
+		}
+		var err error
+		d, _, _, err = c.lm.Step(after, now, charged, false)
+		return nexts, px, err
+	})
+	if err != nil {
+		return c.refused(), 0, err
+	}
+	return d, settled, nil
+}
+
+func absUnits(x ratelimit.Units) ratelimit.Units {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// expiryMs is Store.expiryMs for a layer's state.
+func (c *Composite) expiryMs(reset time.Duration) int64 {
+	return (int64(reset)+int64(time.Millisecond)-1)/int64(time.Millisecond) + c.marginMs
 }
 
 // Reset is ResetContext with a background context.

@@ -1,4 +1,4 @@
--- The after-the-fact operations (Peek, Refund, Reset) on one key or on a
+-- The after-the-fact operations (Peek, Refund, Settle, Reset) on one key or on a
 -- composite's layer keys, which share a slot: read the keys' states and
 -- the instant, compare and set them, or reset them. The arithmetic is done
 -- in Go by the rules' Machines; this script only reads and writes whole
@@ -6,7 +6,8 @@
 --
 -- KEYS     the keys
 -- ARGV[1]  now in ns since the Unix epoch, or '' for the server's TIME
--- ARGV[2]  'r' read; 'w' compare and set; 'z' reset
+-- ARGV[2]  'r' read; 'w' compare and set; 'p' compare and set with
+--          expiries; 'z' reset
 -- 'w':     ARGV[2 + 2i - 1], ARGV[2 + 2i]: key i's state as it was read
 --          ('' for none) and the state to write ('' to leave the key
 --          alone). Every key is written only if every key still holds
@@ -15,6 +16,12 @@
 --          nearer, so the expiry the last check set still covers it. A key
 --          that no longer exists is never written (SET KEEPTTL would make
 --          it a key without expiry).
+-- 'p':     as 'w', with a third argument per key after those two, at
+--          ARGV[2 + 3i]: the expiry in ms to set with the new state (a
+--          settlement's charge brings the instant its state is as good as
+--          a fresh key's later, so the expiry must move with it), or '' to
+--          keep the key's expiry as 'w' does. A key with an expiry given
+--          is written even if it did not exist (read as '', a fresh key).
 -- 'z':     ARGV[3] the expiry margin in ms. Every key that exists is
 --          replaced by the state of a fresh key that keeps the key's clamp
 --          on time, its latest instant and nothing else, expiring after the
@@ -41,15 +48,23 @@ local mode = ARGV[2]
 local cur = {}
 for i = 1, #KEYS do cur[i] = redis.call('GET', KEYS[i]) end
 
-if mode == 'w' then
+if mode == 'w' or mode == 'p' then
+  local k = mode == 'p' and 3 or 2
   local same = true
   for i = 1, #KEYS do
-    if (cur[i] or '') ~= ARGV[1 + 2 * i] then same = false end
+    if (cur[i] or '') ~= ARGV[3 + k * (i - 1)] then same = false end
   end
   if same then
     for i = 1, #KEYS do
-      local new = ARGV[2 + 2 * i]
-      if new ~= '' and cur[i] then redis.call('SET', KEYS[i], new, 'KEEPTTL') end
+      local new, px = ARGV[4 + k * (i - 1)], ''
+      if k == 3 then px = ARGV[5 + 3 * (i - 1)] end
+      if new ~= '' then
+        if px ~= '' then
+          redis.call('SET', KEYS[i], new, 'PX', px)
+        elseif cur[i] then
+          redis.call('SET', KEYS[i], new, 'KEEPTTL')
+        end
+      end
     end
     return {1, now}
   end

@@ -116,13 +116,18 @@ func WithCircuit(failures int, pause time.Duration) Option {
 // refuses it at the instant Redis would decide at now (never earlier), so
 // the answer is the one Redis would give, RetryAfter counted down to the
 // same instant, unless the key's state was taken back or cleared behind
-// the store's back since: a refund or reset made by another process (this
-// store's own [Store.Refund] and [Store.Reset] drop the key's entry), or a
-// Redis that lost the key (eviction, a restart without persistence). The
-// cache then keeps refusing requests its cached state refuses, at most
-// until that state would admit them (the RetryAfter of the refusal Redis
-// made, counted from then), although Redis would admit them sooner. Turn
-// it off if those matter more than the round trips saved.
+// the store's back since: a refund, settlement or reset made by another
+// process (this store's own [Store.Refund], [Store.Reset] and refunding
+// [Store.Settle] drop the key's entry, and a charging Settle replaces it
+// by the settled state), or a Redis that lost the key (eviction, a restart
+// without persistence). The cache then keeps refusing requests its cached
+// state refuses, at most until that state would admit them (the RetryAfter
+// of the refusal Redis made, counted from then), although Redis would
+// admit them sooner. A charge settled by another process only makes Redis
+// refuse longer: the cache's refusals stay refusals, with a RetryAfter
+// that may be shorter than Redis's, and once its state admits, the request
+// goes to Redis. Turn it off if those matter more than the round trips
+// saved.
 // A rule with CountRefused has no deny cache: each of its refusals spends,
 // so each goes to Redis.
 func WithDenyCache(n int) Option { return func(o *options) { o.denyCache = n } }

@@ -91,14 +91,21 @@ local function pmeter(key, old, tm)
     old = old or ''
   end
 
-  -- The debt: how far the schedule runs ahead of now, never more than the
-  -- capacity's span in a state the rule wrote.
+  -- The debt: how far the schedule runs ahead of now, never more than
+  -- twice the capacity's span in a state the rule wrote (a settlement
+  -- charges up to that).
   local dh, dl, eh, el = 0, 0, 0, 0
   if pcmp(sh, sl, wh, wl) >= 0 then
     dh, dl = psubp(sh, sl, wh, wl)
     eh, el = rh, rl
-    local c = pcmp(dh, dl, th, tl)
-    if c > 0 or (c == 0 and pcmp(eh, el, fh, fl) > 0) then return fail('invalid state') end
+    local t2h, t2l = padd(th, tl, th, tl)
+    local f2h, f2l = padd(fh, fl, fh, fl)
+    if pcmp(f2h, f2l, nh, nl) >= 0 then
+      t2h, t2l = padd(t2h, t2l, 0, 1)
+      f2h, f2l = psubp(f2h, f2l, nh, nl)
+    end
+    local c = pcmp(dh, dl, t2h, t2l)
+    if c > 0 or (c == 0 and pcmp(eh, el, f2h, f2l) > 0) then return fail('invalid state') end
   end
   local xh, xl = padd(dh, dl, kh, kl)
   local yh, yl = padd(eh, el, gh, gl)

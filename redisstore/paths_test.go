@@ -62,7 +62,7 @@ func (p pathStores) check(key string, cost ratelimit.Units) (ratelimit.Decision,
 // check decided by an explicit path (the fast one wherever its range check
 // passes, else the exact one) and, on a store of its own, by the exact path
 // alone: both must give the in-process Decision, also on the states that
-// refunds and resets write. The draws reach both sides of every range
+// refunds, settlements (debts included) and resets write. The draws reach both sides of every range
 // check; the test requires that both paths decided some checks.
 func TestBothPathsSameDecisions(t *testing.T) {
 	rdb := needRedis(t)
@@ -153,6 +153,31 @@ func TestBothPathsSameDecisions(t *testing.T) {
 					require.NoError(t, paths.fast.Reset(key))
 					require.NoError(t, exact.Reset(key))
 				}
+			},
+			// Settlements leave keys in debt (or refund): the checks after
+			// them decide on debt states, on either path.
+			"settle": func(t *rapid.T) {
+				key := rapid.SampledFrom([]string{"a", "b"}).Draw(t, "key")
+				l, ok := local[key]
+				if !ok || !settles(p) {
+					return
+				}
+				at := clk.Now()
+				if len(ats) > 0 && rapid.Bool().Draw(t, "admitted") {
+					at = rapid.SampledFrom(ats).Draw(t, "at")
+				}
+				charged := drawCost(t, p.Capacity)
+				actual := drawActual(t, charged, p.Capacity)
+				want, wx, err := ratelimit.Settle(l, charged, actual, at)
+				require.NoError(t, err)
+				got, gx, err := paths.fast.Settle(key, charged, actual, at)
+				require.NoError(t, err)
+				alone, ax, err := exact.Settle(key, charged, actual, at)
+				require.NoError(t, err)
+				require.Equal(t, want, got, "settle at %d of %d as %d admitted at %d", clk.Now(), charged, actual, at)
+				require.Equal(t, want, alone, "settle at %d of %d as %d admitted at %d", clk.Now(), charged, actual, at)
+				require.Equal(t, wx, gx)
+				require.Equal(t, wx, ax)
 			},
 		})
 		onFast.Add(paths.onFast.Load())
@@ -325,6 +350,67 @@ func TestEmptyValueIsFresh(t *testing.T) {
 			got, err := s.Check("k", ratelimit.Unit)
 			require.NoError(t, err, s.Params().Algorithm)
 			assert.Equal(t, want, got, s.Params().Algorithm)
+		}
+	}
+}
+
+// TestDebtOnEachPath settles keys into their deepest debt and requires
+// each path, forced, to decide on the debt states as the Machine does, as
+// the debt is waited off: the fast path must decide them itself (its range
+// checks take in debt) for rules of everyday sizes.
+func TestDebtOnEachPath(t *testing.T) {
+	rdb := needRedis(t)
+	ctx := context.Background()
+	rules := []ratelimit.Rule{
+		ratelimit.TokenBucket{Rate: ratelimit.PerSecond(10), Burst: 20},
+		ratelimit.GCRA{Rate: ratelimit.Rate{Count: 7, Per: 3 * time.Second}, Burst: 5},
+		ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(5), Capacity: 10},
+		ratelimit.FixedWindow{Limit: 10, Window: time.Second},
+		ratelimit.SlidingLog{Limit: 10, Window: time.Second},
+		ratelimit.SlidingCounter{Limit: 10, Window: time.Second},
+		ratelimit.SlidingCounter{Limit: 10, Window: time.Second, CountRefused: true},
+		ratelimit.SubWindow{Limit: 10, Window: time.Second, Buckets: 4},
+		ratelimit.SubWindow{Limit: 10, Window: time.Second, Buckets: 4, CountRefused: true},
+	}
+	for _, rule := range rules {
+		clk := ratelimit.NewManualClock(unixNow)
+		s, err := New(rdb, rule, WithClock(clk), WithPrefix(testPrefix()), WithDenyCache(0))
+		require.NoError(t, err)
+		m, err := ratelimit.NewMachine(rule)
+		require.NoError(t, err)
+		p := s.Params()
+		d, err := s.Check("k", 3*ratelimit.Unit)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+		_, settled, err := s.Settle("k", 3*ratelimit.Unit, 100*p.Capacity, d.At)
+		require.NoError(t, err)
+		require.Equal(t, 2*p.Capacity, settled, "%T: a debt to twice the capacity", rule)
+		span := max(p.Window, time.Duration(p.TauNanos))
+		for i := range 12 {
+			state, err := rdb.Get(ctx, s.Key("k")).Result()
+			require.NoError(t, err)
+			now := clk.Now()
+			want, next, err := m.Step([]byte(state), now, ratelimit.Unit, true)
+			require.NoError(t, err)
+			for _, script := range []*redis.Script{fastScript, exactScript} {
+				f, err := New(rdb, rule, WithClock(clk), WithPrefix(testPrefix()), WithDenyCache(0))
+				require.NoError(t, err)
+				f.script = script
+				require.NoError(t, rdb.Set(ctx, f.Key("k"), state, time.Hour).Err())
+				got, err := f.Check("k", ratelimit.Unit)
+				require.NoError(t, err, "%T on %q", rule, state)
+				assert.Equal(t, want, got, "%T on %q", rule, state)
+				w, err := rdb.Get(ctx, f.Key("k")).Result()
+				require.NoError(t, err)
+				assert.Equal(t, string(next), w, "%T on %q", rule, state)
+			}
+			if i%3 == 0 {
+				// And the store's own check moves the key on.
+				got, err := s.Check("k", ratelimit.Unit)
+				require.NoError(t, err)
+				require.Equal(t, want, got)
+			}
+			clk.Advance(span / 5)
 		}
 	}
 }

@@ -24,7 +24,8 @@
 --
 -- Returns {old state or '', now used before clamping, new state, 1 if
 -- admitted else 0}. A state that is not well formed, or that no sequence of
--- checks under the rule could have produced, is an error reply and nothing
+-- checks and settlements under the rule could have produced (a settlement
+-- leaves at most twice the capacity in use), is an error reply and nothing
 -- is written: the same states the Go side's decoder refuses. An empty
 -- value is a fresh key, as the empty state is for the Machine.
 --

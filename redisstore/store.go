@@ -506,8 +506,8 @@ type Stats struct {
 	// CircuitRefusals counts the checks among Failures that did not try
 	// Redis because the circuit was open.
 	CircuitRefusals uint64
-	// InvalidStates counts checks denied, and peeks and refunds failed,
-	// because the key's stored state was corrupted.
+	// InvalidStates counts checks denied, and peeks, refunds and
+	// settlements failed, because the key's stored state was corrupted.
 	InvalidStates uint64
 	// Mismatches counts checks denied because the script and the Machine
 	// disagreed (see [ErrMismatch]), and peeks, refunds and resets that got

@@ -1,0 +1,294 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratelimit"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestSettleExpiry: a charge moves the key's expiry to the settled state's
+// ResetAfter plus the margin, as a check would set it; a refund keeps the
+// key's; a charge creates a key Redis did not hold, with its expiry, and a
+// refund on such a key creates nothing.
+func TestSettleExpiry(t *testing.T) {
+	rdb := needRedis(t)
+	ctx := context.Background()
+	clk := ratelimit.NewManualClock(unixNow)
+	s, err := New(rdb, ratelimit.GCRA{Rate: ratelimit.PerMinute(1), Burst: 10}, WithClock(clk), WithPrefix(testPrefix()), WithExpiryMargin(2*time.Second))
+	require.NoError(t, err)
+	a, err := s.Check("k", 3*ratelimit.Unit)
+	require.NoError(t, err)
+	require.Equal(t, 3*time.Minute, a.ResetAfter)
+
+	d, settled, err := s.Settle("k", 3*ratelimit.Unit, 15*ratelimit.Unit, a.At)
+	require.NoError(t, err)
+	assert.Equal(t, 15*ratelimit.Unit, settled)
+	assert.False(t, d.Allowed, "in debt")
+	assert.Equal(t, 15*time.Minute, d.ResetAfter)
+	ttl, err := rdb.PTTL(ctx, s.Key("k")).Result()
+	require.NoError(t, err)
+	assert.Greater(t, ttl, d.ResetAfter+time.Second, "the expiry moved with the debt")
+	assert.LessOrEqual(t, ttl, d.ResetAfter+2*time.Second)
+
+	// A refund keeps the expiry (its state is fresh no later).
+	d, settled, err = s.Settle("k", 10*ratelimit.Unit, 5*ratelimit.Unit, a.At)
+	require.NoError(t, err)
+	assert.Equal(t, 5*ratelimit.Unit, settled)
+	assert.Equal(t, 10*time.Minute, d.ResetAfter)
+	after, err := rdb.PTTL(ctx, s.Key("k")).Result()
+	require.NoError(t, err)
+	assert.LessOrEqual(t, after, ttl)
+	assert.Greater(t, after, 15*time.Minute)
+
+	d, settled, err = s.Settle("new", ratelimit.Unit, 4*ratelimit.Unit, clk.Now())
+	require.NoError(t, err)
+	assert.Equal(t, 4*ratelimit.Unit, settled)
+	assert.Equal(t, 4*time.Minute, d.ResetAfter)
+	ttl, err = rdb.PTTL(ctx, s.Key("new")).Result()
+	require.NoError(t, err)
+	assert.Greater(t, ttl, d.ResetAfter+time.Second)
+	assert.LessOrEqual(t, ttl, d.ResetAfter+2*time.Second)
+
+	_, settled, err = s.Settle("none", 2*ratelimit.Unit, ratelimit.Unit, clk.Now())
+	require.NoError(t, err)
+	assert.Equal(t, 2*ratelimit.Unit, settled, "nothing to give back")
+	n, err := rdb.Exists(ctx, s.Key("none")).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n)
+
+	// Cost errors reach no server.
+	_, _, err = s.Settle("k", 0, ratelimit.Unit, 0)
+	assert.ErrorIs(t, err, ratelimit.ErrInvalidCost)
+	_, _, err = s.Settle("k", ratelimit.Unit, 0, 0)
+	assert.ErrorIs(t, err, ratelimit.ErrInvalidCost)
+	_, _, err = s.Settle("k", 11*ratelimit.Unit, ratelimit.Unit, 0)
+	assert.ErrorIs(t, err, ratelimit.ErrCostExceedsCapacity)
+}
+
+// TestSettleAndTheDenyCache: a charge leaves a cached refusal that answers
+// as Redis does after the charge (a longer wait); a refund drops it.
+func TestSettleAndTheDenyCache(t *testing.T) {
+	rdb := needRedis(t)
+	clk := ratelimit.NewManualClock(unixNow)
+	rule := ratelimit.GCRA{Rate: ratelimit.PerSecond(10), Burst: 5}
+	prefix := testPrefix()
+	s, err := New(rdb, rule, WithClock(clk), WithPrefix(prefix))
+	require.NoError(t, err)
+	plain, err := New(rdb, rule, WithClock(clk), WithPrefix(prefix), WithDenyCache(0))
+	require.NoError(t, err)
+	var last ratelimit.Decision
+	for range 5 {
+		last, err = s.Check("k", ratelimit.Unit)
+		require.NoError(t, err)
+		require.True(t, last.Allowed)
+	}
+	d, err := s.Check("k", ratelimit.Unit)
+	require.NoError(t, err)
+	require.False(t, d.Allowed)
+	require.Equal(t, 100*time.Millisecond, d.RetryAfter)
+
+	_, settled, err := s.Settle("k", ratelimit.Unit, 5*ratelimit.Unit, last.At)
+	require.NoError(t, err)
+	require.Equal(t, 5*ratelimit.Unit, settled)
+	clk.Advance(time.Millisecond)
+	denials := s.Stats().LocalDenials
+	cached, err := s.Check("k", ratelimit.Unit)
+	require.NoError(t, err)
+	assert.Equal(t, denials+1, s.Stats().LocalDenials, "the cache answered")
+	want, err := plain.Check("k", ratelimit.Unit)
+	require.NoError(t, err)
+	assert.Equal(t, want, cached, "the cached refusal knows of the charge")
+	assert.Equal(t, 499*time.Millisecond, cached.RetryAfter)
+
+	// A refund drops it: the cached state would still refuse, Redis's
+	// admits.
+	clk.Advance(400 * time.Millisecond)
+	_, settled, err = s.Settle("k", 5*ratelimit.Unit, ratelimit.Unit, clk.Now())
+	require.NoError(t, err)
+	require.Equal(t, ratelimit.Unit, settled)
+	denials = s.Stats().LocalDenials
+	d, err = s.Check("k", ratelimit.Unit)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed, "the cached refusal outlived the refund")
+	assert.Equal(t, denials, s.Stats().LocalDenials)
+}
+
+// TestSettleConcurrent: checks and settlements from many goroutines on one
+// key, time standing still, charge exactly what they report: the key's
+// schedule runs ahead by the admitted costs plus the settled differences,
+// none lost and none twice, and never past the debt bound. A settlement
+// that conflicts on every attempt charges nothing.
+func TestSettleConcurrent(t *testing.T) {
+	rdb := needRedis(t)
+	ctx := context.Background()
+	clk := ratelimit.NewManualClock(unixNow) // time stands still
+	// 10 per second: a unit is 100 ms of schedule.
+	s, err := New(rdb, ratelimit.GCRA{Rate: ratelimit.PerSecond(10), Burst: 10}, WithClock(clk), WithPrefix(testPrefix()), WithTimeout(5*time.Second))
+	require.NoError(t, err)
+	var spent, conflicts atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				d, err := s.Check("k", ratelimit.Unit)
+				if !assert.NoError(t, err) {
+					return
+				}
+				if !d.Allowed {
+					continue
+				}
+				actual := ratelimit.Units(1+(w+i)%3) * ratelimit.Unit
+				_, settled, err := s.Settle("k", ratelimit.Unit, actual, d.At)
+				if errors.Is(err, ErrConflict) {
+					conflicts.Add(1)
+					spent.Add(int64(ratelimit.Unit))
+					continue
+				}
+				if !assert.NoError(t, err) {
+					return
+				}
+				spent.Add(int64(settled))
+			}
+		}()
+	}
+	wg.Wait()
+	state, err := rdb.Get(ctx, s.Key("k")).Result()
+	require.NoError(t, err)
+	f := strings.Fields(state)
+	require.Len(t, f, 3)
+	tat, err := strconv.ParseInt(f[1], 10, 64)
+	require.NoError(t, err)
+	assert.Equal(t, spent.Load()*int64(100*time.Millisecond)/int64(ratelimit.Unit), tat-int64(unixNow), "the schedule holds what was reported spent")
+	assert.LessOrEqual(t, spent.Load(), int64(20*ratelimit.Unit), "past the debt bound")
+	t.Logf("%d milli-units spent, %d settlements conflicted", spent.Load(), conflicts.Load())
+}
+
+// interloper is a client hook that runs before each compare-and-set the
+// ops script is sent for (mode 'w' or 'p'), as a check from another
+// process landing between a read and its write would.
+type interloper struct {
+	before func()
+	writes atomic.Int64
+}
+
+func (h *interloper) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *interloper) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *interloper) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if name := cmd.Name(); (name == "evalsha" || name == "eval") && len(args) > 5 && (args[5] == "w" || args[5] == "p") {
+			h.writes.Add(1)
+			h.before()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestSettleConflict: a settlement whose key another process changes
+// before every one of its writes gives up after casAttempts attempts with
+// ErrConflict, and has charged or given back nothing: the key holds what
+// the other process's last check left.
+func TestSettleConflict(t *testing.T) {
+	rdb := needRedis(t)
+	ctx := context.Background()
+	clk := ratelimit.NewManualClock(unixNow)
+	rule := ratelimit.GCRA{Rate: ratelimit.PerSecond(10), Burst: 10}
+	prefix := testPrefix()
+	other, err := New(rdb, rule, WithClock(clk), WithPrefix(prefix), WithDenyCache(0))
+	require.NoError(t, err)
+	var left string
+	h := &interloper{before: func() {
+		clk.Advance(time.Millisecond)
+		_, err := other.Check("k", ratelimit.Unit)
+		assert.NoError(t, err)
+		left, err = rdb.Get(ctx, other.Key("k")).Result()
+		assert.NoError(t, err)
+	}}
+	hooked := shared.client(nil)
+	defer hooked.Close()
+	hooked.AddHook(h)
+	s, err := New(hooked, rule, WithClock(clk), WithPrefix(prefix), WithDenyCache(0))
+	require.NoError(t, err)
+	a, err := s.Check("k", 3*ratelimit.Unit)
+	require.NoError(t, err)
+
+	for _, actual := range []ratelimit.Units{8 * ratelimit.Unit, ratelimit.Unit} {
+		h.writes.Store(0)
+		d, settled, err := s.Settle("k", 3*ratelimit.Unit, actual, a.At)
+		require.ErrorIs(t, err, ErrConflict)
+		assert.Zero(t, settled)
+		assert.False(t, d.Allowed)
+		assert.Equal(t, int64(casAttempts), h.writes.Load())
+		state, err := rdb.Get(ctx, s.Key("k")).Result()
+		require.NoError(t, err)
+		assert.Equal(t, left, state, "the settlement wrote after all")
+	}
+	// Without the other process, the same settlement is made.
+	h.before = func() {}
+	_, settled, err := s.Settle("k", 3*ratelimit.Unit, ratelimit.Unit, clk.Now())
+	require.NoError(t, err)
+	assert.Equal(t, ratelimit.Unit, settled)
+}
+
+// TestCompositeSettleExpiry: a composite's charge moves each enforced
+// layer's expiry on with its debt, as the Store's does.
+func TestCompositeSettleExpiry(t *testing.T) {
+	rdb := needRedis(t)
+	ctx := context.Background()
+	clk := ratelimit.NewManualClock(unixNow)
+	c, err := NewComposite(rdb, []Layer{
+		{Layer: ratelimit.Layer{Rule: ratelimit.GCRA{Rate: ratelimit.PerMinute(1), Burst: 10}}},
+		{Layer: ratelimit.Layer{Rule: ratelimit.FixedWindow{Limit: 100, Window: time.Hour}}},
+	}, WithClock(clk), WithPrefix(testPrefix()), WithExpiryMargin(2*time.Second))
+	require.NoError(t, err)
+	a, err := c.Check("k", ratelimit.Unit)
+	require.NoError(t, err)
+	d, settled, err := c.Settle("k", ratelimit.Unit, 15*ratelimit.Unit, a.At)
+	require.NoError(t, err)
+	assert.Equal(t, 15*ratelimit.Unit, settled)
+	assert.False(t, d.Allowed)
+	keys, err := c.keys("k", ratelimit.Unit)
+	require.NoError(t, err)
+	ttl, err := rdb.PTTL(ctx, keys[0]).Result()
+	require.NoError(t, err)
+	assert.Greater(t, ttl, 15*time.Minute+time.Second, "the expiry moved with the debt")
+	assert.LessOrEqual(t, ttl, 15*time.Minute+2*time.Second)
+}
+
+// TestSettleUnreadableState: a charge the Machine refuses because its
+// state would not read back (a schedule at the last int64 instants) is an
+// error, and Redis keeps the key's state: no key is left unreadable.
+func TestSettleUnreadableState(t *testing.T) {
+	rdb := needRedis(t)
+	ctx := context.Background()
+	rule := ratelimit.TokenBucket{Rate: ratelimit.Rate{Count: 1000, Per: 2481125}, Burst: 999999999999989}
+	clk := ratelimit.NewManualClock(4261124999999972708)
+	s, err := New(rdb, rule, WithClock(clk), WithPrefix(testPrefix()))
+	require.NoError(t, err)
+	state := "4261124999999972708 4261124999999972708 0"
+	require.NoError(t, rdb.Set(ctx, s.Key("k"), state, time.Hour).Err())
+	_, settled, err := s.Settle("k", ratelimit.Unit, 1999999999999979000, clk.Now())
+	require.ErrorIs(t, err, errors.ErrUnsupported)
+	assert.Zero(t, settled)
+	got, err := rdb.Get(ctx, s.Key("k")).Result()
+	require.NoError(t, err)
+	assert.Equal(t, state, got)
+	d, err := s.Check("k", ratelimit.Unit)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed)
+	assert.Zero(t, s.Stats().InvalidStates)
+}
