@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 )
@@ -218,10 +219,11 @@ func parseState(b []byte) ([]int64, error) {
 		j := i
 		var v int64
 		for j < len(b) && b[j] >= '0' && b[j] <= '9' {
-			if v > (1<<63-1-9)/10 {
+			d := int64(b[j] - '0')
+			if v > (math.MaxInt64-d)/10 {
 				return nil, fmt.Errorf("%w: a number is out of range", ErrInvalidState)
 			}
-			v = v*10 + int64(b[j]-'0')
+			v = v*10 + d
 			j++
 		}
 		if j == i || (b[i] == '0' && j-i > 1) {

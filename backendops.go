@@ -1,7 +1,6 @@
 package ratelimit
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -97,10 +96,8 @@ func (m machineOf[S, A]) refund(fields []int64, now, at, cost int64, dst []byte)
 // state that does not parse, or that the rule could not have produced, is
 // an error matching [ErrInvalidState], with a Decision that admits
 // nothing. On an error nothing is settled (settled is 0) and next is
-// state. A charge that would move a bucket's theoretical arrival time to
-// within 8 ns of the largest int64 instant (only a rule whose Burst/Rate
-// is over about 73 years, near MaxTime, comes near) is an error matching
-// [errors.ErrUnsupported]: the state would not read back.
+// state. Every state Settle returns reads back, up to a bucket's
+// theoretical arrival time at the largest int64 instant.
 func (m *Machine) Settle(state []byte, now, at time.Duration, charged, actual Units) (d Decision, settled Units, next []byte, err error) {
 	if d, err := settleCosts(charged, actual, m.core.capacity(), m.core.policy()); err != nil {
 		return d, 0, state, err
@@ -122,12 +119,6 @@ func (m *Machine) Settle(state []byte, now, at time.Duration, charged, actual Un
 	}
 	if len(state) == 0 && actual <= charged {
 		return d, charged, state, nil // a key the backend does not hold
-	}
-	if _, err := parseState(next); err != nil {
-		// A charge can move a bucket's schedule to the last few int64
-		// instants, which the decoder does not read back: writing such a
-		// state would leave a key no check can read.
-		return m.core.policy().decision(), 0, state, fmt.Errorf("ratelimit: Settle: %w: the settled state %q is beyond what a Machine reads back", errors.ErrUnsupported, clip(next))
 	}
 	return d, Units(x), next, nil
 }

@@ -1,7 +1,6 @@
 package ratelimit_test
 
 import (
-	"errors"
 	"testing"
 	"time"
 
@@ -170,11 +169,6 @@ func TestMachineSettleMatchesLimiter(t *testing.T) {
 					at = now + time.Duration(rapid.Int64Range(-int64(scale), int64(scale)).Draw(t, "offset"))
 				}
 				got, x, next, err := m.Settle(state, now, at, cost, actual)
-				if errors.Is(err, errors.ErrUnsupported) {
-					// A schedule charged to the last int64 instants does not read
-					// back (see Machine.Settle); such rules are beyond this trace.
-					t.Skip(err)
-				}
 				require.NoError(t, err, "settle %d on state %q", i, state)
 				if len(state) == 0 && actual <= cost {
 					// Nothing held: nothing to give back, nothing to write,
@@ -256,22 +250,35 @@ func TestMachineSettleErrors(t *testing.T) {
 	assert.Equal(t, "1000000000 1 6000", string(next))
 }
 
-// TestMachineSettleUnreadableState: a charge that would move a bucket's
-// schedule to the last int64 instants, which the Machine does not read
-// back, is an error and settles nothing.
-func TestMachineSettleUnreadableState(t *testing.T) {
+// TestMachineSettleToTheLastInstant: a charge that moves a bucket's
+// schedule to the last int64 instants (a rule whose twice Burst/Rate, from
+// the state's instant, passes the largest int64) settles, and the state it
+// writes reads back and decides as the limiter does.
+func TestMachineSettleToTheLastInstant(t *testing.T) {
 	rule := ratelimit.TokenBucket{Rate: ratelimit.Rate{Count: 1000, Per: 2481125}, Burst: 999999999999989}
 	m, err := ratelimit.NewMachine(rule)
 	require.NoError(t, err)
+	const start = 4261124999999972708
 	state := []byte("4261124999999972708 4261124999999972708 0")
-	_, x, next, err := m.Settle(state, 4261124999999972708, 4261124999999972708, ratelimit.Unit, 1999999999999979000)
-	require.ErrorIs(t, err, errors.ErrUnsupported)
-	assert.Zero(t, x)
-	assert.Equal(t, string(state), string(next))
-	// Less is charged where the schedule stays within what reads back.
-	_, x, next, err = m.Settle(state, 4261124999999972708, 4261124999999972708, ratelimit.Unit, 1000*ratelimit.Unit)
+	clk := ratelimit.NewManualClock(start)
+	lim, err := ratelimit.New(rule, ratelimit.WithClock(clk))
 	require.NoError(t, err)
-	assert.Equal(t, 1000*ratelimit.Unit, x)
-	_, _, err = m.Step(next, 0, 1, false)
+	want, wx, err := ratelimit.Settle(lim, ratelimit.Unit, 1999999999999979000, start)
 	require.NoError(t, err)
+	got, x, next, err := m.Settle(state, start, start, ratelimit.Unit, 1999999999999979000)
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+	assert.Equal(t, wx, x)
+	assert.Equal(t, "4261124999999972708 9223372036854775805 4108", string(next))
+	for _, now := range []time.Duration{start, start + 1, ratelimit.MaxTime} {
+		clk.Set(now)
+		want, err := lim.Check(ratelimit.Unit)
+		require.NoError(t, err)
+		got, after, err := m.Step(next, now, ratelimit.Unit, true)
+		require.NoError(t, err, "state %q does not read back", next)
+		assert.Equal(t, want, got, "at %d", now)
+		assert.False(t, got.Allowed)
+		next = after
+	}
+	assert.Equal(t, "4611686018427387904 9223372036854775805 4108", string(next))
 }

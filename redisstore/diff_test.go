@@ -94,15 +94,6 @@ func drawActual(t *rapid.T, charged, capacity ratelimit.Units) ratelimit.Units {
 	).Draw(t, "actual")
 }
 
-// settles reports whether a rule's settlements are within these traces: a
-// bucket whose twice Burst/Rate, from MaxTime, comes within a few ns of the
-// largest int64 instant (a span over about 73 years) can be charged to a
-// schedule the Machine does not read back, and Machine.Settle refuses
-// that charge (errors.ErrUnsupported) where the in-process store makes it.
-func settles(p ratelimit.Params) bool {
-	return uint64(ratelimit.MaxTime)+2*p.TauNanos+16 <= math.MaxInt64
-}
-
 // TestSameDecisionsAsInProcess runs one trace against the Redis store and
 // against an in-process single-key limiter per key, on one ManualClock, and
 // requires every Decision, and every amount a refund gives back, to be the
@@ -219,9 +210,6 @@ func TestSameDecisionsAsInProcess(t *testing.T) {
 				require.NoError(t, s.Reset(key))
 			},
 			"settle": func(t *rapid.T) {
-				if !settles(p) {
-					return
-				}
 				key := rapid.SampledFrom(append(keys, "never")).Draw(t, "key")
 				at := clk.Now()
 				if len(ats) > 0 && rapid.IntRange(0, 3).Draw(t, "admitted") > 0 {

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"regexp"
 	"strings"
@@ -206,6 +207,76 @@ func TestExtremeValidState(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, want, got)
 	assert.False(t, got.Allowed)
+}
+
+// TestLastInstantStates: a bucket whose bound on the schedule (twice the
+// capacity's span past the key's latest instant) falls 3 ns short of the
+// largest int64: states with their schedule in the last 10 int64 instants, on
+// either side of the bound and at it, are accepted and decided by the
+// scripts as by the Machine, or refused by both.
+func TestLastInstantStates(t *testing.T) {
+	rdb := needRedis(t)
+	ctx := context.Background()
+	rule := ratelimit.TokenBucket{Rate: ratelimit.Rate{Count: 1000, Per: 2481125}, Burst: 999999999999989}
+	m, err := ratelimit.NewMachine(rule)
+	require.NoError(t, err)
+	p := m.Params()
+	bn, bf := 2*p.TauNanos, 2*p.TauFrac
+	if bf >= p.RateUnits {
+		bn, bf = bn+1, bf-p.RateUnits
+	}
+	// The check's instant, a ns after the state's: a script that wrote
+	// over a state it should refuse would leave a changed value.
+	bound := int64(math.MaxInt64 - 3)
+	now := bound - int64(bn)
+	last := now - 1
+	require.LessOrEqual(t, now, int64(ratelimit.MaxTime))
+	accepted, refused := 0, 0
+	for k := int64(0); k < 10; k++ {
+		tat := int64(math.MaxInt64) - k
+		for _, f := range []uint64{0, bf, bf + 1, p.RateUnits - 1, p.RateUnits} {
+			state := strings.Join([]string{i64(last), i64(tat), u(f)}, " ")
+			valid := f < p.RateUnits && (tat < bound || (tat == bound && f <= bf))
+			want, next, merr := m.Step([]byte(state), time.Duration(now), ratelimit.Unit, true)
+			if !valid {
+				refused++
+				require.ErrorIs(t, merr, ratelimit.ErrInvalidState, "the Machine accepts %q", state)
+			} else {
+				accepted++
+				require.NoError(t, merr, "the Machine refuses %q", state)
+			}
+			for _, script := range []*redis.Script{nil, fastScript, exactScript} {
+				clk := ratelimit.NewManualClock(time.Duration(now))
+				s, err := New(rdb, rule, WithClock(clk), WithPrefix(testPrefix()), WithDenyCache(0))
+				require.NoError(t, err)
+				if script != nil {
+					s.script = script
+				}
+				key := s.Key("k")
+				require.NoError(t, rdb.Set(ctx, key, state, time.Hour).Err())
+				d, err := s.Check("k", ratelimit.Unit)
+				if script == fastScript {
+					// The capacity's span is beyond the fast path's range.
+					require.ErrorContains(t, err, declined)
+					continue
+				}
+				got, gerr := rdb.Get(ctx, key).Result()
+				require.NoError(t, gerr)
+				if !valid {
+					require.ErrorIs(t, err, ratelimit.ErrInvalidState, "%q", state)
+					assert.False(t, d.Allowed)
+					assert.Equal(t, state, got, "the script wrote over a refused state")
+					continue
+				}
+				require.NoError(t, err, "%q", state)
+				assert.Equal(t, want, d, "%q", state)
+				assert.Equal(t, string(next), got, "%q", state)
+				assert.Zero(t, s.Stats().InvalidStates+s.Stats().Mismatches)
+			}
+		}
+	}
+	require.NotZero(t, accepted)
+	require.NotZero(t, refused)
 }
 
 // TestExpiry: the state's TTL covers its ResetAfter plus the margin.

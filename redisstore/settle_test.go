@@ -269,26 +269,65 @@ func TestCompositeSettleExpiry(t *testing.T) {
 	assert.LessOrEqual(t, ttl, 15*time.Minute+2*time.Second)
 }
 
-// TestSettleUnreadableState: a charge the Machine refuses because its
-// state would not read back (a schedule at the last int64 instants) is an
-// error, and Redis keeps the key's state: no key is left unreadable.
-func TestSettleUnreadableState(t *testing.T) {
+// TestSettleToTheLastInstant: a charge that moves a bucket's schedule to
+// the last int64 instants settles as the Machine settles it, Redis holds
+// the state it writes, and every check on that state, on each path,
+// decides and writes as the Machine does.
+func TestSettleToTheLastInstant(t *testing.T) {
 	rdb := needRedis(t)
 	ctx := context.Background()
 	rule := ratelimit.TokenBucket{Rate: ratelimit.Rate{Count: 1000, Per: 2481125}, Burst: 999999999999989}
-	clk := ratelimit.NewManualClock(4261124999999972708)
-	s, err := New(rdb, rule, WithClock(clk), WithPrefix(testPrefix()))
+	const start = 4261124999999972708
+	clk := ratelimit.NewManualClock(start)
+	s, err := New(rdb, rule, WithClock(clk), WithPrefix(testPrefix()), WithDenyCache(0))
+	require.NoError(t, err)
+	m, err := ratelimit.NewMachine(rule)
 	require.NoError(t, err)
 	state := "4261124999999972708 4261124999999972708 0"
 	require.NoError(t, rdb.Set(ctx, s.Key("k"), state, time.Hour).Err())
-	_, settled, err := s.Settle("k", ratelimit.Unit, 1999999999999979000, clk.Now())
-	require.ErrorIs(t, err, errors.ErrUnsupported)
-	assert.Zero(t, settled)
+	want, wx, next, err := m.Settle([]byte(state), start, start, ratelimit.Unit, 1999999999999979000)
+	require.NoError(t, err)
+	require.Equal(t, "4261124999999972708 9223372036854775805 4108", string(next))
+	d, settled, err := s.Settle("k", ratelimit.Unit, 1999999999999979000, start)
+	require.NoError(t, err)
+	assert.Equal(t, want, d)
+	assert.Equal(t, wx, settled)
 	got, err := rdb.Get(ctx, s.Key("k")).Result()
 	require.NoError(t, err)
-	assert.Equal(t, state, got)
-	d, err := s.Check("k", ratelimit.Unit)
-	require.NoError(t, err)
-	assert.True(t, d.Allowed)
-	assert.Zero(t, s.Stats().InvalidStates)
+	require.Equal(t, string(next), got)
+	state = got
+	for _, now := range []time.Duration{start, start + 1, ratelimit.MaxTime} {
+		clk.Set(now)
+		want, after, err := m.Step([]byte(state), now, ratelimit.Unit, true)
+		require.NoError(t, err)
+		for _, script := range []*redis.Script{fastScript, exactScript} {
+			f, err := New(rdb, rule, WithClock(clk), WithPrefix(testPrefix()), WithDenyCache(0))
+			require.NoError(t, err)
+			f.script = script
+			require.NoError(t, rdb.Set(ctx, f.Key("k"), state, time.Hour).Err())
+			got, err := f.Check("k", ratelimit.Unit)
+			if script == fastScript {
+				// Its span is beyond the fast path's range: it declines,
+				// whatever the state.
+				require.ErrorContains(t, err, declined)
+				continue
+			}
+			require.NoError(t, err, "at %d on %q", now, state)
+			assert.Equal(t, want, got, "at %d on %q", now, state)
+			w, err := rdb.Get(ctx, f.Key("k")).Result()
+			require.NoError(t, err)
+			assert.Equal(t, string(after), w, "at %d on %q", now, state)
+		}
+		// And the store's own check moves the key on.
+		got, err := s.Check("k", ratelimit.Unit)
+		require.NoError(t, err)
+		assert.Equal(t, want, got, "at %d on %q", now, state)
+		assert.False(t, got.Allowed)
+		w, err := rdb.Get(ctx, s.Key("k")).Result()
+		require.NoError(t, err)
+		require.Equal(t, string(after), w)
+		state = w
+	}
+	assert.Equal(t, "4611686018427387904 9223372036854775805 4108", state)
+	assert.Zero(t, s.Stats().InvalidStates+s.Stats().Mismatches)
 }
