@@ -31,6 +31,7 @@ func newAtomicMeter(alg *gcraAlgo, leak *leakyAlgo, o *options) *atomicGCRA {
 		return nil
 	}
 	l := &atomicGCRA{alg: alg, leak: leak, obs: o.obs, shift: shift, fracMask: 1<<shift - 1}
+	l.whole = shift == 0 && leak == nil
 	l.reach = 2 * int64(alg.tauNs)
 	if alg.tauFrac != 0 {
 		l.reach += 2
@@ -91,6 +92,7 @@ type atomicGCRA struct {
 	shift    uint  // bits of the fraction in the word
 	reach    int64 // 2 tau's whole nanoseconds, plus 2 if tau has a fraction (see floor)
 	fracMask uint64
+	whole    bool // a GCRA at a pace of whole nanoseconds: Check takes spendWhole
 	mu       sync.Mutex
 	locked   vtime // the state once the word is movedWord; guarded by mu
 	// word has a cache line of its own: the other core's CAS on it must not
@@ -200,6 +202,46 @@ func (l *atomicGCRA) spend(now, cost int64) (s vtime, at int64, admitted bool) {
 	}
 }
 
+// spendWhole is spend for a pace of whole nanoseconds (shift 0, so n = 1
+// and no span has a fraction): the word is the TAT's nanoseconds since
+// base plus one, and the admission test is admits' with no fraction to
+// carry. It returns the TAT it decided on.
+func (l *atomicGCRA) spendWhole(now, cost int64) (tat, at int64, admitted bool) {
+	span, _ := l.alg.costSpan(cost)
+	for {
+		w := l.word.Load()
+		if w == movedWord {
+			s, at, admitted := l.spendLocked(now, cost)
+			return s.t, at, admitted
+		}
+		tat = 0 // the fresh state
+		if w != 0 {
+			tat = l.base + int64(w) - 1
+		}
+		at = now // judgedAt's answer unless the TAT runs more than tau ahead
+		if tat-int64(l.alg.tauNs) > now {
+			at = l.judgedAt(now, tat)
+		}
+		// The debt is at most 2 tau, and span at most tau: no overflow.
+		next := uint64(max(tat, at)-at) + span
+		if next > l.alg.tauNs {
+			return tat, at, false
+		}
+		t := at + int64(next)
+		var won bool
+		if nw := uint64(t-l.base) + 1; t > 0 && t >= l.base && nw < 1<<63 {
+			won = l.word.CompareAndSwap(w, nw) // pack's word for vtime{t: t}
+		} else {
+			// A TAT of 0 (the fresh state's word), or one the word cannot
+			// hold: swap decides as for any pace.
+			won = l.swap(w, vtime{t: t})
+		}
+		if won {
+			return tat, at, true
+		}
+	}
+}
+
 // spendLocked is spend on the state moved under the mutex.
 func (l *atomicGCRA) spendLocked(now, cost int64) (s vtime, at int64, admitted bool) {
 	l.mu.Lock()
@@ -261,9 +303,14 @@ func (l *atomicGCRA) Check(cost Units) (Decision, error) {
 	if d, err := checkCost(cost, l.alg.capMilli, &l.alg.pol); err != nil {
 		return d, err
 	}
-	s, at, _ := l.spend(l.now(), int64(cost))
 	var d Decision
-	l.decide(&d, &s, at, int64(cost))
+	if l.whole {
+		tat, at, _ := l.spendWhole(l.now(), int64(cost))
+		l.alg.schedule(&d, &vtime{t: tat}, at, int64(cost), false)
+	} else {
+		s, at, _ := l.spend(l.now(), int64(cost))
+		l.decide(&d, &s, at, int64(cost))
+	}
 	if l.obs != nil {
 		l.obs.Decided(d, cost, outcomeOf(&d))
 	}

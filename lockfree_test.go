@@ -203,3 +203,33 @@ func TestPackedLeakyBucketDelayMatchesStore(t *testing.T) {
 		t.Repeat(actions)
 	})
 }
+
+// At a pace of whole nanoseconds a Check takes the word without a
+// fraction; a clock set back to before the limiter was built makes it
+// write a TAT before the word's base, which moves the state under the
+// mutex, and the decisions still match the model's.
+func TestWholeNanosecondGCRAMovesOnAClockSetBack(t *testing.T) {
+	rate := ratelimit.Rate{Count: 10, Per: time.Second}
+	for _, name := range []string{"GCRA", "TokenBucket"} {
+		t.Run(name, func(t *testing.T) {
+			clk := ratelimit.NewManualClock(time.Hour)
+			var rule ratelimit.Rule = ratelimit.GCRA{Rate: rate, Burst: 3}
+			if name == "TokenBucket" {
+				rule = ratelimit.TokenBucket{Rate: rate, Burst: 3}
+			}
+			lim, err := ratelimit.New(rule, ratelimit.WithClock(clk))
+			require.NoError(t, err)
+			assert.Equal(t, "lock-free", ratelimit.SingleKeyPath(lim))
+			model := refmodel.NewBucket(rate, 3)
+			clk.Set(time.Minute)
+			for i := 0; i < 5; i++ {
+				got, err := lim.Check(ratelimit.Unit)
+				require.NoError(t, err)
+				want := model.Step(int64(time.Minute), int64(ratelimit.Unit))
+				want.Window = bucketWindow(rate, 3)
+				require.Equal(t, want, got, "check %d", i)
+			}
+			assert.Equal(t, "moved", ratelimit.SingleKeyPath(lim))
+		})
+	}
+}
