@@ -104,11 +104,8 @@ func NewComposite(rdb redis.UniversalClient, layers []Layer, opts ...Option) (*C
 	if err != nil {
 		return nil, err
 	}
-	o := defaultOptions()
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if err := o.validate(); err != nil {
+	o, err := buildOptions(opts)
+	if err != nil {
 		return nil, err
 	}
 	c := &Composite{

@@ -24,6 +24,15 @@ type options struct {
 	hashTag   func(string) string // NewComposite only
 }
 
+// buildOptions applies opts over the defaults and validates the result.
+func buildOptions(opts []Option) (options, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o, o.validate()
+}
+
 func defaultOptions() options {
 	return options{
 		prefix:    "ratelimit:",

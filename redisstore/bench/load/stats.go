@@ -8,23 +8,47 @@ import (
 
 // Summary is what an attack's answers show as a whole.
 type Summary struct {
-	Requests  int
-	Asked     int     // the rate asked for, per second
-	Sent      float64 // requests sent per second: all of them over the span of their send times
-	Answered  float64 // answers per second: all of them over the span from the first send to the last answer
-	OK        int     // 200
-	Refused   int     // 429
-	Server5xx int     // 500-599
-	Other     int     // any other status
-	Errors    int     // no HTTP answer (timeouts, refused connections)
-	By        map[string]int
+	Requests int
+	Asked    int     // the rate asked for, per second
+	Sent     float64 // requests sent per second: all of them over the span of their send times
+	Answered float64 // answers per second: all of them over the span from the first send to the last answer
+	Answers
 	P50, P99  time.Duration
 	P999, Max time.Duration
 }
 
+// Answers counts requests by how they were answered.
+type Answers struct {
+	OK        int // 200
+	Refused   int // 429
+	Server5xx int // 500-599
+	Other     int // any other status
+	Errors    int // no HTTP answer (timeouts, refused connections)
+	By        map[string]int
+}
+
+// count adds rec to a.
+func (a *Answers) count(rec Record) {
+	switch c := rec.Code; {
+	case c == 0:
+		a.Errors++
+	case c == 200:
+		a.OK++
+	case c == 429:
+		a.Refused++
+	case c >= 500 && c <= 599:
+		a.Server5xx++
+	default:
+		a.Other++
+	}
+	if rec.By != "" {
+		a.By[rec.By]++
+	}
+}
+
 // Summarize sums up r.
 func Summarize(r *Result) Summary {
-	s := Summary{Requests: len(r.Records), Asked: r.Plan.Rate, By: map[string]int{}}
+	s := Summary{Requests: len(r.Records), Asked: r.Plan.Rate, Answers: Answers{By: map[string]int{}}}
 	if len(r.Records) == 0 {
 		return s
 	}
@@ -35,21 +59,7 @@ func Summarize(r *Result) Summary {
 		lastSent = max(lastSent, rec.Sent)
 		lastEnd = max(lastEnd, rec.End())
 		lat = append(lat, rec.Latency)
-		switch c := rec.Code; {
-		case c == 0:
-			s.Errors++
-		case c == 200:
-			s.OK++
-		case c == 429:
-			s.Refused++
-		case c >= 500 && c <= 599:
-			s.Server5xx++
-		default:
-			s.Other++
-		}
-		if rec.By != "" {
-			s.By[rec.By]++
-		}
+		s.count(rec)
 	}
 	if lastSent > first {
 		s.Sent = float64(len(r.Records)-1) / (lastSent - first).Seconds()
@@ -163,9 +173,8 @@ func Bounds(r *Result, rule Rule, counts func(Record) bool) KeyBounds {
 
 // Second is one second of an attack, by send time.
 type Second struct {
-	OK, Refused, Server5xx, Other, Errors int
-	By                                    map[string]int
-	P99, Max                              time.Duration
+	Answers
+	P99, Max time.Duration
 }
 
 // Timeline splits r by the second the requests were sent in.
@@ -175,25 +184,11 @@ func Timeline(r *Result) []Second {
 	for _, rec := range r.Records {
 		i := int(rec.Sent / time.Second)
 		for len(secs) <= i {
-			secs = append(secs, Second{By: map[string]int{}})
+			secs = append(secs, Second{Answers: Answers{By: map[string]int{}}})
 			lats = append(lats, nil)
 		}
 		s := &secs[i]
-		switch c := rec.Code; {
-		case c == 0:
-			s.Errors++
-		case c == 200:
-			s.OK++
-		case c == 429:
-			s.Refused++
-		case c >= 500 && c <= 599:
-			s.Server5xx++
-		default:
-			s.Other++
-		}
-		if rec.By != "" {
-			s.By[rec.By]++
-		}
+		s.count(rec)
 		lats[i] = append(lats[i], rec.Latency)
 	}
 	for i := range secs {

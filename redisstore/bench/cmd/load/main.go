@@ -308,20 +308,7 @@ func (h *harness) replicas(ctx context.Context) error {
 	fmt.Fprintf(h.out, "GET /quote at %d/s for %v over %d keys, round robin over 3 replicas of redisstore/examples/server (-failure %s); %d hot keys take %d%% of the requests (%.0f/s each, against a limit of 10/s), the others %.2f/s each.\n\n",
 		f.rate, f.duration, f.keys, f.steadyFailure, f.hot, f.hotPercent,
 		float64(f.rate*f.hotPercent)/100/float64(max(f.hot, 1)), float64(f.rate*(100-f.hotPercent))/100/float64(f.keys-f.hot))
-	var runs []steady
-	for _, deny := range []string{"10000", "0"} {
-		name := "deny cache on"
-		if deny == "0" {
-			name = "deny cache off"
-		}
-		st, err := h.steadyRun(ctx, name, plan, "-deny-cache", deny, "-failure", f.steadyFailure)
-		if err != nil {
-			return err
-		}
-		runs = append(runs, st)
-	}
-	h.steadyTables(runs)
-	return nil
+	return h.denyCacheOnAndOff(ctx, plan)
 }
 
 func (h *harness) deny(ctx context.Context) error {
@@ -330,13 +317,19 @@ func (h *harness) deny(ctx context.Context) error {
 	fmt.Fprintf(h.out, "## Keys over their limit: the deny cache on and off\n\n")
 	fmt.Fprintf(h.out, "GET /quote at %d/s for %v over %d keys (%.0f/s each, against a limit of 10/s), round robin over 3 replicas (-failure %s).\n\n",
 		f.rate, f.duration, f.denyKeys, float64(f.rate)/float64(f.denyKeys), f.steadyFailure)
+	return h.denyCacheOnAndOff(ctx, plan)
+}
+
+// denyCacheOnAndOff runs plan with the replicas' deny cache on, then off,
+// and writes the two runs' tables.
+func (h *harness) denyCacheOnAndOff(ctx context.Context, plan load.Plan) error {
 	var runs []steady
 	for _, deny := range []string{"10000", "0"} {
 		name := "deny cache on"
 		if deny == "0" {
 			name = "deny cache off"
 		}
-		st, err := h.steadyRun(ctx, name, plan, "-deny-cache", deny, "-failure", f.steadyFailure)
+		st, err := h.steadyRun(ctx, name, plan, "-deny-cache", deny, "-failure", h.f.steadyFailure)
 		if err != nil {
 			return err
 		}
