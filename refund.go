@@ -208,11 +208,11 @@ func clampAt(at time.Duration, now int64) int64 {
 // does not hold gives back nothing.
 func (c *storeCore[S, A]) refundAt(k storeKey, now, at, cost int64) int64 {
 	t := &c.shards[k.h&c.mask].t
-	i := t.Lookup(k.key, k.tag)
-	if i < 0 {
+	s := t.Lookup(k.key, k.tag)
+	if s == nil {
 		return 0
 	}
-	return c.alg.refund(t.State(i), now, at, cost)
+	return c.alg.refund(s, now, at, cost)
 }
 
 // The algorithms' refunds.

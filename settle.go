@@ -261,11 +261,11 @@ func abs(x int64) int64 {
 // entry acquired; a refund on a key the store does not hold gives nothing.
 func (c *storeCore[S, A]) settleAt(k storeKey, now, charged, actual int64, at time.Duration) int64 {
 	t := &c.shards[k.h&c.mask].t
-	i := t.Lookup(k.key, k.tag)
-	if i < 0 {
+	s := t.Lookup(k.key, k.tag)
+	if s == nil {
 		return charged
 	}
-	return settleState(c.alg, t.State(i), now, charged, actual, at)
+	return settleState(c.alg, s, now, charged, actual, at)
 }
 
 // The algorithms' charges: charge spends up to extra milli-units (extra

@@ -421,7 +421,7 @@ func (c *storeCore[S, A]) check(key string, cost Units) (Decision, error) {
 	now = sh.tl.lock(now)
 	p := sh.t.Find(k.key, k.tag)
 	var ev evictions
-	if p < 0 {
+	if p == nil {
 		// Every shard holds at least one key and nothing is pinned outside
 		// a composite's hold on the lock, so there is always room.
 		p, _ = sh.t.Insert(k.key, k.tag, now)
@@ -429,7 +429,7 @@ func (c *storeCore[S, A]) check(key string, cost Units) (Decision, error) {
 			ev = sh.evictions()
 		}
 	}
-	d := c.alg.step(sh.t.State(p), now, int64(cost), true)
+	d := c.alg.step(p, now, int64(cost), true)
 	sh.tl.unlock()
 	if c.obs != nil {
 		if ev.n|ev.lossy != 0 {
@@ -470,7 +470,7 @@ func (c *storeCore[S, A]) holds(key string) bool {
 	sh := &c.shards[k.h&c.mask]
 	sh.tl.mu.Lock()
 	defer sh.tl.unlock()
-	return sh.t.Lookup(k.key, k.tag) >= 0
+	return sh.t.Lookup(k.key, k.tag) != nil
 }
 
 func (c *storeCore[S, A]) clock() Clock              { return c.clk }
@@ -504,7 +504,7 @@ func (c *storeCore[S, A]) unlockShard(i int) evictions {
 
 func (c *storeCore[S, A]) acquire(k storeKey, now int64) bool {
 	t := &c.shards[k.h&c.mask].t
-	if t.Find(k.key, k.tag) < 0 {
+	if t.Find(k.key, k.tag) == nil {
 		if _, ok := t.Insert(k.key, k.tag, now); !ok {
 			return false
 		}
@@ -515,36 +515,36 @@ func (c *storeCore[S, A]) acquire(k storeKey, now int64) bool {
 
 func (c *storeCore[S, A]) stepAt(k storeKey, now, cost int64, commit bool) Decision {
 	t := &c.shards[k.h&c.mask].t
-	i := t.Lookup(k.key, k.tag)
-	if i < 0 {
+	s := t.Lookup(k.key, k.tag)
+	if s == nil {
 		// Only a look (Peek) steps a key it has not acquired: a key the
 		// store does not hold is a fresh one.
 		var fresh S
 		return c.alg.step(&fresh, now, cost, false)
 	}
-	return c.alg.step(t.State(i), now, cost, commit)
+	return c.alg.step(s, now, cost, commit)
 }
 
 func (c *storeCore[S, A]) id() uint64 { return c.ident }
 
 func (c *storeCore[S, A]) has(k storeKey) bool {
-	return c.shards[k.h&c.mask].t.Lookup(k.key, k.tag) >= 0
+	return c.shards[k.h&c.mask].t.Lookup(k.key, k.tag) != nil
 }
 
 func (c *storeCore[S, A]) take(k storeKey, now int64) (int64, bool) {
 	t := &c.shards[k.h&c.mask].t
-	i := t.Lookup(k.key, k.tag)
-	if i < 0 {
+	s := t.Lookup(k.key, k.tag)
+	if s == nil {
 		return 0, false
 	}
-	spent := c.alg.spentAt(t.State(i), now)
+	spent := c.alg.spentAt(s, now)
 	t.Delete(k.key, k.tag)
 	return spent, true
 }
 
 func (c *storeCore[S, A]) setSpent(k storeKey, now, x int64) {
 	t := &c.shards[k.h&c.mask].t
-	c.alg.withSpent(t.State(t.Lookup(k.key, k.tag)), now, x)
+	c.alg.withSpent(t.Lookup(k.key, k.tag), now, x)
 }
 
 // digestKey returns the SHA-256 digest of a long key, hashed in pieces so

@@ -3,35 +3,56 @@
 // entries its owner reports as fresh and then the least recently used.
 //
 // A Table is not safe for concurrent use: the store guards each one with its
-// shard's mutex. It never allocates an object per key: it is one array of
-// slots, each holding a key's string header, its state, and a word with the
-// key's 32-bit hash tag and a reference bit, kept inline so that finding a
-// key and reading its state touch one place in memory. The array is open
-// addressed with linear probing from a home slot chosen by the tag, is at
-// most 7/8 full, and grows by 1/8 at a time rather than doubling, so that
-// it is always more than 7/9 full once it has grown: memory per key stays
-// within 8/7 to 9/7 of a slot. The array is allocated by the first insert,
-// and tables never shrink.
+// shard's mutex. It never allocates an object per key: its entries live in
+// arrays of slots, each holding a key's string header, its state, and a word
+// with the key's 32-bit hash tag and a use count, kept inline so that
+// finding a key and reading its state touch one place in memory.
 //
-// Entries move when other entries are added or dropped, so a position is
-// valid only until the next [Table.Insert]; find an entry again by its key.
-// Entries can be pinned by key so that eviction passes them by.
+// Segments. No operation may pause for long, so no operation touches more
+// than one segment's array of slots (at most about segmentSlots, plus a
+// directory of one pointer per segment when the directory doubles). A table
+// is a directory of segments in the manner of extendible hashing: the
+// directory has 2^depth entries indexed by the tag's top depth bits, and a
+// segment of local depth d holds every tag whose top d bits are its own
+// (2^(depth-d) directory entries point at it). Each segment is an open
+// addressed array with linear probing from a home slot chosen by the tag's
+// bits below the top d, at most 7/8 full, that grows by 1/8 at a time
+// until it reaches segmentSlots; a segment that full splits in two by its
+// tags' next bit, each half sized for its entries. So memory per key stays
+// within 8/7 to 9/7 of a slot at every size, a table of a few keys is one
+// small array, and neither growth nor a split copies more than one
+// segment. Arrays are allocated by the first insert; tables never shrink.
 //
-// Eviction. A full table asked for room first sweeps every entry and drops
-// all those that are fresh (their state equals a fresh key's, so nothing is
-// lost). A sweep costs one pass over the table, so after one the table
-// waits for Max/8 insertions before sweeping again; in between, and when a
-// sweep frees nothing, it runs CLOCK (second chance): a hand visits the
-// slots (in a scattered order, each once a turn), drops the first entry that is fresh or not referenced since the
-// hand last passed it, and clears the reference bit of the others on its
-// way. The reference bit is widened to a two-bit use count: a new entry
-// starts at 1 and one used again goes to 3; the hand takes one off as it
-// passes and drops entries it finds at 0. So every entry outlives at least
-// one pass of the hand (the hand walks slots in hash order, not in the
-// order keys came, and a key just added must not be the next to go), a key
-// seen only once goes before a key that keeps coming back, and a flood of
-// one-off keys cycles through the table without pushing those out.
+// Entries move when other entries are added or dropped, so a state pointer
+// is valid only until the next [Table.Insert]; find an entry again by its
+// key. Entries can be pinned by key so that eviction passes them by.
+//
+// Eviction. A full table asked for room first, if a sweep is due, sweeps one
+// segment (the segments take turns) and drops every entry in it that is
+// fresh (its state equals a fresh key's, so nothing is lost). A sweep costs
+// one pass over one segment, and one is due every Max/8 insertions divided
+// among the segments, so that over Max/8 insertions every segment is swept
+// once. In between, and when a sweep frees nothing, the segment the new
+// key goes to runs CLOCK (second chance): a hand visits its slots (in a
+// scattered order, each once a turn), drops the first entry that is fresh
+// or not referenced since the hand last passed it, and clears the
+// reference bit of the others on its way. The reference bit is widened to
+// a two-bit use count: a new entry starts at 1 and one used again goes to
+// 3; the hand takes one off as it passes and drops entries it finds at 0.
+// So every entry outlives at least one pass of its segment's hand (the hand
+// walks slots in hash order, not in the order keys came, and a key just
+// added must not be the next to go), a key seen only once goes before a key
+// that keeps coming back, and a flood of one-off keys cycles through the
+// table without pushing those out. Every segment's share of the entries is
+// its share of the hash space, so dropping from the segment the key goes to
+// keeps the segments' fill even; a segment with nothing to drop (empty, or
+// all pinned) passes the turn to the next.
 package table
+
+import (
+	"slices"
+	"unsafe"
+)
 
 // Tag derives an entry's tag from its key's 64-bit hash (the owner hashes
 // keys with a seeded hash such as hash/maphash): the hash's high 32
@@ -66,18 +87,39 @@ const (
 	handTurnsMax = 5 // turns that skip entries new this turn, count every use down to 0 and find it there
 )
 
-// minSlots is the size of a new table's array.
+// minSlots is the size of a new segment's array.
 const minSlots = 8
 
-// handPrime is a prime above any table's size: the CLOCK hand moves by it,
-// modulo the size, so that it visits every slot once a turn but never two
-// neighbours in a row. A hand that walked slots in order would drop runs of
-// neighbouring entries while new ones land anywhere, crowding the rest of
-// the array into ever longer probe runs.
+// segmentBytes is the largest array a segment grows to; one that would
+// grow past it splits instead. It is the allocator's largest small size
+// class, so that one operation copies at most 32 KiB, and an array is never
+// a large object rounded up to whole 8 KiB pages.
+const segmentBytes = 32 << 10
+
+// sizeClasses are the Go allocator's size classes from 1 KiB to 32 KiB.
+// An array that fills its class exactly wastes nothing, so a segment grows
+// by about 1/8 to the size of a class (see sizeAbove). Were the allocator's
+// classes to change, arrays would still be correct, only less tight.
+var sizeClasses = [...]int{1024, 1152, 1280, 1408, 1536, 1792, 2048, 2304, 2688, 3072,
+	3200, 3456, 4096, 4864, 5376, 6144, 6528, 6784, 6912, 8192, 9472, 9728, 10240,
+	10880, 12288, 13568, 14336, 16384, 18432, 19072, 20480, 21760, 24576, 27264,
+	28672, 32768}
+
+// maxDepth is the deepest a segment can split, which bounds the directory
+// at 2^24 entries (a table of 2^24 segments holds about 10^10 keys). A
+// segment at it (its tags' top 24 bits all equal: with a seeded hash, a
+// matter of chance at any size a shard can have) grows instead.
+const maxDepth = 24
+
+// handPrime is a prime above any segment's size: the CLOCK hand moves by
+// it, modulo the size, so that it visits every slot once a turn but never
+// two neighbours in a row. A hand that walked slots in order would drop
+// runs of neighbouring entries while new ones land anywhere, crowding the
+// rest of the array into ever longer probe runs.
 const handPrime = 1<<32 + 15
 
 type slot[S any] struct {
-	meta  uint64 // tag<<32 | use count<<useShift | metaUsed; 0 when empty
+	meta  uint64 // tag<<32 | turn | use count<<useShift | metaUsed; 0 when empty
 	key   string
 	state S
 }
@@ -92,32 +134,57 @@ type Stats struct {
 	Inserts        uint64 // keys added
 	Evictions      uint64 // entries dropped to make room, fresh ones included
 	LossyEvictions uint64 // of those, the ones whose state was not fresh
-	Sweeps         uint64 // full passes dropping every fresh entry
+	Sweeps         uint64 // passes over a segment dropping every fresh entry
+	Splits         uint64 // segments split in two
+}
+
+// segment is one array of a table: the tags whose top depth bits are
+// prefix.
+type segment[S any] struct {
+	slots  []slot[S]
+	n      int    // entries held
+	growAt int    // n at which the array grows or splits: 7/8 of it
+	depth  uint   // the tag's top bits this segment is chosen by
+	prefix uint64 // their value
+	idx    int    // its place in the table's segs
+	hand   int    // CLOCK hand, a slot
+	stride int    // how far the hand moves at a time: coprime to len(slots)
+	steps  int    // slots the hand has visited this turn
+	turn   uint64 // metaTurn or 0: the parity of the hand's current turn
+}
+
+// dirEntry is a directory entry: its segment, and copies of the segment's
+// array and depth, so that finding a key reads the directory and the array
+// but not the segment.
+type dirEntry[S any] struct {
+	slots []slot[S]
+	depth uint
+	g     *segment[S]
 }
 
 // Table is one shard's bounded map. The zero Table holds nothing and admits
 // nothing; call [Table.Init] first.
 type Table[S any] struct {
-	slots  []slot[S]
-	n      int    // entries held
-	max    int    // the bound on n
-	growAt int    // n at which the array grows: 7/8 of it
-	hand   int    // CLOCK hand, a slot
-	stride int    // how far the hand moves at a time: coprime to len(slots)
-	steps  int    // slots the hand has visited this turn
-	turn   uint64 // metaTurn or 0: the parity of the hand's current turn
-	since  int    // insertions since the last sweep
-	pins   []pin
+	dir   []dirEntry[S] // 2^depth entries, by the tag's top depth bits
+	segs  []*segment[S] // every segment once, in the order sweeps visit them
+	depth uint
+	n     int // entries held
+	max   int // the bound on n
+	since int // insertions since the last sweep
+	sweep int // the segment the next sweep visits
+	pins  []pin
 
-	fresh func(s *S, now int64) bool
-	Stats Stats
+	segSlots int // the most slots a segment grows to: segmentBytes' worth; fewer in tests
+	fresh    func(s *S, now int64) bool
+	Stats    Stats
 }
 
 // Init readies t to hold at most max entries; fresh reports whether a state
-// at now is as good as the zero state. The array is allocated by the first
-// Insert, so that a table that never holds a key costs nothing beyond t.
+// at now is as good as the zero state. The first array is allocated by the
+// first Insert, so that a table that never holds a key costs nothing beyond
+// t.
 func (t *Table[S]) Init(max int, fresh func(s *S, now int64) bool) {
-	*t = Table[S]{max: max, fresh: fresh}
+	*t = Table[S]{max: max, fresh: fresh, segSlots: segmentBytes / int(unsafe.Sizeof(slot[S]{}))}
 }
 
 // Len returns the number of entries held.
@@ -126,31 +193,73 @@ func (t *Table[S]) Len() int { return t.n }
 // Max returns the bound on Len.
 func (t *Table[S]) Max() int { return t.max }
 
-// home returns tag's home slot: tag scaled to the array's length.
-func (t *Table[S]) home(tag uint32) int {
-	return int(uint64(tag) * uint64(len(t.slots)) >> 32)
+// entry returns the directory entry for tag, or nil before the first
+// Insert.
+func (t *Table[S]) entry(tag uint32) *dirEntry[S] {
+	if len(t.dir) == 0 {
+		return nil
+	}
+	return &t.dir[uint64(tag)>>(32-t.depth)]
 }
 
-// Find returns the position of key, whose hash gave tag, or -1 if t does not
-// hold it. It marks a found entry referenced.
-func (t *Table[S]) Find(key string, tag uint32) int {
-	i := t.Lookup(key, tag)
-	if i >= 0 {
-		if m := &t.slots[i].meta; *m&useMask != useAgain {
-			*m |= useAgain
-		}
+// seg returns the segment that holds tag, or nil before the first Insert.
+func (t *Table[S]) seg(tag uint32) *segment[S] {
+	if e := t.entry(tag); e != nil {
+		return e.g
 	}
-	return i
+	return nil
+}
+
+// home returns tag's home slot in an array of n slots chosen by the tag's
+// top depth bits: the tag's bits below those, scaled to n.
+func home(tag uint32, depth uint, n int) int {
+	return int(uint64(uint32(uint64(tag)<<depth)) * uint64(n) >> 32)
+}
+
+func (g *segment[S]) home(tag uint32) int { return home(tag, g.depth, len(g.slots)) }
+
+// Find returns the state of key, whose hash gave tag, or nil if t does not
+// hold it. It marks a found entry referenced. The pointer is valid until
+// the next Insert.
+func (t *Table[S]) Find(key string, tag uint32) *S {
+	e := t.entry(tag)
+	if e == nil {
+		return nil
+	}
+	i := lookup(e.slots, e.depth, key, tag)
+	if i < 0 {
+		return nil
+	}
+	s := &e.slots[i]
+	if s.meta&useMask != useAgain {
+		s.meta |= useAgain
+	}
+	return &s.state
 }
 
 // Lookup is Find without marking the entry referenced.
-func (t *Table[S]) Lookup(key string, tag uint32) int {
-	slots := t.slots
-	if len(slots) == 0 {
-		return -1
+func (t *Table[S]) Lookup(key string, tag uint32) *S {
+	e := t.entry(tag)
+	if e == nil {
+		return nil
 	}
+	i := lookup(e.slots, e.depth, key, tag)
+	if i < 0 {
+		return nil
+	}
+	return &e.slots[i].state
+}
+
+// lookup returns key's slot in g, or -1.
+func (g *segment[S]) lookup(key string, tag uint32) int {
+	return lookup(g.slots, g.depth, key, tag)
+}
+
+// lookup returns key's slot in slots, the array of a segment of depth, or
+// -1.
+func lookup[S any](slots []slot[S], depth uint, key string, tag uint32) int {
 	want := uint64(tag) << 32
-	for i := t.home(tag); ; {
+	for i := home(tag, depth, len(slots)); ; {
 		s := &slots[i]
 		if s.meta == 0 {
 			return -1
@@ -164,26 +273,93 @@ func (t *Table[S]) Lookup(key string, tag uint32) int {
 	}
 }
 
-// State returns the state at position i, valid until the next Insert.
-func (t *Table[S]) State(i int) *S { return &t.slots[i].state }
-
 // Insert adds key, which t must not hold, with a zero state, making room if
 // t is full; now is the time fresh is asked about. It returns the new
-// entry's position, or false if no entry can be dropped (every one is
+// entry's state, or false if no entry can be dropped (every one is
 // pinned, or the bound is 0). The table keeps the key string itself.
-func (t *Table[S]) Insert(key string, tag uint32, now int64) (int, bool) {
-	if t.n >= t.max && !t.evict(now) {
-		return -1, false
+func (t *Table[S]) Insert(key string, tag uint32, now int64) (*S, bool) {
+	if t.n >= t.max && !t.evict(tag, now) {
+		return nil, false
 	}
-	if t.n >= t.growAt { // also true of a table not yet allocated
-		t.resize(len(t.slots) + max(len(t.slots)/8, minSlots))
+	if len(t.dir) == 0 {
+		g := &segment[S]{}
+		t.dir = []dirEntry[S]{{g: g}}
+		t.segs = []*segment[S]{g}
+		t.resize(g, minSlots)
 	}
-	i := t.place(tag)
-	t.slots[i] = slot[S]{meta: uint64(tag)<<32 | t.turn | useNew | metaUsed, key: key}
+	g := t.seg(tag)
+	for g.n >= g.growAt {
+		if next := fit[S](len(g.slots)); next <= t.segSlots || g.depth == maxDepth {
+			t.resize(g, next)
+			break
+		}
+		t.split(g)
+		g = t.seg(tag)
+	}
+	i := g.place(tag)
+	g.slots[i] = slot[S]{meta: uint64(tag)<<32 | g.turn | useNew | metaUsed, key: key}
+	g.n++
 	t.n++
 	t.since++
 	t.Stats.Inserts++
-	return i, true
+	return &g.slots[i].state, true
+}
+
+// split replaces g by two segments one bit deeper, doubling the directory
+// first if g is as deep as it.
+func (t *Table[S]) split(g *segment[S]) {
+	if g.depth == t.depth {
+		dir := make([]dirEntry[S], 2*len(t.dir))
+		for i, e := range t.dir {
+			dir[2*i], dir[2*i+1] = e, e
+		}
+		t.dir = dir
+		t.depth++
+	}
+	d := g.depth + 1
+	bit := uint64(1) << (32 - d) // the tag bit that parts the halves
+	var n1 int
+	for i := range g.slots {
+		if m := g.slots[i].meta; m != 0 && m>>32&bit != 0 {
+			n1++
+		}
+	}
+	halves := [2]*segment[S]{
+		{depth: d, prefix: g.prefix << 1, turn: g.turn, idx: g.idx},
+		{depth: d, prefix: g.prefix<<1 | 1, turn: g.turn, idx: len(t.segs)},
+	}
+	t.segs[g.idx] = halves[0]
+	t.segs = append(t.segs, halves[1])
+	for h, n := range [2]int{g.n - n1, n1} {
+		halves[h].resize(fit[S](max(minSlots-1, n*8/7+1)))
+		halves[h].n = n
+	}
+	for i := range g.slots {
+		if s := &g.slots[i]; s.meta != 0 {
+			h := halves[s.meta>>32&bit>>(32-d)]
+			h.slots[h.place(uint32(s.meta>>32))] = *s
+		}
+	}
+	t.point(halves[0])
+	t.point(halves[1])
+	t.Stats.Splits++
+}
+
+// point points g's directory entries at g and its array: the run of
+// 2^(depth-g.depth) entries that its prefix begins.
+func (t *Table[S]) point(g *segment[S]) {
+	run := 1 << (t.depth - g.depth)
+	first := int(g.prefix) << (t.depth - g.depth)
+	for i := range run {
+		t.dir[first+i] = dirEntry[S]{slots: g.slots, depth: g.depth, g: g}
+	}
+}
+
+// resize gives g an array of size slots and points its directory entries
+// at it.
+func (t *Table[S]) resize(g *segment[S], size int) {
+	g.resize(size)
+	t.point(g)
 }
 
 // Pin keeps key's entry from being evicted until [Table.Unpin].
@@ -204,30 +380,43 @@ func (t *Table[S]) pinned(s *slot[S]) bool {
 	return false
 }
 
-// evict drops an entry: every fresh one if a sweep is due and finds any,
-// otherwise the one CLOCK picks.
-func (t *Table[S]) evict(now int64) bool {
-	if t.max == 0 {
+// evict drops an entry to make room for tag: every fresh one of the next
+// segment in turn if a sweep is due and finds any, otherwise the one CLOCK
+// picks in tag's segment, or in the segments after it if that has none to
+// drop.
+func (t *Table[S]) evict(tag uint32, now int64) bool {
+	if t.max == 0 || len(t.segs) == 0 {
 		return false
 	}
-	if t.since >= t.max>>3 {
+	if t.since >= t.max>>3/len(t.segs) {
 		t.since = 0
-		if t.sweep(now) > 0 {
+		g := t.segs[t.sweep%len(t.segs)]
+		t.sweep = (t.sweep + 1) % len(t.segs)
+		if t.sweepSeg(g, now) > 0 {
 			return true
 		}
 	}
-	return t.clock(now)
+	g := t.seg(tag)
+	if t.clock(g, now) {
+		return true
+	}
+	for _, h := range t.segs {
+		if h != g && t.clock(h, now) {
+			return true
+		}
+	}
+	return false
 }
 
-// sweep drops every entry that is fresh at now and not pinned, and returns
-// how many it dropped. It costs one pass over the table.
-func (t *Table[S]) sweep(now int64) int {
+// sweepSeg drops every entry of g that is fresh at now and not pinned, and
+// returns how many it dropped. It costs one pass over g.
+func (t *Table[S]) sweepSeg(g *segment[S], now int64) int {
 	t.Stats.Sweeps++
 	dropped := 0
-	for i := 0; i < len(t.slots); {
-		s := &t.slots[i]
+	for i := 0; i < len(g.slots); {
+		s := &g.slots[i]
 		if s.meta != 0 && t.fresh(&s.state, now) && !t.pinned(s) {
-			t.remove(i, false)
+			t.remove(g, i, false)
 			dropped++
 			continue // another entry may have moved into slot i
 		}
@@ -236,44 +425,47 @@ func (t *Table[S]) sweep(now int64) int {
 	return dropped
 }
 
-// clock runs the CLOCK hand until it drops an entry. Within five turns it
+// clock runs g's CLOCK hand until it drops an entry. Within five turns it
 // has passed every entry new in the first, taken every unpinned entry's use
-// count down to 0 and come back to it, so it fails only if every entry is
-// pinned.
-func (t *Table[S]) clock(now int64) bool {
-	for range handTurnsMax*len(t.slots) + 1 {
-		i := t.hand
-		if t.hand += t.stride; t.hand >= len(t.slots) {
-			t.hand -= len(t.slots)
+// count down to 0 and come back to it, so it fails only if every entry of
+// g is pinned, or g is empty.
+func (t *Table[S]) clock(g *segment[S], now int64) bool {
+	if g.n == 0 {
+		return false
+	}
+	for range handTurnsMax*len(g.slots) + 1 {
+		i := g.hand
+		if g.hand += g.stride; g.hand >= len(g.slots) {
+			g.hand -= len(g.slots)
 		}
-		if t.steps++; t.steps == len(t.slots) {
-			t.steps = 0
-			t.turn ^= metaTurn
+		if g.steps++; g.steps == len(g.slots) {
+			g.steps = 0
+			g.turn ^= metaTurn
 		}
-		s := &t.slots[i]
-		if s.meta == 0 || s.meta&metaTurn == t.turn || t.pinned(s) {
+		s := &g.slots[i]
+		if s.meta == 0 || s.meta&metaTurn == g.turn || t.pinned(s) {
 			continue
 		}
 		s.meta ^= metaTurn
 		if t.fresh(&s.state, now) {
-			t.remove(i, false)
+			t.remove(g, i, false)
 			return true
 		}
 		if s.meta&useMask != 0 {
 			s.meta -= 1 << useShift
 			continue
 		}
-		t.remove(i, true)
+		t.remove(g, i, true)
 		return true
 	}
 	return false
 }
 
-// remove drops the entry at slot i, moving later members of its probe run
-// back into the gap (so that no tombstones are needed) and clearing the
+// remove drops the entry at slot i of g, moving later members of its probe
+// run back into the gap (so that no tombstones are needed) and clearing the
 // slot left over, so that no key or state is kept alive.
-func (t *Table[S]) remove(i int, lossy bool) {
-	n := len(t.slots)
+func (t *Table[S]) remove(g *segment[S], i int, lossy bool) {
+	n := len(g.slots)
 	dist := func(from, to int) int { // cyclic distance
 		if d := to - from; d >= 0 {
 			return d
@@ -285,18 +477,19 @@ func (t *Table[S]) remove(i int, lossy bool) {
 		if j++; j == n {
 			j = 0
 		}
-		s := &t.slots[j]
+		s := &g.slots[j]
 		if s.meta == 0 {
 			break
 		}
 		// The entry at j may fill the hole unless its home lies after the
 		// hole (cyclically, in (hole, j]).
-		if dist(t.home(uint32(s.meta>>32)), j) >= dist(hole, j) {
-			t.slots[hole] = *s
+		if dist(g.home(uint32(s.meta>>32)), j) >= dist(hole, j) {
+			g.slots[hole] = *s
 			hole = j
 		}
 	}
-	t.slots[hole] = slot[S]{}
+	g.slots[hole] = slot[S]{}
+	g.n--
 	t.n--
 	t.Stats.Evictions++
 	if lossy {
@@ -308,47 +501,69 @@ func (t *Table[S]) remove(i int, lossy bool) {
 // entry's state has moved elsewhere): it is not counted as an eviction. An
 // entry pinned is dropped all the same.
 func (t *Table[S]) Delete(key string, tag uint32) bool {
-	i := t.Lookup(key, tag)
+	g := t.seg(tag)
+	if g == nil {
+		return false
+	}
+	i := g.lookup(key, tag)
 	if i < 0 {
 		return false
 	}
-	t.remove(i, false)
+	t.remove(g, i, false)
 	t.Stats.Evictions--
 	return true
 }
 
 // place returns the first empty slot from tag's home on.
-func (t *Table[S]) place(tag uint32) int {
-	i := t.home(tag)
-	for t.slots[i].meta != 0 {
-		if i++; i == len(t.slots) {
+func (g *segment[S]) place(tag uint32) int {
+	i := g.home(tag)
+	for g.slots[i].meta != 0 {
+		if i++; i == len(g.slots) {
 			i = 0
 		}
 	}
 	return i
 }
 
-// resize moves every entry into a new array of size slots. Each slot
+// fit returns the size of an array to hold more than least slots: about
+// 1/8 more (at least minSlots more), rounded to fill a size class, down if a
+// class lies between least and that, else up.
+func fit[S any](least int) int {
+	size := least + max(least/8, minSlots)
+	per := int(unsafe.Sizeof(slot[S]{}))
+	if size*per < sizeClasses[0] || size*per > sizeClasses[len(sizeClasses)-1] {
+		return size
+	}
+	i, _ := slices.BinarySearch(sizeClasses[:], size*per+1) // the first class above size
+	if i > 0 && sizeClasses[i-1]/per > least {
+		return sizeClasses[i-1] / per
+	}
+	return sizeClasses[i] / per
+}
+
+// resize moves g's entries into a new array of size slots. Each slot
 // carries its tag, so no key is read or hashed again.
-func (t *Table[S]) resize(size int) {
-	old := t.slots
-	t.slots = make([]slot[S], size)
-	t.growAt = size * 7 / 8
-	t.hand, t.steps = 0, 0
-	t.stride = int(handPrime % uint64(size))
+func (g *segment[S]) resize(size int) {
+	old := g.slots
+	g.slots = make([]slot[S], size)
+	g.growAt = size * 7 / 8
+	g.hand, g.steps = 0, 0
+	g.stride = int(handPrime % uint64(size))
 	for i := range old {
 		if s := &old[i]; s.meta != 0 {
-			t.slots[t.place(uint32(s.meta>>32))] = *s
+			g.slots[g.place(uint32(s.meta>>32))] = *s
 		}
 	}
 }
 
-// Each calls f for every entry held, in slot order. f must not add or drop
-// entries.
+// Each calls f for every entry held, segment after segment. f must not add
+// or drop entries.
 func (t *Table[S]) Each(f func(key string, s *S)) {
-	for i := range t.slots {
-		if s := &t.slots[i]; s.meta != 0 {
-			f(s.key, &s.state)
+	for _, g := range t.segs {
+		for i := range g.slots {
+			if s := &g.slots[i]; s.meta != 0 {
+				f(s.key, &s.state)
+			}
 		}
 	}
 }

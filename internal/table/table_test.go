@@ -2,8 +2,10 @@ package table
 
 import (
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
@@ -24,33 +26,60 @@ func hash(key string) uint64 {
 // The state in these tests is the instant the entry becomes fresh.
 func expired(s *int64, now int64) bool { return *s <= now }
 
-// consistent checks the table's structure: every entry is found through
-// its probe run from its home, no empty slot lies between an entry and its
-// home, and the counts agree.
+// consistent checks the table's structure: the directory points every
+// tag's top bits at the one segment that holds it, every entry is found
+// through its probe run from its home, no empty slot lies between an entry
+// and its home, and the counts agree.
 func consistent(t require.TestingT, tb *Table[int64]) {
+	if len(tb.dir) == 0 {
+		require.Zero(t, tb.n, "a table with no array holds nothing")
+		require.Empty(t, tb.segs)
+		return
+	}
+	require.Len(t, tb.dir, 1<<tb.depth)
+	seen := map[*segment[int64]]int{}
+	for i, e := range tb.dir {
+		g := e.g
+		require.NotNil(t, g)
+		require.Equal(t, len(g.slots), len(e.slots), "directory entry %d holds a stale array", i)
+		require.Equal(t, g.depth, e.depth, "directory entry %d holds a stale depth", i)
+		require.Same(t, unsafe.SliceData(g.slots), unsafe.SliceData(e.slots), "directory entry %d holds a stale array", i)
+		require.Equal(t, uint64(i>>(tb.depth-g.depth)), g.prefix, "directory entry %d points at the wrong segment", i)
+		require.LessOrEqual(t, g.depth, tb.depth)
+		seen[g]++
+		require.Same(t, g, tb.segs[g.idx], "segment at directory entry %d is not at its place in segs", i)
+		// The directory entries of a segment of depth d share their top d
+		// bits.
+		first := i >> (tb.depth - g.depth) << (tb.depth - g.depth)
+		require.Same(t, g, tb.dir[first].g)
+	}
+	require.Len(t, tb.segs, len(seen), "segs lists every segment once")
 	used := 0
-	for i := range tb.slots {
-		s := &tb.slots[i]
-		if s.meta == 0 {
-			require.Zero(t, *s, "an empty slot keeps nothing alive")
-			continue
+	for g, refs := range seen {
+		require.Equal(t, 1<<(tb.depth-g.depth), refs, "a segment of depth %d has the wrong number of directory entries", g.depth)
+		held := 0
+		for i := range g.slots {
+			s := &g.slots[i]
+			if s.meta == 0 {
+				require.Zero(t, *s, "an empty slot keeps nothing alive")
+				continue
+			}
+			held++
+			tag := Tag(hash(s.key), isDigest(s.key))
+			require.Equal(t, uint64(tag)<<32, s.meta&tagMask, "slot %d holds the wrong tag", i)
+			require.Same(t, g, tb.seg(tag), "entry %q is in the wrong segment", s.key)
+			require.Equal(t, i, g.lookup(s.key, tag), "entry %q not found at its slot", s.key)
+			for j := g.home(tag); j != i; j = (j + 1) % len(g.slots) {
+				require.NotZero(t, g.slots[j].meta, "a gap in the probe run of %q", s.key)
+			}
 		}
-		used++
-		tag := Tag(hash(s.key), isDigest(s.key))
-		require.Equal(t, uint64(tag)<<32, s.meta&tagMask, "slot %d holds the wrong tag", i)
-		require.Equal(t, i, tb.Lookup(s.key, tag), "entry %q not found at its slot", s.key)
-		for j := tb.home(tag); j != i; j = (j + 1) % len(tb.slots) {
-			require.NotZero(t, tb.slots[j].meta, "a gap in the probe run of %q", s.key)
-		}
+		require.Equal(t, g.n, held)
+		require.Less(t, g.n, len(g.slots))
+		require.LessOrEqual(t, g.n*8, len(g.slots)*7, "fuller than 7/8")
+		used += held
 	}
 	require.Equal(t, tb.n, used)
 	require.LessOrEqual(t, tb.n, tb.max)
-	if len(tb.slots) == 0 {
-		require.Zero(t, tb.n, "a table with no array holds nothing")
-	} else {
-		require.Less(t, tb.n, len(tb.slots))
-	}
-	require.LessOrEqual(t, tb.n*8, len(tb.slots)*7, "fuller than 7/8")
 }
 
 // Keys starting with "d" play digests: their tag carries the flag.
@@ -58,10 +87,12 @@ func isDigest(key string) bool { return len(key) > 0 && key[0] == 'd' }
 
 func TestTableModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		max := rapid.IntRange(0, 200).Draw(t, "max")
-		universe := rapid.IntRange(1, 400).Draw(t, "universe")
+		max := rapid.IntRange(0, 300).Draw(t, "max")
+		universe := rapid.IntRange(1, 600).Draw(t, "universe")
 		var tb Table[int64]
 		tb.Init(max, expired)
+		// Segments of 8 to 64 slots, so that tables this small split.
+		tb.segSlots = rapid.SampledFrom([]int{8, 16, 64, segmentBytes / 32}).Draw(t, "segSlots")
 		model := map[string]int64{} // key -> the instant it becomes fresh
 		var now int64
 		pinned := map[string]bool{}
@@ -72,56 +103,97 @@ func TestTableModel(t *testing.T) {
 			}
 			return "k" + strconv.Itoa(i)
 		}
-		t.Repeat(map[string]func(*rapid.T){
-			"use": func(t *rapid.T) {
-				k := key(t)
-				h := hash(k)
-				tag := Tag(h, isDigest(k))
-				until := now + rapid.Int64Range(-5, 50).Draw(t, "until")
-				if p := tb.Find(k, tag); p >= 0 {
-					require.Contains(t, model, k)
-					require.Equal(t, model[k], *tb.State(p))
-					*tb.State(p) = until
-					model[k] = until
-					return
-				}
-				require.NotContains(t, model, k)
-				before := tb.Stats
-				p, ok := tb.Insert(k, tag, now)
-				if !ok {
-					require.True(t, max == 0 || len(pinned) >= max, "insert refused with room to make")
-					return
-				}
-				require.Zero(t, *tb.State(p), "a new entry starts from the zero state")
-				var dropped, lossy uint64
-				for m, u := range model {
-					if tb.Lookup(m, Tag(hash(m), isDigest(m))) >= 0 {
-						continue
+		use := func(t *rapid.T) {
+			k := key(t)
+			h := hash(k)
+			tag := Tag(h, isDigest(k))
+			until := now + rapid.Int64Range(-5, 50).Draw(t, "until")
+			if p := tb.Find(k, tag); p != nil {
+				require.Contains(t, model, k)
+				require.Equal(t, model[k], *p)
+				*p = until
+				model[k] = until
+				return
+			}
+			require.NotContains(t, model, k)
+			before := tb.Stats
+			// The keys of the segment a sweep would visit now.
+			var sweepable []string
+			turn, segs := tb.sweep, len(tb.segs)
+			if len(tb.segs) > 0 {
+				g := tb.segs[tb.sweep%len(tb.segs)]
+				for i := range g.slots {
+					if g.slots[i].meta != 0 {
+						sweepable = append(sweepable, g.slots[i].key)
 					}
-					require.False(t, pinned[m], "a pinned entry was evicted")
-					dropped++
-					if u > now {
-						lossy++
-					}
-					delete(model, m)
 				}
-				if tb.Stats.Sweeps > before.Sweeps && dropped > 0 {
-					for m, u := range model {
+			}
+			p, ok := tb.Insert(k, tag, now)
+			if !ok {
+				heldPinned := 0
+				for m := range model {
+					if pinned[m] {
+						heldPinned++
+					}
+				}
+				require.True(t, max == 0 || heldPinned >= max, "insert refused with room to make")
+				return
+			}
+			require.Zero(t, *p, "a new entry starts from the zero state")
+			var dropped, lossy uint64
+			for m, u := range model {
+				if tb.Lookup(m, Tag(hash(m), isDigest(m))) != nil {
+					continue
+				}
+				require.False(t, pinned[m], "a pinned entry was evicted")
+				dropped++
+				if u > now {
+					lossy++
+				}
+				delete(model, m)
+			}
+			swept := tb.Stats.Sweeps > before.Sweeps
+			if swept {
+				require.Equal(t, (turn+1)%segs, tb.sweep, "the segments take turns at sweeps")
+			}
+			if swept && dropped > 0 && lossy == 0 {
+				// The sweep freed room: it dropped every fresh entry of
+				// its segment, and nothing else.
+				for _, m := range sweepable {
+					if u, held := model[m]; held {
 						require.True(t, u > now || pinned[m], "a sweep left fresh key %q", m)
 					}
 				}
-				require.Equal(t, before.Evictions+dropped, tb.Stats.Evictions)
-				require.Equal(t, before.LossyEvictions+lossy, tb.Stats.LossyEvictions)
-				*tb.State(p) = until
-				model[k] = until
-				if rapid.Bool().Draw(t, "pin") {
-					tb.Pin(k, tag)
-					pinned[k] = true
+			} else {
+				require.LessOrEqual(t, dropped, uint64(1), "CLOCK drops one entry at a time")
+			}
+			require.Equal(t, before.Evictions+dropped, tb.Stats.Evictions)
+			require.Equal(t, before.LossyEvictions+lossy, tb.Stats.LossyEvictions)
+			*p = until
+			model[k] = until
+			if rapid.IntRange(0, 9).Draw(t, "pin") == 0 {
+				tb.Pin(k, tag)
+				pinned[k] = true
+			}
+		}
+		t.Repeat(map[string]func(*rapid.T){
+			"use": use,
+			"fill": func(t *rapid.T) { // enough keys at once to split
+				for range rapid.IntRange(1, 100).Draw(t, "fill") {
+					use(t)
 				}
 			},
 			"unpin": func(t *rapid.T) {
 				tb.Unpin()
 				clear(pinned)
+			},
+			"delete": func(t *rapid.T) {
+				k := key(t)
+				_, held := model[k]
+				before := tb.Stats.Evictions
+				require.Equal(t, held, tb.Delete(k, Tag(hash(k), isDigest(k))))
+				require.Equal(t, before, tb.Stats.Evictions, "a deletion is not an eviction")
+				delete(model, k) // a pin stays with the key, held or not
 			},
 			"advance": func(t *rapid.T) {
 				now += rapid.Int64Range(0, 30).Draw(t, "advance")
@@ -129,9 +201,17 @@ func TestTableModel(t *testing.T) {
 			"": func(t *rapid.T) {
 				consistent(t, &tb)
 				require.Equal(t, len(model), tb.Len())
-				for k := range model {
-					require.GreaterOrEqual(t, tb.Lookup(k, Tag(hash(k), isDigest(k))), 0)
+				for k, u := range model {
+					p := tb.Lookup(k, Tag(hash(k), isDigest(k)))
+					require.NotNil(t, p)
+					require.Equal(t, u, *p)
 				}
+				n := 0
+				tb.Each(func(k string, s *int64) {
+					n++
+					require.Equal(t, model[k], *s)
+				})
+				require.Equal(t, len(model), n)
 			},
 		})
 	})
@@ -149,7 +229,7 @@ func TestTableFreshFirst(t *testing.T) {
 			"insert": func(t *rapid.T) {
 				k := strconv.Itoa(rapid.IntRange(0, 30).Draw(t, "key"))
 				tag := Tag(hash(k), false)
-				if tb.Find(k, tag) >= 0 {
+				if tb.Find(k, tag) != nil {
 					return
 				}
 				anyFresh := false
@@ -160,7 +240,7 @@ func TestTableFreshFirst(t *testing.T) {
 				if anyFresh {
 					require.Equal(t, lossy, tb.Stats.LossyEvictions, "a live entry went while a fresh one was held")
 				}
-				*tb.State(p) = now + rapid.Int64Range(0, 20).Draw(t, "until")
+				*p = now + rapid.Int64Range(0, 20).Draw(t, "until")
 			},
 			"advance": func(t *rapid.T) { now += rapid.Int64Range(0, 10).Draw(t, "advance") },
 		})
@@ -177,7 +257,7 @@ func TestTableClockOrder(t *testing.T) {
 	insert := func(k string) {
 		p, ok := tb.Insert(k, tag(k), 0)
 		require.True(t, ok)
-		*tb.State(p) = 1 << 40 // never fresh in this test
+		*p = 1 << 40 // never fresh in this test
 	}
 	for i := range hot {
 		insert("hot" + strconv.Itoa(i))
@@ -186,7 +266,7 @@ func TestTableClockOrder(t *testing.T) {
 		insert("cold" + strconv.Itoa(i))
 		if i%30 == 0 {
 			for j := range hot {
-				require.GreaterOrEqual(t, tb.Find("hot"+strconv.Itoa(j), tag("hot"+strconv.Itoa(j))), 0,
+				require.NotNil(t, tb.Find("hot"+strconv.Itoa(j), tag("hot"+strconv.Itoa(j))),
 					"hot key %d evicted at cold key %d", j, i)
 			}
 		}
@@ -196,11 +276,12 @@ func TestTableClockOrder(t *testing.T) {
 }
 
 // TestTableClockDropsFreshAtOnce: between sweeps, the CLOCK hand drops the
-// first fresh entry it reaches, however recently it was used, before it
-// counts any live entry down to nothing. The table is large enough that
-// the next sweep is far off, and every entry has just been used.
+// first fresh entry it reaches in the new key's segment, however recently
+// it was used, before it counts any live entry down to nothing. The table
+// is large enough that the next sweep is far off, and every entry has just
+// been used.
 func TestTableClockDropsFreshAtOnce(t *testing.T) {
-	const size = 1000 // a sweep every size/8 = 125 insertions
+	const size = 3000 // split in segments; sweeps come every size/8 insertions shared among them
 	const live = 1 << 40
 	var tb Table[int64]
 	tb.Init(size, expired)
@@ -208,37 +289,79 @@ func TestTableClockDropsFreshAtOnce(t *testing.T) {
 	insert := func(k string) {
 		p, ok := tb.Insert(k, tag(k), 0)
 		require.True(t, ok)
-		*tb.State(p) = live
+		*p = live
 	}
 	var keys []string
 	for i := range size {
 		keys = append(keys, "k"+strconv.Itoa(i))
 		insert(keys[i])
 	}
-	// The table is full and a sweep is due: let it drop one fresh entry,
-	// so that the next one is 125 insertions away.
-	*tb.State(tb.Lookup(keys[0], tag(keys[0]))) = 0
+	require.Greater(t, len(tb.segs), 1, "a table this large is split")
+	inSeg := func(g *segment[int64]) string { // a key g holds
+		for _, k := range keys {
+			if tb.seg(tag(k)) == g && tb.Lookup(k, tag(k)) != nil {
+				return k
+			}
+		}
+		t.Fatal("an empty segment")
+		return ""
+	}
+	// The table is full and a sweep is due: let it drop one fresh entry
+	// of the segment it visits, so that the next sweep is far off.
+	first := inSeg(tb.segs[tb.sweep])
+	*tb.Lookup(first, tag(first)) = 0
 	insert("after-sweep")
 	require.Equal(t, uint64(1), tb.Stats.Sweeps)
 	require.Equal(t, uint64(1), tb.Stats.Evictions)
-	keys = append(keys[1:], "after-sweep")
+	require.Nil(t, tb.Lookup(first, tag(first)))
+	keys = append(slices.DeleteFunc(keys, func(k string) bool { return k == first }), "after-sweep")
 
-	// One entry turns fresh; every entry, that one included, is used again.
-	fresh := keys[len(keys)/2]
-	*tb.State(tb.Lookup(fresh, tag(fresh))) = 0
+	// One entry of the newcomer's segment turns fresh; every entry, that
+	// one included, is used again.
+	fresh := inSeg(tb.seg(tag("newcomer")))
+	*tb.Lookup(fresh, tag(fresh)) = 0
 	for _, k := range keys {
-		require.GreaterOrEqual(t, tb.Find(k, tag(k)), 0)
+		require.NotNil(t, tb.Find(k, tag(k)))
 	}
 	before := tb.Stats
 	insert("newcomer")
 	require.Equal(t, before.Sweeps, tb.Stats.Sweeps, "no sweep was due")
 	require.Equal(t, before.Evictions+1, tb.Stats.Evictions)
 	require.Equal(t, before.LossyEvictions, tb.Stats.LossyEvictions, "a live entry went while a fresh one was held")
-	require.Negative(t, tb.Lookup(fresh, tag(fresh)), "the fresh entry is still held")
+	require.Nil(t, tb.Lookup(fresh, tag(fresh)), "the fresh entry is still held")
 	for _, k := range keys {
 		if k != fresh {
-			require.GreaterOrEqual(t, tb.Lookup(k, tag(k)), 0, "live entry %q dropped", k)
+			require.NotNil(t, tb.Lookup(k, tag(k)), "live entry %q dropped", k)
 		}
 	}
 	consistent(t, &tb)
+}
+
+// TestTableSegmentsBounded: filling a table to 300,000 entries and churning
+// as many more through it never makes an array larger than segmentBytes,
+// the most one operation copies, and keeps the table within 8/7 to 4/3
+// slots per entry once it holds more than one segment's worth.
+func TestTableSegmentsBounded(t *testing.T) {
+	const n = 300_000
+	var tb Table[[2]int64] // a 40-byte slot, as the store's 16-byte states
+	tb.Init(n, func(*[2]int64, int64) bool { return false })
+	largest := 0
+	for i := range 2 * n {
+		k := "key-" + strconv.Itoa(i)
+		_, ok := tb.Insert(k, Tag(hash(k), false), 0)
+		require.True(t, ok)
+		if i%1000 == 999 {
+			slots := 0
+			for _, g := range tb.segs {
+				slots += len(g.slots)
+				largest = max(largest, len(g.slots)*int(unsafe.Sizeof(g.slots[0])))
+			}
+			if tb.n > tb.segSlots {
+				require.GreaterOrEqual(t, float64(slots)/float64(tb.n), 8.0/7, "fuller than 7/8 at %d", tb.n)
+				require.LessOrEqual(t, float64(slots)/float64(tb.n), 4.0/3, "emptier than 3/4 at %d", tb.n)
+			}
+		}
+	}
+	require.LessOrEqual(t, largest, segmentBytes)
+	require.Greater(t, len(tb.segs), 100)
 }

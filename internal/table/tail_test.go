@@ -33,29 +33,38 @@ func TestInsertTail(t *testing.T) {
 		keys[i] = "user-" + strconv.Itoa(i*7919)
 	}
 	type slow struct {
-		d           time.Duration
-		i, n, grown int
-		swept       bool
+		d                   time.Duration
+		i, n, grown, splits int
+		swept               bool
 	}
 	var slowest []slow
 	lat := make([]int64, 0, len(keys))
 	for i, k := range keys {
 		tag := Tag(hash(k), false)
-		sweeps, size := tb.Stats.Sweeps, len(tb.slots)
+		sweeps, splits, size := tb.Stats.Sweeps, tb.Stats.Splits, tb.slotCount()
 		start := time.Now()
 		p, _ := tb.Insert(k, tag, int64(i))
 		d := time.Since(start)
-		*tb.State(p) = int64(i + 40_000)
+		*p = int64(i + 40_000)
 		lat = append(lat, int64(d))
-		slowest = append(slowest, slow{d, i, tb.n, len(tb.slots) - size, tb.Stats.Sweeps != sweeps})
+		slowest = append(slowest, slow{d, i, tb.n, tb.slotCount() - size, int(tb.Stats.Splits - splits), tb.Stats.Sweeps != sweeps})
 		slices.SortFunc(slowest, func(a, b slow) int { return int(b.d - a.d) })
 		slowest = slowest[:min(len(slowest), 10)]
 	}
 	slices.Sort(lat)
 	q := func(p float64) time.Duration { return time.Duration(lat[min(len(lat)-1, int(p*float64(len(lat))))]) }
-	t.Logf("inserts %d  p50 %v  p99 %v  p99.9 %v  p99.99 %v  max %v  growths+sweeps: see below",
-		len(lat), q(0.5), q(0.99), q(0.999), q(0.9999), time.Duration(lat[len(lat)-1]))
+	t.Logf("inserts %d  p50 %v  p99 %v  p99.9 %v  p99.99 %v  max %v  segments %d, directory %d",
+		len(lat), q(0.5), q(0.99), q(0.999), q(0.9999), time.Duration(lat[len(lat)-1]), len(tb.segs), len(tb.dir))
 	for _, s := range slowest {
-		t.Logf("%10v  insert %d  entries %d  array grown by %d slots  swept %v", s.d, s.i, s.n, s.grown, s.swept)
+		t.Logf("%10v  insert %d  entries %d  slots grown by %d  splits %d  swept %v", s.d, s.i, s.n, s.grown, s.splits, s.swept)
 	}
+}
+
+// slotCount returns the slots of every segment.
+func (t *Table[S]) slotCount() int {
+	n := 0
+	for _, g := range t.segs {
+		n += len(g.slots)
+	}
+	return n
 }
