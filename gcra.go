@@ -14,11 +14,14 @@ import "time"
 // limiter is lock-free when the time one milli-unit takes, in lowest terms,
 // is a number of nanoseconds over a denominator of at most 256: every rate
 // of whole nanoseconds per milli-unit (10/s, 100/min, 1e6/s) and most
-// others (7 per 3 s, 13 per 7 µs), but not 1,000,003/h. Such a limiter
-// takes its mutex for good once its theoretical arrival time runs far
-// past the instant it was built at: for whole nanoseconds only at the
+// others (7 per 3 s, 7 per 3 h, 13 per 7 µs), but not 1,000,003/h. Such a
+// limiter takes its mutex for good once its theoretical arrival time runs
+// far past the instant it was built at: for whole nanoseconds only at the
 // largest int64 nanosecond a settlement can reach, otherwise after 36 years
-// for a denominator of 7, at least 417 days for any.
+// for a denominator of 7, at least 417 days for any. At the other rates
+// the limiter keeps its state under a mutex, held only to test and move the
+// theoretical arrival time (the Decision is built after it is released);
+// its decisions are the same.
 type GCRA struct {
 	Rate  Rate
 	Burst int64
