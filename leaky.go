@@ -87,6 +87,12 @@ func (a *leakyAlgo) step(s *vtime, now, cost int64, commit bool) Decision {
 // decide is step writing the Decision into *d, as meter.schedule does.
 func (a *leakyAlgo) decide(d *Decision, s *vtime, now, cost int64, commit bool) {
 	wn, wf := a.schedule(d, s, now, cost, commit)
+	a.delay(d, wn, wf)
+}
+
+// delay sets the Delay of *d, an admitted request's Decision, for a queue
+// of wn+wf/n ahead of it; it leaves a refusal's as it is.
+func (a *leakyAlgo) delay(d *Decision, wn, wf uint64) {
 	if d.Allowed && (wn > a.delayNs || (wn == a.delayNs && wf > a.delayFrac)) {
 		// The queued work beyond Delay's span: wn+wf/n - (delayNs+delayFrac/n).
 		if wf < a.delayFrac {

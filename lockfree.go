@@ -196,21 +196,38 @@ func (l *atomicGCRA) floor(now, tat int64) int64 {
 // runs inside the loop, so a lost race costs a few instructions, not a
 // Decision.
 func (l *atomicGCRA) spend(now, cost int64) (s vtime, at int64, admitted bool) {
+	var v verdict
+	s = l.judge(&v, now, cost)
+	return s, v.at, v.ok
+}
+
+// verdict is what spend decided on: the instant, the debt it found there
+// (dn+df/n), what admitting the request makes it (nn+nf/n), and whether
+// it fits (admits' answers), from which meter.conclude builds the
+// Decision without judging again.
+type verdict struct {
+	at             int64
+	dn, df, nn, nf uint64
+	ok             bool
+}
+
+// judge is spend, writing its verdict into *v.
+func (l *atomicGCRA) judge(v *verdict, now, cost int64) vtime {
 	cn, cf := l.alg.costSpan(cost)
+	if l.mutexOnly {
+		return l.judgeLocked(v, now, cn, cf)
+	}
 	for {
 		w := l.word.Load()
 		if w == movedWord {
-			return l.spendLocked(now, cost)
+			return l.judgeLocked(v, now, cn, cf)
 		}
-		s = l.unpack(w)
-		at = l.judgedAt(now, s.t)
-		dn, df := l.alg.debt(&s, at)
-		nn, nf, ok := l.alg.admits(dn, df, cn, cf)
-		if !ok {
-			return s, at, false
-		}
-		if l.swap(w, vtime{t: at + int64(nn), frac: nf}) {
-			return s, at, true
+		s := l.unpack(w)
+		v.at = l.judgedAt(now, s.t)
+		v.dn, v.df = l.alg.debt(&s, v.at)
+		v.nn, v.nf, v.ok = l.alg.admits(v.dn, v.df, cn, cf)
+		if !v.ok || l.swap(w, vtime{t: v.at + int64(v.nn), frac: v.nf}) {
+			return s
 		}
 	}
 }
@@ -257,17 +274,25 @@ func (l *atomicGCRA) spendWhole(now, cost int64) (tat, at int64, admitted bool) 
 
 // spendLocked is spend on the state moved under the mutex.
 func (l *atomicGCRA) spendLocked(now, cost int64) (s vtime, at int64, admitted bool) {
+	var v verdict
 	cn, cf := l.alg.costSpan(cost)
+	s = l.judgeLocked(&v, now, cn, cf)
+	return s, v.at, v.ok
+}
+
+// judgeLocked is judge on the state under the mutex, for a cost that takes
+// cn+cf/n: the mutex is held for the admission test and the new TAT only.
+func (l *atomicGCRA) judgeLocked(v *verdict, now int64, cn, cf uint64) vtime {
 	l.mu.Lock()
-	s = l.locked
-	at = l.judgedAt(now, s.t)
-	dn, df := l.alg.debt(&s, at)
-	nn, nf, ok := l.alg.admits(dn, df, cn, cf)
-	if ok {
-		l.locked = vtime{t: at + int64(nn), frac: nf}
+	s := l.locked
+	v.at = l.judgedAt(now, s.t)
+	v.dn, v.df = l.alg.debt(&s, v.at)
+	v.nn, v.nf, v.ok = l.alg.admits(v.dn, v.df, cn, cf)
+	if v.ok {
+		l.locked = vtime{t: v.at + int64(v.nn), frac: v.nf}
 	}
 	l.mu.Unlock()
-	return s, at, ok
+	return s
 }
 
 // load returns the state and the instant an operation that read now
@@ -325,8 +350,12 @@ func (l *atomicGCRA) Check(cost Units) (Decision, error) {
 		tat, at, _ := l.spendWhole(l.now(), int64(cost))
 		l.alg.schedule(&d, &vtime{t: tat}, at, int64(cost), false)
 	} else {
-		s, at, _ := l.spend(l.now(), int64(cost))
-		l.decide(&d, &s, at, int64(cost))
+		var v verdict
+		l.judge(&v, l.now(), int64(cost))
+		l.alg.conclude(&d, v.at, v.dn, v.df, v.nn, v.nf, v.ok)
+		if l.leak != nil && v.ok {
+			l.leak.delay(&d, v.dn, v.df)
+		}
 	}
 	if l.obs != nil {
 		l.obs.Decided(d, cost, outcomeOf(&d))
