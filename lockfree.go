@@ -60,10 +60,11 @@ func newAtomicMeter(alg *gcraAlgo, leak *leakyAlgo, o *options) *atomicGCRA {
 // 1e6/s) shift is 0; 7 per 3 µs (n = 7) takes 3 bits. Paces whose n needs
 // more than maxFracBits bits (1,000,003/h has n = 1,000,003) keep the
 // mutex from the start (mutexOnly: the word is movedWord when the limiter is
-// built): their whole nanoseconds would have too few bits, for a span of
-// hours or less. (Packing them against a base that moves would not be
-// exact: a CAS that loaded the word before the base moved could succeed on
-// the same bits after, which then stand for another TAT.) That mutex is
+// built): their whole nanoseconds would keep too few bits (2^54 ns, 208
+// days, for n of 9 bits; 2^43 ns, 2.4 hours, for n = 1,000,003). Packing
+// them in this one word against a base that moves would not be exact: a
+// CAS that loaded the word before the base moved could succeed on the same
+// bits after, which then stand for another TAT. That mutex is
 // held only for the admission test and the write of the new TAT, as the CAS
 // would be; the Decision is built outside it from the state it read, as on
 // the word.
