@@ -1,6 +1,9 @@
 package ratelimit
 
-import "time"
+import (
+	"math/bits"
+	"time"
+)
 
 // GCRA is the generic cell rate algorithm: a token bucket kept as one
 // theoretical arrival time (TAT) instead of a token count and a timestamp.
@@ -14,11 +17,14 @@ import "time"
 // limiter is lock-free when the time one milli-unit takes, in lowest terms,
 // is a number of nanoseconds over a denominator of at most 256: every rate
 // of whole nanoseconds per milli-unit (10/s, 100/min, 1e6/s) and most
-// others (7 per 3 s, 13 per 7 µs), but not 1,000,003/h. Such a limiter
-// takes its mutex for good once its theoretical arrival time runs far
-// past the instant it was built at: for whole nanoseconds only at the
+// others (7 per 3 s, 7 per 3 h, 13 per 7 µs), but not 1,000,003/h. Such a
+// limiter takes its mutex for good once its theoretical arrival time runs
+// far past the instant it was built at: for whole nanoseconds only at the
 // largest int64 nanosecond a settlement can reach, otherwise after 36 years
-// for a denominator of 7, at least 417 days for any.
+// for a denominator of 7, at least 417 days for any. At the other rates
+// the limiter keeps its state under a mutex, held only to test and move the
+// theoretical arrival time (the Decision is built after it is released);
+// its decisions are the same.
 type GCRA struct {
 	Rate  Rate
 	Burst int64
@@ -102,14 +108,24 @@ func (m *meter) schedule(d *Decision, s *vtime, now, cost int64, commit bool) (w
 	dn, df := m.debt(s, now)
 	cn, cf := m.costSpan(cost)
 	nn, nf, ok := m.admits(dn, df, cn, cf)
+	if ok && commit {
+		s.t, s.frac = now+int64(nn), nf
+	}
+	m.conclude(d, now, dn, df, nn, nf, ok)
+	if ok {
+		return dn, df
+	}
+	return 0, 0
+}
+
+// conclude writes into *d the Decision for a request judged at now on a
+// debt of dn+df/n, which admitting it makes nn+nf/n, and which ok says
+// fits (admits' answers).
+func (m *meter) conclude(d *Decision, now int64, dn, df, nn, nf uint64, ok bool) {
 	*d = m.pol.decision()
 	d.At = time.Duration(now)
 	if ok {
 		d.Allowed = true
-		if commit {
-			s.t, s.frac = now+int64(nn), nf
-		}
-		waitNs, waitFrac = dn, df
 		dn, df = nn, nf
 	} else {
 		rn, rf := nn-m.tauNs, nf
@@ -121,9 +137,24 @@ func (m *meter) schedule(d *Decision, s *vtime, now, cost int64, commit bool) (w
 	d.ResetAfter = ceilNs(dn, df)
 	// Spent milli-units = debt*n/p, rounded up: what is left is rounded
 	// down, and nothing while the key is in debt.
-	spent := m.milliCeil(dn, df) // <= 2 capMilli (see Store.Settle)
+	spent := m.spentCeil(dn, df) // <= 2 capMilli (see Store.Settle)
 	d.Remaining = max(m.capMilli-int64(spent), 0) / int64(Unit)
-	return waitNs, waitFrac
+}
+
+// spentCeil is milliCeil, by the pace's reciprocal divider rather than a
+// 128-bit division whenever ns*n+frac fits in 64 bits: every debt of less
+// than 2^64/n ns, so for a pace of n up to 2^20 any debt under 4 hours.
+func (m *meter) spentCeil(ns, frac uint64) uint64 {
+	hi, lo := bits.Mul64(ns, m.n)
+	x := lo + frac
+	if hi != 0 || x < lo {
+		return m.milliCeil(ns, frac)
+	}
+	q, r := m.pdiv.DivMod(x)
+	if r != 0 {
+		q++
+	}
+	return q
 }
 
 func (m *meter) fresh(s *vtime, now int64) bool {

@@ -33,7 +33,8 @@ package ratelimit
 // drain a full queue, must be less than [MaxTime].
 //
 // The instant the queue is empty moves as [GCRA]'s theoretical arrival
-// time does, so the single-key limiter is lock-free wherever GCRA's is.
+// time does, so the single-key limiter is lock-free wherever GCRA's is, and
+// elsewhere holds its mutex as briefly as GCRA's does.
 type LeakyBucket struct {
 	Rate     Rate
 	Capacity int64
@@ -68,15 +69,13 @@ func (r LeakyBucket) bind() (binding, error) {
 	return leakyBinding{bound[vtime, *leakyAlgo]{a}}, nil
 }
 
-// leakyBinding builds the lock-free single-key limiter where it can: the
-// queue's end is a schedule like GCRA's TAT (see atomicGCRA).
+// leakyBinding builds GCRA's single-key limiter, lock-free where the pace
+// fits its word: the queue's end is a schedule like GCRA's TAT (see
+// atomicGCRA).
 type leakyBinding struct{ bound[vtime, *leakyAlgo] }
 
 func (b leakyBinding) newLimiter(o *options) Limiter {
-	if l := newAtomicMeter(&gcraAlgo{b.alg.meter}, b.alg, o); l != nil {
-		return l
-	}
-	return b.bound.newLimiter(o)
+	return newAtomicMeter(&gcraAlgo{b.alg.meter}, b.alg, o)
 }
 
 func (a *leakyAlgo) step(s *vtime, now, cost int64, commit bool) Decision {
@@ -88,6 +87,12 @@ func (a *leakyAlgo) step(s *vtime, now, cost int64, commit bool) Decision {
 // decide is step writing the Decision into *d, as meter.schedule does.
 func (a *leakyAlgo) decide(d *Decision, s *vtime, now, cost int64, commit bool) {
 	wn, wf := a.schedule(d, s, now, cost, commit)
+	a.delay(d, wn, wf)
+}
+
+// delay sets the Delay of *d, an admitted request's Decision, for a queue
+// of wn+wf/n ahead of it; it leaves a refusal's as it is.
+func (a *leakyAlgo) delay(d *Decision, wn, wf uint64) {
 	if d.Allowed && (wn > a.delayNs || (wn == a.delayNs && wf > a.delayFrac)) {
 		// The queued work beyond Delay's span: wn+wf/n - (delayNs+delayFrac/n).
 		if wf < a.delayFrac {

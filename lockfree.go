@@ -7,7 +7,8 @@ import (
 	"sync/atomic"
 )
 
-// gcraBinding builds the lock-free single-key limiter where it can.
+// gcraBinding builds GCRA's single-key limiter, atomicGCRA, for every pace:
+// lock-free where the pace fits the word.
 type gcraBinding struct{ bound[vtime, *gcraAlgo] }
 
 // maxFracBits is the most bits a packed TAT gives the fraction of a
@@ -16,22 +17,15 @@ type gcraBinding struct{ bound[vtime, *gcraAlgo] }
 const maxFracBits = 8
 
 func (b gcraBinding) newLimiter(o *options) Limiter {
-	if l := newAtomicMeter(b.alg, nil, o); l != nil {
-		return l
-	}
-	return b.bound.newLimiter(o)
+	return newAtomicMeter(b.alg, nil, o)
 }
 
-// newAtomicMeter returns the lock-free single-key limiter for a GCRA (leak
-// nil) or for a leaky bucket (leak, with alg its meter), or nil if its
-// pace does not fit the word.
+// newAtomicMeter returns the single-key limiter for a GCRA (leak nil) or
+// for a leaky bucket (leak, with alg its meter): lock-free if its pace's
+// fraction fits the word, and otherwise with its state under the mutex
+// from the start (see atomicGCRA).
 func newAtomicMeter(alg *gcraAlgo, leak *leakyAlgo, o *options) *atomicGCRA {
-	shift := uint(bits.Len64(alg.n - 1)) // frac < n fits in shift bits
-	if shift > maxFracBits {
-		return nil
-	}
-	l := &atomicGCRA{alg: alg, leak: leak, obs: o.obs, shift: shift, fracMask: 1<<shift - 1}
-	l.whole = shift == 0 && leak == nil
+	l := &atomicGCRA{alg: alg, leak: leak, obs: o.obs}
 	l.reach = 2 * int64(alg.tauNs)
 	if alg.tauFrac != 0 {
 		l.reach += 2
@@ -39,6 +33,14 @@ func newAtomicMeter(alg *gcraAlgo, leak *leakyAlgo, o *options) *atomicGCRA {
 	if _, ok := o.clock.(systemClock); !ok {
 		l.mono = &monotonic{clock: o.clock}
 	}
+	shift := uint(bits.Len64(alg.n - 1)) // frac < n fits in shift bits
+	if shift > maxFracBits {
+		l.word.Store(movedWord) // locked is the fresh state
+		l.mutexOnly = true
+		return l
+	}
+	l.shift, l.fracMask = shift, 1<<shift-1
+	l.whole = shift == 0 && leak == nil
 	// A look, not a use: the clock is only clamped to the readings that
 	// decided something.
 	l.base = clampTime(o.clock.Now())
@@ -57,7 +59,15 @@ func newAtomicMeter(alg *gcraAlgo, leak *leakyAlgo, o *options) *atomicGCRA {
 // bits. For a pace of whole nanoseconds per milli-unit (10/s, 100/min,
 // 1e6/s) shift is 0; 7 per 3 µs (n = 7) takes 3 bits. Paces whose n needs
 // more than maxFracBits bits (1,000,003/h has n = 1,000,003) keep the
-// mutex: their whole nanoseconds would have too few bits.
+// mutex from the start (mutexOnly: the word is movedWord when the limiter is
+// built): their whole nanoseconds would keep too few bits (2^54 ns, 208
+// days, for n of 9 bits; 2^43 ns, 2.4 hours, for n = 1,000,003). Packing
+// them in this one word against a base that moves would not be exact: a
+// CAS that loaded the word before the base moved could succeed on the same
+// bits after, which then stand for another TAT. That mutex is
+// held only for the admission test and the write of the new TAT, as the CAS
+// would be; the Decision is built outside it from the state it read, as on
+// the word.
 //
 // A TAT 2^(63-shift) - 1 ns or more after base does not fit (for shift 3,
 // 36 years after the limiter was built; for shift 8, 417 days; for shift
@@ -93,13 +103,17 @@ type atomicGCRA struct {
 	reach    int64 // 2 tau's whole nanoseconds, plus 2 if tau has a fraction (see floor)
 	fracMask uint64
 	whole    bool // a GCRA at a pace of whole nanoseconds: Check takes spendWhole
-	mu       sync.Mutex
-	locked   vtime // the state once the word is movedWord; guarded by mu
-	// word has a cache line of its own: the other core's CAS on it must not
-	// evict the fields every Check reads.
-	_    [64]byte
-	word atomic.Uint64
-	_    [56]byte
+	// mutexOnly: the pace's fraction never fits the word, which is
+	// movedWord from the start.
+	mutexOnly bool
+	// word, mu and locked share a cache line of their own: the other
+	// core's CAS on the word, or on the mutex, must not evict the fields
+	// every Check reads.
+	_      [64]byte
+	word   atomic.Uint64
+	mu     sync.Mutex
+	locked vtime // the state once the word is movedWord; guarded by mu
+	_      [32]byte
 }
 
 // movedWord marks a state moved under the mutex. No packed TAT is as
@@ -183,21 +197,38 @@ func (l *atomicGCRA) floor(now, tat int64) int64 {
 // runs inside the loop, so a lost race costs a few instructions, not a
 // Decision.
 func (l *atomicGCRA) spend(now, cost int64) (s vtime, at int64, admitted bool) {
+	var v verdict
+	s = l.judge(&v, now, cost)
+	return s, v.at, v.ok
+}
+
+// verdict is what spend decided on: the instant, the debt it found there
+// (dn+df/n), what admitting the request makes it (nn+nf/n), and whether
+// it fits (admits' answers), from which meter.conclude builds the
+// Decision without judging again.
+type verdict struct {
+	at             int64
+	dn, df, nn, nf uint64
+	ok             bool
+}
+
+// judge is spend, writing its verdict into *v.
+func (l *atomicGCRA) judge(v *verdict, now, cost int64) vtime {
 	cn, cf := l.alg.costSpan(cost)
+	if l.mutexOnly {
+		return l.judgeLocked(v, now, cn, cf)
+	}
 	for {
 		w := l.word.Load()
 		if w == movedWord {
-			return l.spendLocked(now, cost)
+			return l.judgeLocked(v, now, cn, cf)
 		}
-		s = l.unpack(w)
-		at = l.judgedAt(now, s.t)
-		dn, df := l.alg.debt(&s, at)
-		nn, nf, ok := l.alg.admits(dn, df, cn, cf)
-		if !ok {
-			return s, at, false
-		}
-		if l.swap(w, vtime{t: at + int64(nn), frac: nf}) {
-			return s, at, true
+		s := l.unpack(w)
+		v.at = l.judgedAt(now, s.t)
+		v.dn, v.df = l.alg.debt(&s, v.at)
+		v.nn, v.nf, v.ok = l.alg.admits(v.dn, v.df, cn, cf)
+		if !v.ok || l.swap(w, vtime{t: v.at + int64(v.nn), frac: v.nf}) {
+			return s
 		}
 	}
 }
@@ -244,13 +275,25 @@ func (l *atomicGCRA) spendWhole(now, cost int64) (tat, at int64, admitted bool) 
 
 // spendLocked is spend on the state moved under the mutex.
 func (l *atomicGCRA) spendLocked(now, cost int64) (s vtime, at int64, admitted bool) {
+	var v verdict
+	cn, cf := l.alg.costSpan(cost)
+	s = l.judgeLocked(&v, now, cn, cf)
+	return s, v.at, v.ok
+}
+
+// judgeLocked is judge on the state under the mutex, for a cost that takes
+// cn+cf/n: the mutex is held for the admission test and the new TAT only.
+func (l *atomicGCRA) judgeLocked(v *verdict, now int64, cn, cf uint64) vtime {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	s = l.locked
-	at = l.judgedAt(now, s.t)
-	var d Decision
-	l.alg.schedule(&d, &l.locked, at, cost, true)
-	return s, at, d.Allowed
+	s := l.locked
+	v.at = l.judgedAt(now, s.t)
+	v.dn, v.df = l.alg.debt(&s, v.at)
+	v.nn, v.nf, v.ok = l.alg.admits(v.dn, v.df, cn, cf)
+	if v.ok {
+		l.locked = vtime{t: v.at + int64(v.nn), frac: v.nf}
+	}
+	l.mu.Unlock()
+	return s
 }
 
 // load returns the state and the instant an operation that read now
@@ -308,8 +351,12 @@ func (l *atomicGCRA) Check(cost Units) (Decision, error) {
 		tat, at, _ := l.spendWhole(l.now(), int64(cost))
 		l.alg.schedule(&d, &vtime{t: tat}, at, int64(cost), false)
 	} else {
-		s, at, _ := l.spend(l.now(), int64(cost))
-		l.decide(&d, &s, at, int64(cost))
+		var v verdict
+		l.judge(&v, l.now(), int64(cost))
+		l.alg.conclude(&d, v.at, v.dn, v.df, v.nn, v.nf, v.ok)
+		if l.leak != nil && v.ok {
+			l.leak.delay(&d, v.dn, v.df)
+		}
 	}
 	if l.obs != nil {
 		l.obs.Decided(d, cost, outcomeOf(&d))

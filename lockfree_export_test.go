@@ -6,7 +6,7 @@ package ratelimit
 func SingleKeyPath(lim Limiter) string {
 	l, ok := lim.(*atomicGCRA)
 	switch {
-	case !ok:
+	case !ok || l.mutexOnly:
 		return "mutex"
 	case l.word.Load() == movedWord:
 		return "moved"

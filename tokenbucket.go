@@ -12,7 +12,8 @@ package ratelimit
 // the bucket will be full again if nothing more is taken (what is missing,
 // Burst - tokens, is that instant less now, times Rate). So it costs what a
 // GCRA costs, per key in a [Store] and per Check, and its single-key
-// limiter is lock-free wherever GCRA's is. The tests check it against a
+// limiter is lock-free wherever GCRA's is (and elsewhere holds its mutex
+// as briefly). The tests check it against a
 // reference token bucket written from the definition above.
 type TokenBucket struct {
 	Rate  Rate

@@ -52,6 +52,12 @@
 //   - go-limiter: github.com/sethvargo/go-limiter's httplimit on its
 //     memorystore, keyed by its IPKeyFunc.
 //
+// BenchmarkPace puts this library's single-key GCRA, TokenBucket and
+// LeakyBucket at paces of every shape (whole nanoseconds per milli-unit,
+// a small denominator such as 7 per 3 µs, and denominators too wide for
+// the lock-free word such as 1,000,003 per hour) beside uber's Take, from
+// one goroutine and from every core.
+//
 // # Configurations
 //
 // "Allowed" scenarios use limits no benchmark can exhaust (1e6 per second
