@@ -205,9 +205,9 @@ func (a *scAlgo) fresh(s *scState, now int64) bool {
 	return prev == 0 && cur == 0
 }
 
-func (a *scCompactAlgo) step(s *scCompact, now, cost int64, commit bool) Decision {
+func (a *scCompactAlgo) step(s *scCompact, now, cost int64, commit bool) (d Decision) {
 	w := s.wide()
-	d := a.scAlgo.step(&w, now, cost, commit)
+	d = a.scAlgo.step(&w, now, cost, commit)
 	if commit {
 		*s = w.compact()
 	}
