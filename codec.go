@@ -103,6 +103,23 @@ func (a *scAlgo) encode(dst []byte, s *scState) []byte {
 	return appendInts(dst, s.win, s.prev, s.cur)
 }
 
+// A compact key reads and writes the same fields: decodeAt's bound on the
+// counts, twice the capacity, is what makes them fit.
+
+func (a *scCompactAlgo) decodeAt(fields []int64, s *scCompact, now int64) error {
+	var w scState
+	if err := a.scAlgo.decodeAt(fields, &w, now); err != nil {
+		return err
+	}
+	*s = w.compact()
+	return nil
+}
+
+func (a *scCompactAlgo) encode(dst []byte, s *scCompact) []byte {
+	w := s.wide()
+	return a.scAlgo.encode(dst, &w)
+}
+
 func (a *scAlgo) params() Params {
 	p := a.pol.params(a.capMilli)
 	p.WindowNanos = a.w

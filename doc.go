@@ -73,9 +73,9 @@
 //	SlidingLog      Limit               40 bytes + a log  Limit (t = W): exact      exact: oldest cost leaves
 //	                                    of what is still
 //	                                    in W (see there)
-//	SlidingCounter  Limit               24 bytes          an estimate: nearly       exact for the estimate
-//	                                                      2 x Limit (t = W) when
-//	                                                      traffic is uneven
+//	SlidingCounter  Limit               16 bytes (24 for  an estimate: nearly       exact for the estimate
+//	                                    a Limit over      2 x Limit (t = W) when
+//	                                    2,147,483)        traffic is uneven
 //	SubWindow       Limit, counted in   56 bytes (k <= 6) Limit in any t <= W-W/k;  start of the bucket at
 //	                k buckets of W/k    136 (k <= 16) or  2 x Limit (t = W) for     which enough has left
 //	                                    488 (k <= 60),    any k, from a burst at
@@ -201,8 +201,9 @@
 // [StoreStats].LossyEvictions counts those, and a count that keeps growing
 // means the store is too small for its traffic. Measured at a million
 // keys, a store costs 46.9 bytes per key for the token bucket, GCRA, the
-// leaky bucket and the fixed window and 56.3 for the sliding counter (see
-// [Store]), plus the bytes of the key strings it keeps.
+// leaky bucket, the fixed window and the sliding counter (56.3 for a
+// sliding counter whose Limit is over 2,147,483; see [Store]), plus the
+// bytes of the key strings it keeps.
 //
 // # Lockouts
 //

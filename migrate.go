@@ -123,6 +123,17 @@ func (a *scAlgo) spentAt(s *scState, now int64) int64 {
 
 func (a *scAlgo) withSpent(s *scState, now, x int64) { *s = scState{win: now / a.w, cur: x} }
 
+func (a *scCompactAlgo) spentAt(s *scCompact, now int64) int64 {
+	w := s.wide()
+	return a.scAlgo.spentAt(&w, now)
+}
+
+func (a *scCompactAlgo) withSpent(s *scCompact, now, x int64) {
+	var w scState
+	a.scAlgo.withSpent(&w, now, x)
+	*s = w.compact()
+}
+
 func (a *slAlgo) spentAt(s *slState, now int64) int64 {
 	n := len(s.buf)
 	if n == 0 {

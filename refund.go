@@ -274,6 +274,13 @@ func (a *scAlgo) refund(s *scState, now, at, cost int64) int64 {
 	return g
 }
 
+func (a *scCompactAlgo) refund(s *scCompact, now, at, cost int64) int64 {
+	w := s.wide()
+	g := a.scAlgo.refund(&w, now, at, cost)
+	*s = w.compact()
+	return g
+}
+
 func (a *slAlgo) refund(s *slState, now, at, cost int64) int64 {
 	n := len(s.buf)
 	if n == 0 {

@@ -337,6 +337,13 @@ func (a *scAlgo) charge(s *scState, now, extra int64) int64 {
 	return g
 }
 
+func (a *scCompactAlgo) charge(s *scCompact, now, extra int64) int64 {
+	w := s.wide()
+	g := a.scAlgo.charge(&w, now, extra)
+	*s = w.compact()
+	return g
+}
+
 func (a *slAlgo) charge(s *slState, now, extra int64) int64 {
 	n := len(s.buf)
 	if n > 0 {

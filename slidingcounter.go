@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"math"
 	"time"
 
 	"github.com/ratekit/ratelimit/internal/wide"
@@ -26,8 +27,8 @@ import (
 // request's RetryAfter may end inside the current window, in the next one
 // or, for a cost that needs the whole Limit, at the start of the one after.
 // Something admitted in the current window counts, less and less, until the
-// end of the next window: that is when ResetAfter ends. Per-key state is 24
-// bytes.
+// end of the next window: that is when ResetAfter ends. Per-key state is 16
+// bytes for a Limit up to 2,147,483 units and 24 bytes above it.
 //
 // CountRefused counts the cost of a denied request as well, in the current
 // window, as some CDNs do: a penalty for sending into a full window. A
@@ -49,11 +50,40 @@ type SlidingCounter struct {
 }
 
 // scState holds the counts of window win and of the window before it. The
-// zero value is a fresh key: window 0 with nothing counted.
+// zero value is a fresh key: window 0 with nothing counted. It is the wide
+// form of a key, the one every method works on; a rule small enough keeps
+// its keys as scCompact instead.
 type scState struct {
 	win  int64 // window index: the window is [win*W, (win+1)*W)
 	prev int64 // milli-units admitted in window win-1
 	cur  int64 // milli-units admitted in window win
+}
+
+// scCompact is scState in 16 bytes, for a rule whose counts always fit 32
+// bits: no count ever exceeds twice the capacity (a window's count stops at
+// the capacity, refusals counted included; only a debt left by Settle takes
+// it further, to at most twice the capacity, and refunds only lower it),
+// and decodeAt refuses a larger one. So a capacity of at most
+// scCompactCap milli-units keeps every count below 2^32.
+type scCompact struct {
+	win  int64
+	prev uint32
+	cur  uint32
+}
+
+// scCompactCap is the largest capacity in milli-units whose keys are
+// scCompact: twice it fits a uint32, so a Limit of up to 2,147,483 units.
+// It is a variable only so that tests can bind the wide state to any rule.
+var scCompactCap int64 = math.MaxUint32 / 2
+
+func (s *scCompact) wide() scState {
+	return scState{win: s.win, prev: int64(s.prev), cur: int64(s.cur)}
+}
+
+// compact returns s as a scCompact; its counts are at most twice a
+// capacity of at most scCompactCap, so they fit.
+func (s *scState) compact() scCompact {
+	return scCompact{win: s.win, prev: uint32(s.prev), cur: uint32(s.cur)}
 }
 
 // scAlgo is a compiled SlidingCounter rule.
@@ -63,6 +93,10 @@ type scAlgo struct {
 	ruleBase
 }
 
+// scCompactAlgo is scAlgo on scCompact keys: each method widens the state,
+// runs scAlgo's, and narrows it back, so that there is one sliding counter.
+type scCompactAlgo struct{ scAlgo }
+
 func (r SlidingCounter) compile() (*scAlgo, error) {
 	b, w, err := compileWindow("SlidingCounter", r.Name, r.Limit, r.Window)
 	if err != nil {
@@ -71,7 +105,13 @@ func (r SlidingCounter) compile() (*scAlgo, error) {
 	return &scAlgo{w: w, refused: r.CountRefused, ruleBase: b}, nil
 }
 
-func (r SlidingCounter) bind() (binding, error) { return bindRule[scState](r.compile()) }
+func (r SlidingCounter) bind() (binding, error) {
+	a, err := r.compile()
+	if err != nil || a.capMilli > scCompactCap {
+		return bindRule[scState](a, err)
+	}
+	return bindRule[scCompact](&scCompactAlgo{*a}, nil)
+}
 
 // at returns the state as seen at now: the window index, the time into that
 // window and its two counts. A now before the state's window is moved to the
@@ -163,4 +203,18 @@ func (a *scAlgo) fresh(s *scState, now int64) bool {
 	_, _, prev, cur := a.at(s, now)
 	// A previous count still weighs (W-e)/W > 0 anywhere in the window.
 	return prev == 0 && cur == 0
+}
+
+func (a *scCompactAlgo) step(s *scCompact, now, cost int64, commit bool) (d Decision) {
+	w := s.wide()
+	d = a.scAlgo.step(&w, now, cost, commit)
+	if commit {
+		*s = w.compact()
+	}
+	return d
+}
+
+func (a *scCompactAlgo) fresh(s *scCompact, now int64) bool {
+	w := s.wide()
+	return a.scAlgo.fresh(&w, now)
 }

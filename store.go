@@ -96,10 +96,11 @@ func WithShards(n int) Option {
 //
 // Memory. A key costs one slot of its shard's array: the key's string
 // header, a word of bookkeeping and the rule's state inline (16 bytes for
-// the token bucket, GCRA, the leaky bucket and the fixed window; 24 for the
-// sliding counter; a sliding log's state also points at its log): about 47
-// bytes a key for the 16-byte states and 56 to 57 for the 24-byte one,
-// measured from 1M to 2M keys.
+// the token bucket, GCRA, the leaky bucket, the fixed window and the
+// sliding counter, 24 for a sliding counter whose Limit is over 2,147,483;
+// a sliding log's state also points at its log): about 47 bytes a key for
+// the 16-byte states and 56 to 57 for the 24-byte one, measured from 1M to
+// 2M keys.
 // Arrays are allocated as keys arrive and grow by 1/8 at a time; a growth
 // copies the shard's array under its lock, pausing the checks waiting on
 // that shard (about 10 ms per 100,000 keys in it). The key's bytes are the
