@@ -93,8 +93,14 @@ const minSlots = 8
 // segmentBytes is the largest array a segment grows to; one that would
 // grow past it splits instead. It is the allocator's largest small size
 // class, so that one operation copies at most 32 KiB, and an array is never
-// a large object rounded up to whole 8 KiB pages.
-const segmentBytes = 32 << 10
+// a large object rounded up to whole 8 KiB pages. But a segment may always
+// grow to segmentMinSlots: for large states (a sub-window counter's 60
+// buckets), segments of a few dozen slots would cost more in segments and
+// rounding than they save in pauses.
+const (
+	segmentBytes    = 32 << 10
+	segmentMinSlots = 512
+)
 
 // sizeClasses are the Go allocator's size classes from 1 KiB to 32 KiB.
 // An array that fills its class exactly wastes nothing, so a segment grows
@@ -174,7 +180,7 @@ type Table[S any] struct {
 	sweep int // the segment the next sweep visits
 	pins  []pin
 
-	segSlots int // the most slots a segment grows to: segmentBytes' worth; fewer in tests
+	segSlots int // the most slots a segment grows to (see segmentBytes); fewer in tests
 	fresh    func(s *S, now int64) bool
 	Stats    Stats
 }
@@ -184,7 +190,11 @@ type Table[S any] struct {
 // first Insert, so that a table that never holds a key costs nothing beyond
 // t.
 func (t *Table[S]) Init(max int, fresh func(s *S, now int64) bool) {
-	*t = Table[S]{max: max, fresh: fresh, segSlots: segmentBytes / int(unsafe.Sizeof(slot[S]{}))}
+	segSlots := segmentBytes / int(unsafe.Sizeof(slot[S]{}))
+	if segSlots < segmentMinSlots {
+		segSlots = segmentMinSlots
+	}
+	*t = Table[S]{max: max, fresh: fresh, segSlots: segSlots}
 }
 
 // Len returns the number of entries held.
