@@ -238,6 +238,16 @@ func TestSettleDebtBound(t *testing.T) {
 				lim, err := ratelimit.New(a.rule(s), ratelimit.WithClock(clk))
 				require.NoError(t, err)
 				capMilli := s.capacity * int64(ratelimit.Unit)
+				// A bucket's debt also stops where its schedule would pass
+				// the last int64 instant, at most a milli-unit's pace after
+				// it: there the debt may end short of twice the capacity.
+				atCeiling := func(d ratelimit.Decision) bool {
+					if s.rate.Count == 0 {
+						return false
+					}
+					pace := int64(s.rate.Per)/(s.rate.Count*int64(ratelimit.Unit)) + 1
+					return int64(d.At) > math.MaxInt64-int64(d.ResetAfter)-pace
+				}
 				var admitted, spent int64
 				for range rapid.IntRange(1, 20).Draw(t, "ops") {
 					cost := ratelimit.Units(rapid.Int64Range(1, capMilli).Draw(t, "cost"))
@@ -256,15 +266,19 @@ func TestSettleDebtBound(t *testing.T) {
 					spent += int64(settled - cost)
 					require.LessOrEqual(t, spent, 2*capMilli, "no more than a capacity of debt")
 					if settled < actual {
-						require.Equal(t, 2*capMilli, spent, "charged up to the bound before stopping")
+						if !atCeiling(d) {
+							require.Equal(t, 2*capMilli, spent, "charged up to the bound before stopping")
+						}
 						require.Zero(t, d.Remaining)
 						require.False(t, d.Allowed)
 					}
 				}
 				require.LessOrEqual(t, admitted, capMilli)
-				_, settled, err := ratelimit.Settle(lim, ratelimit.Unit, math.MaxInt64, 0)
+				d, settled, err := ratelimit.Settle(lim, ratelimit.Unit, math.MaxInt64, 0)
 				require.NoError(t, err)
-				require.Equal(t, 2*capMilli, spent+int64(settled-ratelimit.Unit), "a huge settlement fills the debt to its bound")
+				if !atCeiling(d) {
+					require.Equal(t, 2*capMilli, spent+int64(settled-ratelimit.Unit), "a huge settlement fills the debt to its bound")
+				}
 				_, settled, err = ratelimit.Settle(lim, ratelimit.Unit, math.MaxInt64, 0)
 				require.NoError(t, err)
 				require.Equal(t, ratelimit.Unit, settled, "nothing more is charged at the bound")
