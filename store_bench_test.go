@@ -1,6 +1,7 @@
 package ratelimit_test
 
 import (
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
@@ -178,6 +179,12 @@ func BenchmarkStoreCheck(b *testing.B) {
 		if br.name == "GCRA" || br.name == "TokenBucket" {
 			// A ManualClock reads an atomic: no ordered clock read.
 			subjects = append(subjects, subject{br.name + "/ManualClock", br.rule, ratelimit.NewManualClock(0)})
+		}
+		if br.name == "SlidingCounter" {
+			// The rule's Limit keeps its keys in 24 bytes; the largest Limit
+			// whose keys take 16.
+			sc := ratelimit.SlidingCounter{Limit: math.MaxUint32 / 2000, Window: time.Minute}
+			subjects = append(subjects, subject{br.name + "/16-byte", sc, ratelimit.SystemClock()})
 		}
 	}
 	for _, br := range subjects {

@@ -57,31 +57,7 @@ func BenchmarkSingle(b *testing.B) {
 				if subj.Sleeps != nil {
 					sleeps = subj.Sleeps.Load()
 				}
-				b.ReportAllocs()
-				cpu := cpuNanos()
-				var admitted int64
-				if s.parallel {
-					var total atomic.Int64
-					b.ResetTimer()
-					b.RunParallel(func(pb *testing.PB) {
-						var n int64
-						for pb.Next() {
-							if check() {
-								n++
-							}
-						}
-						total.Add(n)
-					})
-					admitted = total.Load()
-				} else {
-					for b.Loop() {
-						if check() {
-							admitted++
-						}
-					}
-				}
-				reportCPU(b, cpu)
-				b.ReportMetric(float64(admitted)/float64(b.N), "admitted/op")
+				runChecks(b, s.parallel, check)
 				if subj.Sleeps != nil {
 					b.ReportMetric(float64(subj.Sleeps.Load()-sleeps)/float64(b.N), "sleeps/op")
 				}
@@ -290,4 +266,34 @@ func BenchmarkHTTP(b *testing.B) {
 			})
 		}
 	}
+}
+
+// runChecks runs check b.N times, from one goroutine or from every core,
+// and reports its CPU time and the fraction it admitted.
+func runChecks(b *testing.B, parallel bool, check func() bool) {
+	b.ReportAllocs()
+	cpu := cpuNanos()
+	var admitted int64
+	if parallel {
+		var total atomic.Int64
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			var n int64
+			for pb.Next() {
+				if check() {
+					n++
+				}
+			}
+			total.Add(n)
+		})
+		admitted = total.Load()
+	} else {
+		for b.Loop() {
+			if check() {
+				admitted++
+			}
+		}
+	}
+	reportCPU(b, cpu)
+	b.ReportMetric(float64(admitted)/float64(b.N), "admitted/op")
 }

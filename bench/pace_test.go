@@ -2,7 +2,6 @@ package bench
 
 import (
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -79,31 +78,7 @@ func BenchmarkPace(b *testing.B) {
 			b.Run(scenario+"/"+subj.name, func(b *testing.B) {
 				check := subj.new()
 				sleeps := uberSleeps.Load()
-				b.ReportAllocs()
-				cpu := cpuNanos()
-				var admitted int64
-				if parallel {
-					var total atomic.Int64
-					b.ResetTimer()
-					b.RunParallel(func(pb *testing.PB) {
-						var n int64
-						for pb.Next() {
-							if check() {
-								n++
-							}
-						}
-						total.Add(n)
-					})
-					admitted = total.Load()
-				} else {
-					for b.Loop() {
-						if check() {
-							admitted++
-						}
-					}
-				}
-				reportCPU(b, cpu)
-				b.ReportMetric(float64(admitted)/float64(b.N), "admitted/op")
+				runChecks(b, parallel, check)
 				if subj.name == "uber" {
 					b.ReportMetric(float64(uberSleeps.Load()-sleeps)/float64(b.N), "sleeps/op")
 				}

@@ -232,15 +232,10 @@ func (g *segment[S]) home(tag uint32) int { return home(tag, g.depth, len(g.slot
 // hold it. It marks a found entry referenced. The pointer is valid until
 // the next Insert.
 func (t *Table[S]) Find(key string, tag uint32) *S {
-	e := t.entry(tag)
-	if e == nil {
+	s := t.slotOf(key, tag)
+	if s == nil {
 		return nil
 	}
-	i := lookup(e.slots, e.depth, key, tag)
-	if i < 0 {
-		return nil
-	}
-	s := &e.slots[i]
 	if s.meta&useMask != useAgain {
 		s.meta |= useAgain
 	}
@@ -249,6 +244,14 @@ func (t *Table[S]) Find(key string, tag uint32) *S {
 
 // Lookup is Find without marking the entry referenced.
 func (t *Table[S]) Lookup(key string, tag uint32) *S {
+	if s := t.slotOf(key, tag); s != nil {
+		return &s.state
+	}
+	return nil
+}
+
+// slotOf returns key's slot, or nil.
+func (t *Table[S]) slotOf(key string, tag uint32) *slot[S] {
 	e := t.entry(tag)
 	if e == nil {
 		return nil
@@ -257,7 +260,7 @@ func (t *Table[S]) Lookup(key string, tag uint32) *S {
 	if i < 0 {
 		return nil
 	}
-	return &e.slots[i].state
+	return &e.slots[i]
 }
 
 // lookup returns key's slot in g, or -1.
