@@ -105,6 +105,11 @@ func render(s *results.Set, chart, stat string) []byte {
 	p("\n## 1,000,000 keys\n\n")
 	keyedTable(&b, s)
 
+	p("\n## Tail latency\n\n")
+	p("Quantiles up to the worst single check while a store fills from empty to 1,000,000 keys and ")
+	p("churns 1,000,000 more, beside a mutex-guarded map bounded the same way and an atomic add, come ")
+	p("from a harness of their own (`TestTail`), not from this run: [tail.md](tail.md).\n")
+
 	if len(s.Subjects("HTTP")) > 0 {
 		p("\n## HTTP middleware\n\n")
 		httpTable(&b, s)
