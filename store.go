@@ -36,8 +36,9 @@ const (
 	// is chosen by default, so that eviction in a small store still picks
 	// among enough entries to approximate least-recently-used.
 	minShardKeys = 256
-	// maxShardKeys keeps every shard's array well within the 2^32 slots its
-	// 32-bit hash tags can address.
+	// maxShardKeys keeps every shard's table well within the 2^24 segments
+	// its directory can address (internal/table's maxDepth): about 2^21
+	// segments of a few hundred keys.
 	maxShardKeys = 1 << 30
 )
 
@@ -94,7 +95,7 @@ func WithShards(n int) Option {
 // [StoreStats].LossyEvictions counts those; a store whose count grows is
 // too small for its traffic.
 //
-// Memory. A key costs one slot of its shard's array: the key's string
+// Memory. A key costs one slot of its shard's table: the key's string
 // header, a word of bookkeeping and the rule's state inline (16 bytes for
 // the token bucket, GCRA, the leaky bucket, the fixed window and the
 // sliding counter, 24 for a sliding counter whose Limit is over 2,147,483;
