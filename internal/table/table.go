@@ -27,13 +27,16 @@
 // is valid only until the next [Table.Insert]; find an entry again by its
 // key. Entries can be pinned by key so that eviction passes them by.
 //
-// Eviction. A full table asked for room first, if a sweep is due, sweeps one
-// segment (the segments take turns) and drops every entry in it that is
-// fresh (its state equals a fresh key's, so nothing is lost). A sweep costs
-// one pass over one segment, and one is due every Max/8 insertions divided
-// among the segments, so that over Max/8 insertions every segment is swept
-// once. In between, and when a sweep frees nothing, the segment the new
-// key goes to runs CLOCK (second chance): a hand visits its slots (in a
+// Room. A key can only go to its own segment, so room is made there: when
+// the table is full, and when the segment is full and the table's arrays
+// already hold their budget (9/7 slots for every entry the table may hold),
+// so that room freed in one segment cannot make the others grow without
+// end. The segment first, if a sweep is due, drops every entry in it that
+// is fresh (its state equals a fresh key's, so nothing is lost). A sweep
+// costs one pass over the segment, so one is due once the segment has
+// taken an eighth of its entries in insertions since its last. In between,
+// and when a sweep frees nothing, the segment runs CLOCK (second chance): a
+// hand visits its slots (in a
 // scattered order, each once a turn), drops the first entry that is fresh
 // or not referenced since the hand last passed it, and clears the
 // reference bit of the others on its way. The reference bit is widened to
@@ -45,8 +48,9 @@
 // that keeps coming back, and a flood of one-off keys cycles through the
 // table without pushing those out. Every segment's share of the entries is
 // its share of the hash space, so dropping from the segment the key goes to
-// keeps the segments' fill even; a segment with nothing to drop (empty, or
-// all pinned) passes the turn to the next.
+// keeps the segments' fill even. When the table is full and the segment has
+// nothing to drop (it is empty, or all pinned), another segment drops one;
+// when only the budget stops its growth, it grows past the budget instead.
 package table
 
 import (
@@ -150,6 +154,7 @@ type segment[S any] struct {
 	slots  []slot[S]
 	n      int    // entries held
 	growAt int    // n at which the array grows or splits: 7/8 of it
+	since  int    // insertions since its last sweep
 	depth  uint   // the tag's top bits this segment is chosen by
 	prefix uint64 // their value
 	idx    int    // its place in the table's segs
@@ -171,14 +176,14 @@ type dirEntry[S any] struct {
 // Table is one shard's bounded map. The zero Table holds nothing and admits
 // nothing; call [Table.Init] first.
 type Table[S any] struct {
-	dir   []dirEntry[S] // 2^depth entries, by the tag's top depth bits
-	segs  []*segment[S] // every segment once, in the order sweeps visit them
-	depth uint
-	n     int // entries held
-	max   int // the bound on n
-	since int // insertions since the last sweep
-	sweep int // the segment the next sweep visits
-	pins  []pin
+	dir    []dirEntry[S] // 2^depth entries, by the tag's top depth bits
+	segs   []*segment[S] // every segment once, in the order sweeps visit them
+	depth  uint
+	n      int // entries held
+	max    int // the bound on n
+	slots  int // slots of every segment
+	budget int // slots past which a full segment makes room rather than grow
+	pins   []pin
 
 	segSlots int // the most slots a segment grows to (see segmentBytes); fewer in tests
 	fresh    func(s *S, now int64) bool
@@ -194,7 +199,9 @@ func (t *Table[S]) Init(max int, fresh func(s *S, now int64) bool) {
 	if segSlots < segmentMinSlots {
 		segSlots = segmentMinSlots
 	}
-	*t = Table[S]{max: max, fresh: fresh, segSlots: segSlots}
+	// The budget is 9/7 of a slot for every entry, as a table that has just
+	// grown by 1/8 at 7/8 full, and one segment's slack.
+	*t = Table[S]{max: max, fresh: fresh, segSlots: segSlots, budget: max + max/7*2 + segSlots}
 }
 
 // Len returns the number of entries held.
@@ -287,11 +294,12 @@ func lookup[S any](slots []slot[S], depth uint, key string, tag uint32) int {
 }
 
 // Insert adds key, which t must not hold, with a zero state, making room if
-// t is full; now is the time fresh is asked about. It returns the new
-// entry's state, or false if no entry can be dropped (every one is
-// pinned, or the bound is 0). The table keeps the key string itself.
+// t is full (or its segment is, and the arrays hold their budget); now is
+// the time fresh is asked about. It returns the new entry's state, or false
+// if no entry can be dropped (every one is pinned, or the bound is 0). The
+// table keeps the key string itself.
 func (t *Table[S]) Insert(key string, tag uint32, now int64) (*S, bool) {
-	if t.n >= t.max && !t.evict(tag, now) {
+	if t.max == 0 {
 		return nil, false
 	}
 	if len(t.dir) == 0 {
@@ -301,6 +309,13 @@ func (t *Table[S]) Insert(key string, tag uint32, now int64) (*S, bool) {
 		t.resize(g, minSlots)
 	}
 	g := t.seg(tag)
+	if t.n >= t.max {
+		if !t.evict(g, now, true) {
+			return nil, false
+		}
+	} else if g.n >= g.growAt && t.slots >= t.budget {
+		t.evict(g, now, false) // or else grow past the budget
+	}
 	for g.n >= g.growAt {
 		if next := fit[S](len(g.slots)); next <= t.segSlots || g.depth == maxDepth {
 			t.resize(g, next)
@@ -312,8 +327,8 @@ func (t *Table[S]) Insert(key string, tag uint32, now int64) (*S, bool) {
 	i := g.place(tag)
 	g.slots[i] = slot[S]{meta: uint64(tag)<<32 | g.turn | useNew | metaUsed, key: key}
 	g.n++
+	g.since++
 	t.n++
-	t.since++
 	t.Stats.Inserts++
 	return &g.slots[i].state, true
 }
@@ -343,9 +358,11 @@ func (t *Table[S]) split(g *segment[S]) {
 	}
 	t.segs[g.idx] = halves[0]
 	t.segs = append(t.segs, halves[1])
+	t.slots -= len(g.slots)
 	for h, n := range [2]int{g.n - n1, n1} {
 		halves[h].resize(fit[S](max(minSlots-1, n*8/7+1)))
 		halves[h].n = n
+		t.slots += len(halves[h].slots)
 	}
 	for i := range g.slots {
 		if s := &g.slots[i]; s.meta != 0 {
@@ -371,7 +388,9 @@ func (t *Table[S]) point(g *segment[S]) {
 // resize gives g an array of size slots and points its directory entries
 // at it.
 func (t *Table[S]) resize(g *segment[S], size int) {
+	t.slots -= len(g.slots)
 	g.resize(size)
+	t.slots += len(g.slots)
 	t.point(g)
 }
 
@@ -393,29 +412,24 @@ func (t *Table[S]) pinned(s *slot[S]) bool {
 	return false
 }
 
-// evict drops an entry to make room for tag: every fresh one of the next
-// segment in turn if a sweep is due and finds any, otherwise the one CLOCK
-// picks in tag's segment, or in the segments after it if that has none to
-// drop.
-func (t *Table[S]) evict(tag uint32, now int64) bool {
-	if t.max == 0 || len(t.segs) == 0 {
-		return false
-	}
-	if t.since >= t.max>>3/len(t.segs) {
-		t.since = 0
-		g := t.segs[t.sweep%len(t.segs)]
-		t.sweep = (t.sweep + 1) % len(t.segs)
+// evict drops an entry of g: every fresh one if a sweep of g is due and
+// finds any, otherwise the one CLOCK picks, or if g has none to drop and
+// elsewhere is set, the one CLOCK picks in another segment.
+func (t *Table[S]) evict(g *segment[S], now int64, elsewhere bool) bool {
+	if g.since >= g.n>>3 {
+		g.since = 0
 		if t.sweepSeg(g, now) > 0 {
 			return true
 		}
 	}
-	g := t.seg(tag)
 	if t.clock(g, now) {
 		return true
 	}
-	for _, h := range t.segs {
-		if h != g && t.clock(h, now) {
-			return true
+	if elsewhere {
+		for _, h := range t.segs {
+			if h != g && t.clock(h, now) {
+				return true
+			}
 		}
 	}
 	return false

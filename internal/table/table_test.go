@@ -54,8 +54,9 @@ func consistent(t require.TestingT, tb *Table[int64]) {
 		require.Same(t, g, tb.dir[first].g)
 	}
 	require.Len(t, tb.segs, len(seen), "segs lists every segment once")
-	used := 0
+	used, slots := 0, 0
 	for g, refs := range seen {
+		slots += len(g.slots)
 		require.Equal(t, 1<<(tb.depth-g.depth), refs, "a segment of depth %d has the wrong number of directory entries", g.depth)
 		held := 0
 		for i := range g.slots {
@@ -79,6 +80,7 @@ func consistent(t require.TestingT, tb *Table[int64]) {
 		used += held
 	}
 	require.Equal(t, tb.n, used)
+	require.Equal(t, slots, tb.slots)
 	require.LessOrEqual(t, tb.n, tb.max)
 }
 
@@ -117,11 +119,10 @@ func TestTableModel(t *testing.T) {
 			}
 			require.NotContains(t, model, k)
 			before := tb.Stats
-			// The keys of the segment a sweep would visit now.
+			// The keys of the segment a sweep would visit now: the new
+			// key's.
 			var sweepable []string
-			turn, segs := tb.sweep, len(tb.segs)
-			if len(tb.segs) > 0 {
-				g := tb.segs[tb.sweep%len(tb.segs)]
+			if g := tb.seg(tag); g != nil {
 				for i := range g.slots {
 					if g.slots[i].meta != 0 {
 						sweepable = append(sweepable, g.slots[i].key)
@@ -153,9 +154,6 @@ func TestTableModel(t *testing.T) {
 				delete(model, m)
 			}
 			swept := tb.Stats.Sweeps > before.Sweeps
-			if swept {
-				require.Equal(t, (turn+1)%segs, tb.sweep, "the segments take turns at sweeps")
-			}
 			if swept && dropped > 0 && lossy == 0 {
 				// The sweep freed room: it dropped every fresh entry of
 				// its segment, and nothing else.
@@ -278,10 +276,10 @@ func TestTableClockOrder(t *testing.T) {
 // TestTableClockDropsFreshAtOnce: between sweeps, the CLOCK hand drops the
 // first fresh entry it reaches in the new key's segment, however recently
 // it was used, before it counts any live entry down to nothing. The table
-// is large enough that the next sweep is far off, and every entry has just
-// been used.
+// is large enough that the segment's next sweep is far off, and every entry
+// has just been used.
 func TestTableClockDropsFreshAtOnce(t *testing.T) {
-	const size = 3000 // split in segments; sweeps come every size/8 insertions shared among them
+	const size = 3000 // split in segments, each swept once per eighth of its entries in insertions
 	const live = 1 << 40
 	var tb Table[int64]
 	tb.Init(size, expired)
@@ -297,34 +295,35 @@ func TestTableClockDropsFreshAtOnce(t *testing.T) {
 		insert(keys[i])
 	}
 	require.Greater(t, len(tb.segs), 1, "a table this large is split")
-	inSeg := func(g *segment[int64]) string { // a key g holds
-		for _, k := range keys {
-			if tb.seg(tag(k)) == g && tb.Lookup(k, tag(k)) != nil {
-				return k
-			}
+	g := tb.seg(tag("after-sweep"))
+	var inG []string // keys g holds
+	for _, k := range keys {
+		if tb.seg(tag(k)) == g {
+			inG = append(inG, k)
 		}
-		t.Fatal("an empty segment")
-		return ""
 	}
-	// The table is full and a sweep is due: let it drop one fresh entry
-	// of the segment it visits, so that the next sweep is far off.
-	first := inSeg(tb.segs[tb.sweep])
-	*tb.Lookup(first, tag(first)) = 0
+	// The table is full and g's sweep is due: let it drop one fresh entry,
+	// so that g's next sweep is far off.
+	*tb.Lookup(inG[0], tag(inG[0])) = 0
 	insert("after-sweep")
 	require.Equal(t, uint64(1), tb.Stats.Sweeps)
 	require.Equal(t, uint64(1), tb.Stats.Evictions)
-	require.Nil(t, tb.Lookup(first, tag(first)))
-	keys = append(slices.DeleteFunc(keys, func(k string) bool { return k == first }), "after-sweep")
+	require.Nil(t, tb.Lookup(inG[0], tag(inG[0])))
+	keys = append(slices.DeleteFunc(keys, func(k string) bool { return k == inG[0] }), "after-sweep")
 
-	// One entry of the newcomer's segment turns fresh; every entry, that
-	// one included, is used again.
-	fresh := inSeg(tb.seg(tag("newcomer")))
+	// Another key of g turns fresh; every entry, that one included, is
+	// used again; a newcomer to g comes.
+	fresh := inG[len(inG)/2]
 	*tb.Lookup(fresh, tag(fresh)) = 0
 	for _, k := range keys {
 		require.NotNil(t, tb.Find(k, tag(k)))
 	}
+	newcomer := "newcomer"
+	for i := 0; tb.seg(tag(newcomer)) != g; i++ {
+		newcomer = "newcomer" + strconv.Itoa(i)
+	}
 	before := tb.Stats
-	insert("newcomer")
+	insert(newcomer)
 	require.Equal(t, before.Sweeps, tb.Stats.Sweeps, "no sweep was due")
 	require.Equal(t, before.Evictions+1, tb.Stats.Evictions)
 	require.Equal(t, before.LossyEvictions, tb.Stats.LossyEvictions, "a live entry went while a fresh one was held")
@@ -334,6 +333,32 @@ func TestTableClockDropsFreshAtOnce(t *testing.T) {
 			require.NotNil(t, tb.Lookup(k, tag(k)), "live entry %q dropped", k)
 		}
 	}
+	consistent(t, &tb)
+}
+
+// TestTableChurnKeepsBudget: a full table whose entries turn fresh 40,000
+// insertions after they came, churned through six times its bound, keeps
+// its arrays within their budget (room a sweep frees in one segment must
+// not let the others grow without end), and its evictions lossless.
+func TestTableChurnKeepsBudget(t *testing.T) {
+	const m = 100_000
+	var tb Table[int64]
+	tb.Init(m, expired)
+	for i := range 6 * m {
+		k := "user-" + strconv.Itoa(i)
+		p, ok := tb.Insert(k, Tag(hash(k), false), int64(i))
+		require.True(t, ok)
+		*p = int64(i + 40_000)
+		if i%1000 == 999 {
+			require.LessOrEqual(t, tb.slots, m*9/7+2*tb.segSlots, "arrays past 9/7 of a slot an entry at insertion %d", i)
+		}
+	}
+	slots := 0
+	for _, g := range tb.segs {
+		slots += len(g.slots)
+	}
+	require.Equal(t, slots, tb.slots)
+	require.Zero(t, tb.Stats.LossyEvictions, "a live entry went where fresh ones were held")
 	consistent(t, &tb)
 }
 
