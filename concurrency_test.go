@@ -36,27 +36,37 @@ func TestConcurrentChecksAdmitExactlyTheLimit(t *testing.T) {
 			t.Run(name+"/"+clockName, func(t *testing.T) {
 				lim, err := ratelimit.New(rule, ratelimit.WithClock(clock()))
 				require.NoError(t, err)
-				var admitted atomic.Int64
-				var start, done sync.WaitGroup
-				start.Add(1)
-				for i := 0; i < 1000; i++ {
-					done.Add(1)
-					go func() {
-						defer done.Done()
-						start.Wait()
-						d, err := lim.Check(ratelimit.Unit)
-						assert.NoError(t, err)
-						if d.Allowed {
-							admitted.Add(1)
-						}
-					}()
-				}
-				start.Done()
-				waitGroup(t, &done, "1000 concurrent checks to finish")
-				assert.Equal(t, int64(100), admitted.Load())
+				assert.Equal(t, int64(100), checkConcurrently(t, lim, nil))
 			})
 		}
 	}
+}
+
+// checkConcurrently starts 1000 goroutines at once, each of which calls
+// before (if not nil) with its index and then checks a unit on lim, and
+// returns how many of the checks were admitted once all have finished.
+func checkConcurrently(t *testing.T, lim ratelimit.Limiter, before func(i int)) int64 {
+	var admitted atomic.Int64
+	var start, done sync.WaitGroup
+	start.Add(1)
+	for i := 0; i < 1000; i++ {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			start.Wait()
+			if before != nil {
+				before(i)
+			}
+			d, err := lim.Check(ratelimit.Unit)
+			assert.NoError(t, err)
+			if d.Allowed {
+				admitted.Add(1)
+			}
+		}()
+	}
+	start.Done()
+	waitGroup(t, &done, "1000 concurrent checks to finish")
+	return admitted.Load()
 }
 
 func TestCheckDoesNotAllocate(t *testing.T) {

@@ -102,7 +102,7 @@ type atomicGCRA struct {
 	shift    uint  // bits of the fraction in the word
 	reach    int64 // 2 tau's whole nanoseconds, plus 2 if tau has a fraction (see floor)
 	fracMask uint64
-	whole    bool // a GCRA at a pace of whole nanoseconds: Check takes spendWhole
+	whole    bool // a GCRA at a pace of whole nanoseconds: Check takes judgeWhole
 	// mutexOnly: the pace's fraction never fits the word, which is
 	// movedWord from the start.
 	mutexOnly bool
@@ -233,32 +233,35 @@ func (l *atomicGCRA) judge(v *verdict, now, cost int64) vtime {
 	}
 }
 
-// spendWhole is spend for a pace of whole nanoseconds (shift 0, so n = 1
+// judgeWhole is judge for a pace of whole nanoseconds (shift 0, so n = 1
 // and no span has a fraction): the word is the TAT's nanoseconds since
 // base plus one, and the admission test is admits' with no fraction to
-// carry. It returns the TAT it decided on.
-func (l *atomicGCRA) spendWhole(now, cost int64) (tat, at int64, admitted bool) {
+// carry.
+func (l *atomicGCRA) judgeWhole(v *verdict, now, cost int64) {
 	span, _ := l.alg.costSpan(cost)
+	v.df, v.nf = 0, 0
 	for {
 		w := l.word.Load()
 		if w == movedWord {
-			s, at, admitted := l.spendLocked(now, cost)
-			return s.t, at, admitted
+			l.judgeLocked(v, now, span, 0)
+			return
 		}
-		tat = 0 // the fresh state
+		tat := int64(0) // the fresh state
 		if w != 0 {
 			tat = l.base + int64(w) - 1
 		}
-		at = now // judgedAt's answer unless the TAT runs more than tau ahead
+		v.at = now // judgedAt's answer unless the TAT runs more than tau ahead
 		if tat-int64(l.alg.tauNs) > now {
-			at = l.judgedAt(now, tat)
+			v.at = l.judgedAt(now, tat)
 		}
 		// The debt is at most 2 tau, and span at most tau: no overflow.
-		next := uint64(max(tat, at)-at) + span
-		if next > l.alg.tauNs {
-			return tat, at, false
+		v.dn = uint64(max(tat, v.at) - v.at)
+		v.nn = v.dn + span
+		v.ok = v.nn <= l.alg.tauNs
+		if !v.ok {
+			return
 		}
-		t := at + int64(next)
+		t := v.at + int64(v.nn)
 		var won bool
 		if nw := uint64(t-l.base) + 1; t > 0 && t >= l.base && nw < 1<<63 {
 			won = l.word.CompareAndSwap(w, nw) // pack's word for vtime{t: t}
@@ -268,17 +271,9 @@ func (l *atomicGCRA) spendWhole(now, cost int64) (tat, at int64, admitted bool) 
 			won = l.swap(w, vtime{t: t})
 		}
 		if won {
-			return tat, at, true
+			return
 		}
 	}
-}
-
-// spendLocked is spend on the state moved under the mutex.
-func (l *atomicGCRA) spendLocked(now, cost int64) (s vtime, at int64, admitted bool) {
-	var v verdict
-	cn, cf := l.alg.costSpan(cost)
-	s = l.judgeLocked(&v, now, cn, cf)
-	return s, v.at, v.ok
 }
 
 // judgeLocked is judge on the state under the mutex, for a cost that takes
@@ -346,17 +341,16 @@ func (l *atomicGCRA) Check(cost Units) (Decision, error) {
 	if d, err := checkCost(cost, l.alg.capMilli, &l.alg.pol); err != nil {
 		return d, err
 	}
-	var d Decision
+	var v verdict
 	if l.whole {
-		tat, at, _ := l.spendWhole(l.now(), int64(cost))
-		l.alg.schedule(&d, &vtime{t: tat}, at, int64(cost), false)
+		l.judgeWhole(&v, l.now(), int64(cost))
 	} else {
-		var v verdict
 		l.judge(&v, l.now(), int64(cost))
-		l.alg.conclude(&d, v.at, v.dn, v.df, v.nn, v.nf, v.ok)
-		if l.leak != nil && v.ok {
-			l.leak.delay(&d, v.dn, v.df)
-		}
+	}
+	var d Decision
+	l.alg.conclude(&d, v.at, v.dn, v.df, v.nn, v.nf, v.ok)
+	if l.leak != nil && v.ok {
+		l.leak.delay(&d, v.dn, v.df)
 	}
 	if l.obs != nil {
 		l.obs.Decided(d, cost, outcomeOf(&d))

@@ -2,8 +2,6 @@ package ratelimit_test
 
 import (
 	"math/big"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -135,24 +133,7 @@ func TestPackedGCRAConcurrentChecksAdmitExactlyTheBurst(t *testing.T) {
 				lim, err := ratelimit.New(a.rule(settings{rate: tc.rate, capacity: 100}), ratelimit.WithClock(clk))
 				require.NoError(t, err)
 				clk.Set(time.Duration(tc.start))
-				var admitted atomic.Int64
-				var start, done sync.WaitGroup
-				start.Add(1)
-				for i := 0; i < 1000; i++ {
-					done.Add(1)
-					go func() {
-						defer done.Done()
-						start.Wait()
-						d, err := lim.Check(ratelimit.Unit)
-						assert.NoError(t, err)
-						if d.Allowed {
-							admitted.Add(1)
-						}
-					}()
-				}
-				start.Done()
-				waitGroup(t, &done, "1000 concurrent checks to finish")
-				assert.Equal(t, int64(100), admitted.Load())
+				assert.Equal(t, int64(100), checkConcurrently(t, lim, nil))
 				want := "lock-free"
 				if tc.moved {
 					want = "moved"
@@ -411,35 +392,20 @@ func TestWidePaceConcurrentChecksAdmitExactlyTheBurst(t *testing.T) {
 				lim, err := ratelimit.New(a.rule(settings{rate: rate, capacity: 100}), ratelimit.WithClock(clk))
 				require.NoError(t, err)
 				require.Equal(t, "mutex", ratelimit.SingleKeyPath(lim))
-				var admitted atomic.Int64
-				var start, done sync.WaitGroup
-				start.Add(1)
-				for i := 0; i < 1000; i++ {
-					done.Add(1)
-					go func() {
-						defer done.Done()
-						start.Wait()
-						switch i % 10 {
-						case 1:
-							d, err := ratelimit.Peek(lim, ratelimit.Unit)
-							assert.NoError(t, err)
-							assert.GreaterOrEqual(t, d.Remaining, int64(0))
-						case 2:
-							// An instant before any admission: nothing to give back.
-							g, err := ratelimit.Refund(lim, ratelimit.Unit, time.Minute)
-							assert.NoError(t, err)
-							assert.Zero(t, g)
-						}
-						d, err := lim.Check(ratelimit.Unit)
+				admitted := checkConcurrently(t, lim, func(i int) {
+					switch i % 10 {
+					case 1:
+						d, err := ratelimit.Peek(lim, ratelimit.Unit)
 						assert.NoError(t, err)
-						if d.Allowed {
-							admitted.Add(1)
-						}
-					}()
-				}
-				start.Done()
-				waitGroup(t, &done, "1000 concurrent checks to finish")
-				assert.Equal(t, int64(100), admitted.Load())
+						assert.GreaterOrEqual(t, d.Remaining, int64(0))
+					case 2:
+						// An instant before any admission: nothing to give back.
+						g, err := ratelimit.Refund(lim, ratelimit.Unit, time.Minute)
+						assert.NoError(t, err)
+						assert.Zero(t, g)
+					}
+				})
+				assert.Equal(t, int64(100), admitted)
 				d, err := lim.Check(ratelimit.Unit)
 				require.NoError(t, err)
 				assert.False(t, d.Allowed)

@@ -289,17 +289,10 @@ func (l *atomicGCRA) try(cost int64, budget time.Duration) attempt {
 // delayed: it commits only a request that goes on within budget, and only
 // on the state it judged.
 func (l *atomicGCRA) tryQueue(now, cost int64, budget time.Duration) attempt {
-	for {
-		w := l.word.Load()
-		if w == movedWord {
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			return tryState(l.leak, &l.locked, l.judgedAt(now, l.locked.t), cost, budget)
-		}
-		s := l.unpack(w)
-		a := tryState(l.leak, &s, l.judgedAt(now, s.t), cost, budget)
-		if !a.committed || l.swap(w, s) {
-			return a
-		}
-	}
+	var a attempt
+	l.update(now, func(s *vtime, at int64) bool {
+		a = tryState(l.leak, s, at, cost, budget)
+		return a.committed
+	})
+	return a
 }
