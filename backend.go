@@ -126,6 +126,10 @@ type Machine struct {
 type machineCore interface {
 	// step decides on an encoded algorithm state (the fields after last).
 	step(fields []int64, now, cost int64, commit bool, dst []byte) (Decision, []byte, error)
+	// refund and settle are Machine.Refund's and Machine.Settle's, as step
+	// is Step's (see backendops.go).
+	refund(fields []int64, now, at, cost int64, dst []byte) (int64, []byte, error)
+	settle(fields []int64, now, charged, actual int64, at time.Duration, dst []byte) (Decision, int64, []byte, error)
 	capacity() int64
 	policy() *policy
 	params() Params
@@ -180,20 +184,9 @@ func (m *Machine) Step(state []byte, now time.Duration, cost Units, commit bool)
 	if d, err := checkCost(cost, m.core.capacity(), m.core.policy()); err != nil {
 		return d, state, err
 	}
-	fields, err := parseState(state)
+	t, fields, err := splitState(state, now)
 	if err != nil {
 		return m.core.policy().decision(), state, err
-	}
-	t := clampTime(now)
-	var last int64
-	if len(fields) > 0 {
-		last, fields = fields[0], fields[1:]
-		t = max(t, last)
-	} else {
-		fields = nil
-	}
-	if last > int64(MaxTime) {
-		return m.core.policy().decision(), state, fmt.Errorf("%w: latest instant %d is beyond MaxTime", ErrInvalidState, last)
 	}
 	var dst []byte
 	if commit {
@@ -207,6 +200,25 @@ func (m *Machine) Step(state []byte, now time.Duration, cost Units, commit bool)
 		return d, state, nil
 	}
 	return d, next, nil
+}
+
+// splitState parses an encoded state into the instant a step at now uses
+// (now clamped into [0, MaxTime] and raised to the state's latest instant)
+// and the algorithm's fields after it (none for a fresh key).
+func splitState(state []byte, now time.Duration) (int64, []int64, error) {
+	fields, err := parseState(state)
+	if err != nil {
+		return 0, nil, err
+	}
+	t := clampTime(now)
+	if len(fields) == 0 {
+		return t, nil, nil
+	}
+	last := fields[0]
+	if last > int64(MaxTime) {
+		return 0, nil, fmt.Errorf("%w: latest instant %d is beyond MaxTime", ErrInvalidState, last)
+	}
+	return max(t, last), fields[1:], nil
 }
 
 // parseState splits an encoded state into its integers.

@@ -26,46 +26,83 @@ func drawMachineRule(t *rapid.T) (ratelimit.Rule, time.Duration) {
 	return lc.rule, lc.scale
 }
 
+// machinePair is a Machine and the single-key limiter of the same rule on
+// a manual clock, for the tests that run one trace on both.
+type machinePair struct {
+	m        *ratelimit.Machine
+	lim      ratelimit.Limiter
+	clk      *ratelimit.ManualClock
+	scale    time.Duration
+	capacity ratelimit.Units
+}
+
+// drawMachinePair draws a rule (see drawMachineRule) and a start instant.
+func drawMachinePair(t *rapid.T) machinePair {
+	rule, scale := drawMachineRule(t)
+	m, err := ratelimit.NewMachine(rule)
+	require.NoError(t, err)
+	clk := ratelimit.NewManualClock(time.Duration(rapid.Int64Range(0, int64(ratelimit.MaxTime)).Draw(t, "start")))
+	lim, err := ratelimit.New(rule, ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	return machinePair{m: m, lim: lim, clk: clk, scale: scale, capacity: m.Params().Capacity}
+}
+
+// move draws the clock's next move: back, a leap of up to ten years, or a
+// gap. With still, two moves in ten leave it where it is (an operation
+// that follows the one before it at once).
+func (p machinePair) move(t *rapid.T, still bool) {
+	switch mv := rapid.IntRange(0, 9).Draw(t, "move"); {
+	case mv == 0:
+		p.clk.Set(p.clk.Now() - time.Duration(rapid.Int64Range(0, int64(p.scale)).Draw(t, "back")))
+	case mv == 1:
+		p.clk.Advance(time.Duration(rapid.Int64Range(0, int64(10*year)).Draw(t, "leap")))
+	case still && mv <= 3:
+	default:
+		p.clk.Advance(time.Duration(rapid.Int64Range(0, int64(p.scale)/4+1).Draw(t, "gap")))
+	}
+}
+
+// cost draws a cost from 1 to over past the capacity, or one of a few
+// whole units (at most the capacity).
+func (p machinePair) cost(t *rapid.T, over int64) ratelimit.Units {
+	cost := ratelimit.Units(rapid.Int64Range(1, int64(p.capacity)+over).Draw(t, "cost"))
+	if rapid.IntRange(0, 3).Draw(t, "whole") == 0 {
+		cost = min(p.capacity, ratelimit.Unit*ratelimit.Units(rapid.Int64Range(1, 3).Draw(t, "units")))
+	}
+	return cost
+}
+
+// check checks cost on the limiter and steps state at now on the Machine,
+// requires the same Decision, and returns it and the state written.
+func (p machinePair) check(t *rapid.T, i int, state []byte, now time.Duration, cost ratelimit.Units) (ratelimit.Decision, []byte) {
+	want, err := p.lim.Check(cost)
+	require.NoError(t, err)
+	got, next, err := p.m.Step(state, now, cost, true)
+	require.NoError(t, err, "step %d on state %q", i, state)
+	require.Equal(t, want, got, "step %d at %d, cost %d, state %q", i, now, cost, state)
+	return got, next
+}
+
 // TestMachineMatchesLimiter checks that a Machine stepping an encoded
 // state decides exactly as the single-key limiter does, field by field,
 // on the same trace, backwards clock readings and leaps of years included,
 // and that every state it writes reads back to itself.
 func TestMachineMatchesLimiter(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		rule, scale := drawMachineRule(t)
-		m, err := ratelimit.NewMachine(rule)
-		require.NoError(t, err)
-		clk := ratelimit.NewManualClock(time.Duration(rapid.Int64Range(0, int64(ratelimit.MaxTime)).Draw(t, "start")))
-		lim, err := ratelimit.New(rule, ratelimit.WithClock(clk))
-		require.NoError(t, err)
-		capacity := m.Params().Capacity
+		p := drawMachinePair(t)
 		var state []byte
 		for i, n := 0, rapid.IntRange(1, 40).Draw(t, "steps"); i < n; i++ {
-			switch rapid.IntRange(0, 9).Draw(t, "move") {
-			case 0: // back
-				clk.Set(clk.Now() - time.Duration(rapid.Int64Range(0, int64(scale)).Draw(t, "back")))
-			case 1: // a leap of up to ten years
-				clk.Advance(time.Duration(rapid.Int64Range(0, int64(10*year)).Draw(t, "leap")))
-			default:
-				clk.Advance(time.Duration(rapid.Int64Range(0, int64(scale)/4+1).Draw(t, "gap")))
-			}
-			cost := ratelimit.Units(rapid.Int64Range(1, int64(capacity)).Draw(t, "cost"))
-			if rapid.IntRange(0, 3).Draw(t, "whole") == 0 {
-				cost = min(capacity, ratelimit.Unit*ratelimit.Units(rapid.Int64Range(1, 3).Draw(t, "units")))
-			}
-			now := clk.Now()
-			peek, same, err := m.Step(state, now, cost, false)
+			p.move(t, false)
+			cost := p.cost(t, 0)
+			now := p.clk.Now()
+			peek, same, err := p.m.Step(state, now, cost, false)
 			require.NoError(t, err)
 			require.Equal(t, string(state), string(same), "a look changes nothing")
-			want, err := lim.Check(cost)
-			require.NoError(t, err)
-			got, next, err := m.Step(state, now, cost, true)
-			require.NoError(t, err, "step %d on state %q", i, state)
-			require.Equal(t, want, got, "step %d at %d, cost %d, state %q", i, now, cost, state)
-			require.Equal(t, want, peek, "the look decides as the check does")
+			got, next := p.check(t, i, state, now, cost)
+			require.Equal(t, got, peek, "the look decides as the check does")
 			// What was written reads back (the next step decides on it,
 			// and must again agree with the limiter).
-			_, _, err = m.Step(next, 0, 1, false)
+			_, _, err = p.m.Step(next, 0, 1, false)
 			require.NoError(t, err, "state %q does not read back", next)
 			state = next
 		}

@@ -1,7 +1,6 @@
 package ratelimit
 
 import (
-	"fmt"
 	"strconv"
 	"time"
 )
@@ -32,37 +31,12 @@ func (m *Machine) Refund(state []byte, now, at time.Duration, cost Units) (given
 	if err != nil || len(state) == 0 {
 		return 0, state, err
 	}
-	r, ok := m.core.(interface {
-		refund(fields []int64, now, at, cost int64, dst []byte) (int64, []byte, error)
-	})
-	if !ok {
-		return 0, state, fmt.Errorf("%w: %s has no refund", ErrInvalidRule, m.params.Algorithm)
-	}
 	dst := strconv.AppendInt(make([]byte, 0, len(state)+24), t, 10)
-	g, next, err := r.refund(fields, t, clampAt(at, t), c, dst)
+	g, next, err := m.core.refund(fields, t, clampAt(at, t), c, dst)
 	if err != nil {
 		return 0, state, err
 	}
 	return Units(g), next, nil
-}
-
-// splitState parses an encoded state into the instant a step at now uses
-// (now clamped into [0, MaxTime] and raised to the state's latest instant)
-// and the algorithm's fields after it (none for a fresh key).
-func splitState(state []byte, now time.Duration) (int64, []int64, error) {
-	fields, err := parseState(state)
-	if err != nil {
-		return 0, nil, err
-	}
-	t := clampTime(now)
-	if len(fields) == 0 {
-		return t, nil, nil
-	}
-	last := fields[0]
-	if last > int64(MaxTime) {
-		return 0, nil, fmt.Errorf("%w: latest instant %d is beyond MaxTime", ErrInvalidState, last)
-	}
-	return max(t, last), fields[1:], nil
 }
 
 // refund is Machine.Refund on the decoded fields at the clamped instant,
@@ -106,14 +80,8 @@ func (m *Machine) Settle(state []byte, now, at time.Duration, charged, actual Un
 	if err != nil {
 		return m.core.policy().decision(), 0, state, err
 	}
-	st, ok := m.core.(interface {
-		settle(fields []int64, now, charged, actual int64, at time.Duration, dst []byte) (Decision, int64, []byte, error)
-	})
-	if !ok {
-		return m.core.policy().decision(), 0, state, fmt.Errorf("%w: %s has no settle", ErrInvalidRule, m.params.Algorithm)
-	}
 	dst := strconv.AppendInt(make([]byte, 0, len(state)+24), t, 10)
-	d, x, next, err := st.settle(fields, t, int64(charged), int64(actual), at, dst)
+	d, x, next, err := m.core.settle(fields, t, int64(charged), int64(actual), at, dst)
 	if err != nil {
 		return m.core.policy().decision(), 0, state, err
 	}

@@ -18,31 +18,14 @@ import (
 // that leap years or go back.
 func TestMachineRefundMatchesLimiter(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		rule, scale := drawMachineRule(t)
-		m, err := ratelimit.NewMachine(rule)
-		require.NoError(t, err)
-		clk := ratelimit.NewManualClock(time.Duration(rapid.Int64Range(0, int64(ratelimit.MaxTime)).Draw(t, "start")))
-		lim, err := ratelimit.New(rule, ratelimit.WithClock(clk))
-		require.NoError(t, err)
-		capacity := m.Params().Capacity
+		p := drawMachinePair(t)
+		m, lim, scale, capacity := p.m, p.lim, p.scale, p.capacity
 		var state []byte
 		var ats []time.Duration
 		for i, n := 0, rapid.IntRange(1, 40).Draw(t, "steps"); i < n; i++ {
-			switch rapid.IntRange(0, 9).Draw(t, "move") {
-			case 0:
-				clk.Set(clk.Now() - time.Duration(rapid.Int64Range(0, int64(scale)).Draw(t, "back")))
-			case 1:
-				clk.Advance(time.Duration(rapid.Int64Range(0, int64(10*year)).Draw(t, "leap")))
-			case 2, 3:
-				// Refunds often follow their check at once.
-			default:
-				clk.Advance(time.Duration(rapid.Int64Range(0, int64(scale)/4+1).Draw(t, "gap")))
-			}
-			cost := ratelimit.Units(rapid.Int64Range(1, int64(capacity)+2000).Draw(t, "cost"))
-			if rapid.IntRange(0, 3).Draw(t, "whole") == 0 {
-				cost = min(capacity, ratelimit.Unit*ratelimit.Units(rapid.Int64Range(1, 3).Draw(t, "units")))
-			}
-			now := clk.Now()
+			p.move(t, true) // refunds often follow their check at once
+			cost := p.cost(t, 2000)
+			now := p.clk.Now()
 			if rapid.Bool().Draw(t, "refund") {
 				at := now
 				switch {
@@ -70,11 +53,7 @@ func TestMachineRefundMatchesLimiter(t *testing.T) {
 				continue
 			}
 			cost = min(cost, capacity)
-			want, err := lim.Check(cost)
-			require.NoError(t, err)
-			got, next, err := m.Step(state, now, cost, true)
-			require.NoError(t, err, "step %d on state %q", i, state)
-			require.Equal(t, want, got, "step %d at %d, cost %d, state %q", i, now, cost, state)
+			got, next := p.check(t, i, state, now, cost)
 			if got.Allowed {
 				ats = append(ats, got.At)
 			}
@@ -133,30 +112,14 @@ func TestMachineRefundErrors(t *testing.T) {
 // past the debt bound or refund, at admitted and arbitrary instants.
 func TestMachineSettleMatchesLimiter(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		rule, scale := drawMachineRule(t)
-		m, err := ratelimit.NewMachine(rule)
-		require.NoError(t, err)
-		clk := ratelimit.NewManualClock(time.Duration(rapid.Int64Range(0, int64(ratelimit.MaxTime)).Draw(t, "start")))
-		lim, err := ratelimit.New(rule, ratelimit.WithClock(clk))
-		require.NoError(t, err)
-		capacity := m.Params().Capacity
+		p := drawMachinePair(t)
+		m, lim, scale, capacity := p.m, p.lim, p.scale, p.capacity
 		var state []byte
 		var ats []time.Duration
 		for i, n := 0, rapid.IntRange(1, 40).Draw(t, "steps"); i < n; i++ {
-			switch rapid.IntRange(0, 9).Draw(t, "move") {
-			case 0:
-				clk.Set(clk.Now() - time.Duration(rapid.Int64Range(0, int64(scale)).Draw(t, "back")))
-			case 1:
-				clk.Advance(time.Duration(rapid.Int64Range(0, int64(10*year)).Draw(t, "leap")))
-			case 2, 3:
-			default:
-				clk.Advance(time.Duration(rapid.Int64Range(0, int64(scale)/4+1).Draw(t, "gap")))
-			}
-			cost := ratelimit.Units(rapid.Int64Range(1, int64(capacity)).Draw(t, "cost"))
-			if rapid.IntRange(0, 3).Draw(t, "whole") == 0 {
-				cost = min(capacity, ratelimit.Unit*ratelimit.Units(rapid.Int64Range(1, 3).Draw(t, "units")))
-			}
-			now := clk.Now()
+			p.move(t, true) // settlements often follow their check at once
+			cost := p.cost(t, 0)
+			now := p.clk.Now()
 			if rapid.IntRange(0, 2).Draw(t, "settle") == 0 {
 				actual := ratelimit.Units(rapid.Int64Range(1, 3*int64(capacity)+2000).Draw(t, "actual"))
 				if rapid.Bool().Draw(t, "near") {
@@ -190,11 +153,7 @@ func TestMachineSettleMatchesLimiter(t *testing.T) {
 				state = next
 				continue
 			}
-			want, err := lim.Check(cost)
-			require.NoError(t, err)
-			got, next, err := m.Step(state, now, cost, true)
-			require.NoError(t, err, "step %d on state %q", i, state)
-			require.Equal(t, want, got, "step %d at %d, cost %d, state %q", i, now, cost, state)
+			got, next := p.check(t, i, state, now, cost)
 			if got.Allowed {
 				ats = append(ats, got.At)
 			}

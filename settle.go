@@ -281,6 +281,9 @@ const maxTAT = math.MaxInt64
 // most twice the capacity) and never past maxTAT.
 func (m *meter) charge(s *vtime, now, extra int64) int64 {
 	g := min(extra, 2*m.capMilli-m.spentAt(s, now)) // spentAt rounds up: g rounds down
+	if g <= 0 {
+		return 0
+	}
 	base := *s
 	if base.t < now {
 		base = vtime{t: now}
@@ -296,9 +299,6 @@ func (m *meter) charge(s *vtime, now, extra int64) int64 {
 		room, _, ok = wide.MulDiv(uint64(maxTAT-base.t), m.n, m.p)
 	default:
 		room, _, ok = wide.MulAddDiv(uint64(maxTAT-base.t-1), m.n, m.n-base.frac, m.p)
-	}
-	if g <= 0 {
-		return 0
 	}
 	if ok && room < uint64(g) {
 		if g = int64(room); g == 0 {
