@@ -74,14 +74,13 @@ func noRelease() {}
 // linearizable. It starts no goroutines and needs no Close. The zero
 // InFlight is not usable; build one with [NewInFlight].
 type InFlight struct {
-	limit   int64
-	hold    int64 // MaxHold in ns; 0: none
-	pol     policy
-	clock   Clock
-	seed    maphash.Seed
-	mask    uint64
-	shards  []inflightShard
-	refused Decision // the Decision of a refusal, but for At
+	limit  int64
+	hold   int64 // MaxHold in ns; 0: none
+	pol    policy
+	clock  Clock
+	seed   maphash.Seed
+	mask   uint64
+	shards []inflightShard
 }
 
 // inflightShard is one shard of an InFlight: its keys behind a timeLock,
@@ -144,7 +143,7 @@ func NewInFlight(l InFlightLimit, opts ...Option) (*InFlight, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &InFlight{
+	return &InFlight{
 		limit:  l.Limit,
 		hold:   int64(l.MaxHold),
 		pol:    policy{name: l.Name, limit: l.Limit},
@@ -152,9 +151,7 @@ func NewInFlight(l InFlightLimit, opts ...Option) (*InFlight, error) {
 		seed:   maphash.MakeSeed(),
 		mask:   uint64(n - 1),
 		shards: make([]inflightShard, n),
-	}
-	f.refused = f.pol.decision()
-	return f, nil
+	}, nil
 }
 
 // Acquire takes a slot for key if one is free, at once: it never waits for
@@ -304,15 +301,18 @@ func (f *InFlight) acquire(ctx context.Context, key string, rate KeyedLimiter, c
 	now := sh.tl.lock(clampTime(f.clock.Now()))
 	e.expire(now)
 	free := f.limit - int64(len(e.slots))
-	sh.tl.unlock()
 	if free <= 0 {
-		d := f.refused
+		sh.tl.unlock()
+		d := f.pol.decision()
 		d.At = time.Duration(now)
 		return noRelease, d, nil
 	}
 
 	var d Decision
 	if rate != nil {
+		// rate is asked without the shard's lock: the turn alone keeps
+		// the free slot free.
+		sh.tl.unlock()
 		var err error
 		if cc, ok := rate.(ContextChecker); ok {
 			d, err = cc.CheckContext(ctx, key, cost)
@@ -322,9 +322,8 @@ func (f *InFlight) acquire(ctx context.Context, key string, rate KeyedLimiter, c
 		if err != nil || !d.Allowed {
 			return noRelease, d, err
 		}
+		now = sh.tl.lock(clampTime(f.clock.Now()))
 	}
-
-	now = sh.tl.lock(clampTime(f.clock.Now()))
 	until := int64(MaxTime)
 	if f.hold > 0 {
 		until = min(now+f.hold, int64(MaxTime))

@@ -26,6 +26,14 @@ func newInFlight(t testing.TB, l ratelimit.InFlightLimit, opts ...ratelimit.Opti
 	return f
 }
 
+// enter counts one more holder inside, and raises most to the count if it
+// is the most seen.
+func enter(inside, most *atomic.Int64) {
+	n := inside.Add(1)
+	for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+	}
+}
+
 // TestInFlightNeverOverLimit has 1,000 goroutines acquire and release one
 // key against a limit of 4, counting the holders inside the critical
 // section: never more than 4 at once.
@@ -59,9 +67,7 @@ func TestInFlightNeverOverLimit(t *testing.T) {
 							continue
 						}
 						admitted.Add(1)
-						n := inside.Add(1)
-						for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-						}
+						enter(&inside, &most)
 						runtime.Gosched() // hold the slot while others try
 						assert.LessOrEqual(t, f.InUse("k"), int64(4))
 						inside.Add(-1)
@@ -431,9 +437,7 @@ func TestInFlightWithRateConcurrently(t *testing.T) {
 				return
 			}
 			admitted.Add(1)
-			n := inside.Add(1)
-			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-			}
+			enter(&inside, &most)
 			inside.Add(-1)
 			release()
 		}()

@@ -53,9 +53,9 @@ func InFlight(lim *ratelimit.InFlight, rate ratelimit.KeyedLimiter, opts ...Opti
 			// The acquisition happens inside Middleware; it leaves its
 			// Release here, and the slot is given back when everything,
 			// the handler included, has returned or panicked.
-			var s heldSlot
+			s := &heldSlot{Context: r.Context()}
 			defer s.release()
-			limited.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), heldSlotKey{}, &s)))
+			limited.ServeHTTP(w, r.WithContext(s))
 		})
 	}
 }
@@ -63,8 +63,22 @@ func InFlight(lim *ratelimit.InFlight, rate ratelimit.KeyedLimiter, opts ...Opti
 // heldSlotKey is the context key of a request's heldSlot.
 type heldSlotKey struct{}
 
-// heldSlot is where a request's acquisition leaves its Release.
-type heldSlot struct{ rel ratelimit.Release }
+// heldSlot is a request's context, and where its acquisition leaves its
+// Release: one allocation for both, where context.WithValue would take
+// another.
+type heldSlot struct {
+	context.Context
+	rel ratelimit.Release
+}
+
+// Value returns the heldSlot itself for heldSlotKey, and the parent's
+// values otherwise.
+func (s *heldSlot) Value(key any) any {
+	if key == (heldSlotKey{}) {
+		return s
+	}
+	return s.Context.Value(key)
+}
 
 func (s *heldSlot) release() {
 	if s.rel != nil {
