@@ -73,6 +73,11 @@ type circuit struct {
 
 	mu      sync.Mutex                          // serialises changes to masters
 	masters atomic.Pointer[map[string]*breaker] // by node address; replaced whole
+
+	// mapped says the client has a slot map: a lookup has succeeded, and
+	// the client, which replaces its map but never drops it, answers every
+	// lookup after from memory, so a guarded one needs no goroutine.
+	mapped atomic.Bool
 }
 
 // maxMasters bounds the breakers a circuit keeps by master address.
@@ -139,25 +144,29 @@ func (c *circuit) byAddr(addr string) *breaker {
 // not stop at ctx's deadline then does so on a goroutine of its own, which
 // the caller stops waiting for at the deadline.
 func (c *circuit) master(ctx context.Context, rk string) (string, bool) {
-	if !c.guard {
-		node, err := c.cluster.MasterForKey(ctx, rk)
-		if err != nil {
-			return "", false
-		}
-		return node.Options().Addr, true
+	if !c.guard || c.mapped.Load() {
+		addr := c.lookup(ctx, rk)
+		return addr, addr != ""
 	}
 	ch := make(chan string, 1)
-	go func() {
-		addr := ""
-		if node, err := c.cluster.MasterForKey(ctx, rk); err == nil {
-			addr = node.Options().Addr
-		}
-		ch <- addr
-	}()
+	go func() { ch <- c.lookup(ctx, rk) }()
 	select {
 	case addr := <-ch:
 		return addr, addr != ""
 	case <-ctx.Done():
 		return "", false
 	}
+}
+
+// lookup returns the address of the master serving rk's slot, or "" if the
+// client cannot name it.
+func (c *circuit) lookup(ctx context.Context, rk string) string {
+	node, err := c.cluster.MasterForKey(ctx, rk)
+	if err != nil {
+		return ""
+	}
+	if !c.mapped.Load() {
+		c.mapped.Store(true)
+	}
+	return node.Options().Addr
 }

@@ -111,7 +111,7 @@ func NewComposite(rdb redis.UniversalClient, layers []Layer, opts ...Option) (*C
 	c := &Composite{
 		rdb: rdb, lm: lm, clock: o.clock, o: o, script: layersScript,
 		layers:   make([]compLayer, len(layers)),
-		marginMs: max(1, (int64(o.margin)+int64(time.Millisecond)-1)/int64(time.Millisecond)),
+		marginMs: max(1, ceilMs(o.margin)),
 	}
 	switch rdb.(type) {
 	case *redis.ClusterClient, *redis.Ring:

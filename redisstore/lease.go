@@ -184,7 +184,7 @@ func (l *Leased) CheckContext(ctx context.Context, key string, cost ratelimit.Un
 		if ls != nil {
 			if d, ok := l.admit(ls, c); ok {
 				l.localAdmits.Add(1)
-				l.observe(d, cost, nil)
+				l.s.observe(d, cost, nil)
 				return d, nil
 			}
 		}
@@ -255,7 +255,7 @@ func (l *Leased) take(ctx context.Context, e *leaseKey, old *lease, c, k int64) 
 			// The failure policy answers for the request's own cost.
 			d, _ = l.s.degraded(ctx, e.key, ratelimit.Units(c), err)
 		}
-		l.observe(d, ratelimit.Units(c), err)
+		l.s.observe(d, ratelimit.Units(c), err)
 		return d, err
 	}
 	e.full.Store(l.local() + int64(d.ResetAfter))
@@ -286,7 +286,7 @@ func (l *Leased) take(ctx context.Context, e *leaseKey, old *lease, c, k int64) 
 	}
 	ls.used.Store(c)
 	out := l.decision(ls, c, ls.at)
-	l.observe(out, ratelimit.Units(c), nil)
+	l.s.observe(out, ratelimit.Units(c), nil)
 	e.mu.Lock()
 	if e.dead || l.closed.Load() {
 		e.mu.Unlock()
@@ -473,20 +473,6 @@ func (l *Leased) expired(ls *lease, rest, t int64) bool {
 		return t/l.span-ls.at/l.span >= 2
 	default:
 		return t/l.span-ls.at/l.span >= p.Buckets
-	}
-}
-
-// observe tells the Store's observer of a Decision made here.
-func (l *Leased) observe(d ratelimit.Decision, cost ratelimit.Units, err error) {
-	obs := l.s.o.observer
-	switch {
-	case obs == nil:
-	case err != nil:
-		obs.Failed(l.s.p.Policy, err)
-	case d.Allowed:
-		obs.Decided(d, cost, ratelimit.OutcomeAllowed)
-	default:
-		obs.Decided(d, cost, ratelimit.OutcomeRefused)
 	}
 }
 

@@ -166,13 +166,7 @@ func (s *Store) degradedPeek(key string, cost ratelimit.Units, cause error) (rat
 		}
 		return d, cause
 	}
-	if s.o.mode == FailClosed {
-		d := s.refused()
-		d.RetryAfter = s.o.pause
-		return d, cause
-	}
-	d, _, _ := s.m.Step(nil, time.Duration(clamp(s.Clock().Now())), cost, false)
-	return d, cause
+	return s.failureMode(cost), cause
 }
 
 // Refund is RefundContext with a background context.
@@ -348,7 +342,7 @@ func (s *Store) SettleContext(ctx context.Context, key string, charged, actual r
 		if err != nil || actual <= charged {
 			return next, 0, err
 		}
-		return next, s.expiryMs(d.ResetAfter), nil
+		return next, expiryMs(d.ResetAfter, s.marginMs), nil
 	})
 	if err != nil {
 		return s.refused(), 0, err
@@ -364,9 +358,15 @@ func (s *Store) SettleContext(ctx context.Context, key string, charged, actual r
 }
 
 // expiryMs is the expiry a check sets for a state that is as good as a
-// fresh key's after reset: reset in whole ms, rounded up, plus the margin.
-func (s *Store) expiryMs(reset time.Duration) int64 {
-	return (int64(reset)+int64(time.Millisecond)-1)/int64(time.Millisecond) + s.marginMs
+// fresh key's after reset: reset in whole ms, rounded up, plus the margin
+// marginMs.
+func expiryMs(reset time.Duration, marginMs int64) int64 {
+	return ceilMs(reset) + marginMs
+}
+
+// ceilMs is d in whole ms, rounded up.
+func ceilMs(d time.Duration) int64 {
+	return (int64(d) + int64(time.Millisecond) - 1) / int64(time.Millisecond)
 }
 
 // Reset is ResetContext with a background context.
@@ -629,7 +629,7 @@ func (c *Composite) SettleContext(ctx context.Context, key string, charged, actu
 			}
 			nexts[i], after[i] = next, next
 			if actual > charged {
-				px[i] = c.expiryMs(ld.ResetAfter)
+				px[i] = expiryMs(ld.ResetAfter, c.marginMs)
 			}
 		}
 		var err error
@@ -647,11 +647,6 @@ func absUnits(x ratelimit.Units) ratelimit.Units {
 		return -x
 	}
 	return x
-}
-
-// expiryMs is Store.expiryMs for a layer's state.
-func (c *Composite) expiryMs(reset time.Duration) int64 {
-	return (int64(reset)+int64(time.Millisecond)-1)/int64(time.Millisecond) + c.marginMs
 }
 
 // Reset is ResetContext with a background context.

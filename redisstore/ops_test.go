@@ -166,6 +166,49 @@ func TestRefundAndResetClearTheDenyCache(t *testing.T) {
 	}
 }
 
+// checkAndRefund has 16 goroutines check key for a unit rounds times each
+// on l, and refund two of every three admissions at once, and returns how
+// many checks were admitted, the milli-units given back, and how many
+// refunds conflicted on every attempt.
+func checkAndRefund(t *testing.T, l interface {
+	Check(string, ratelimit.Units) (ratelimit.Decision, error)
+	Refund(string, ratelimit.Units, time.Duration) (ratelimit.Units, error)
+}, key string, rounds int) (admitted, given, conflicts int64) {
+	t.Helper()
+	var na, ng, nc atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range rounds {
+				d, err := l.Check(key, ratelimit.Unit)
+				if !assert.NoError(t, err) {
+					return
+				}
+				if !d.Allowed {
+					continue
+				}
+				na.Add(1)
+				if (w+i)%3 == 0 {
+					continue // kept
+				}
+				g, err := l.Refund(key, ratelimit.Unit, d.At)
+				if errors.Is(err, ErrConflict) {
+					nc.Add(1)
+					continue
+				}
+				if !assert.NoError(t, err) {
+					return
+				}
+				ng.Add(int64(g))
+			}
+		}()
+	}
+	wg.Wait()
+	return na.Load(), ng.Load(), nc.Load()
+}
+
 // TestRefundConcurrent: checks and refunds from many goroutines on one key
 // never let the key's spending exceed its limit, and many refunds of one
 // admission give it back once, whatever conflicts they meet.
@@ -180,38 +223,8 @@ func TestRefundConcurrent(t *testing.T) {
 			clk := ratelimit.NewManualClock(unixNow) // time stands still
 			s, err := New(rdb, rule, WithClock(clk), WithPrefix(testPrefix()), WithTimeout(5*time.Second))
 			require.NoError(t, err)
-			var admitted, given, conflicts atomic.Int64
-			var wg sync.WaitGroup
-			for w := range 16 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := range 100 {
-						d, err := s.Check("k", ratelimit.Unit)
-						if !assert.NoError(t, err) {
-							return
-						}
-						if !d.Allowed {
-							continue
-						}
-						admitted.Add(1)
-						if (w+i)%3 == 0 {
-							continue // kept
-						}
-						g, err := s.Refund("k", ratelimit.Unit, d.At)
-						if errors.Is(err, ErrConflict) {
-							conflicts.Add(1)
-							continue
-						}
-						if !assert.NoError(t, err) {
-							return
-						}
-						given.Add(int64(g))
-					}
-				}()
-			}
-			wg.Wait()
-			spent := admitted.Load()*int64(ratelimit.Unit) - given.Load()
+			admitted, given, conflicts := checkAndRefund(t, s, "k", 100)
+			spent := admitted*int64(ratelimit.Unit) - given
 			assert.LessOrEqual(t, spent, 10*int64(ratelimit.Unit), "more spent than the limit")
 			// Redis holds exactly what was spent and not given back.
 			left := 10 - spent/int64(ratelimit.Unit)
@@ -221,7 +234,7 @@ func TestRefundConcurrent(t *testing.T) {
 			if left > 0 {
 				assert.Equal(t, left-1, d.Remaining)
 			}
-			t.Logf("%d admitted, %d milli-units given back, %d refunds conflicted", admitted.Load(), given.Load(), conflicts.Load())
+			t.Logf("%d admitted, %d milli-units given back, %d refunds conflicted", admitted, given, conflicts)
 
 			// One admission refunded by many at once: given back once.
 			require.NoError(t, s.Reset("k"))
@@ -229,6 +242,7 @@ func TestRefundConcurrent(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, a.Allowed)
 			var once, failed atomic.Int64
+			var wg sync.WaitGroup
 			for range 16 {
 				wg.Add(1)
 				go func() {
@@ -330,40 +344,10 @@ func TestCompositeRefundConcurrent(t *testing.T) {
 	}
 	c, err := NewComposite(rdb, layers, WithClock(clk), WithPrefix(testPrefix()), WithHashTag(firstField), WithTimeout(5*time.Second))
 	require.NoError(t, err)
-	var admitted, given, conflicts atomic.Int64
-	var wg sync.WaitGroup
-	for w := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 50 {
-				d, err := c.Check("acme /a", ratelimit.Unit)
-				if !assert.NoError(t, err) {
-					return
-				}
-				if !d.Allowed {
-					continue
-				}
-				admitted.Add(1)
-				if (w+i)%3 == 0 {
-					continue
-				}
-				g, err := c.Refund("acme /a", ratelimit.Unit, d.At)
-				if errors.Is(err, ErrConflict) {
-					conflicts.Add(1)
-					continue
-				}
-				if !assert.NoError(t, err) {
-					return
-				}
-				given.Add(int64(g))
-			}
-		}()
-	}
-	wg.Wait()
-	spent := admitted.Load()*int64(ratelimit.Unit) - given.Load()
+	admitted, given, conflicts := checkAndRefund(t, c, "acme /a", 50)
+	spent := admitted*int64(ratelimit.Unit) - given
 	require.LessOrEqual(t, spent, 3*int64(ratelimit.Unit), "more spent than the tighter limit")
-	t.Logf("%d admitted, %d milli-units given back, %d refunds conflicted", admitted.Load(), given.Load(), conflicts.Load())
+	t.Logf("%d admitted, %d milli-units given back, %d refunds conflicted", admitted, given, conflicts)
 	// Both layers hold exactly the net spend: the tighter one refuses
 	// exactly when it is all spent, and the looser one has the rest.
 	left := 3 - spent/int64(ratelimit.Unit)

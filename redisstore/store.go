@@ -97,11 +97,11 @@ func New(rdb redis.UniversalClient, rule ratelimit.Rule, opts ...Option) (*Store
 		clock:    o.clock,
 		o:        o,
 		guard:    !honoursContext(rdb),
-		br:       newCircuit(rdb, !honoursContext(rdb)),
 		script:   stepScript,
 		deny:     newDenyCache(o.denyCache),
-		marginMs: max(1, (int64(o.margin)+int64(time.Millisecond)-1)/int64(time.Millisecond)),
+		marginMs: max(1, ceilMs(o.margin)),
 	}
+	s.br = newCircuit(rdb, s.guard)
 	switch p.Algorithm {
 	case "token_bucket", "gcra", "leaky_bucket":
 		s.alg = "m"
@@ -215,21 +215,29 @@ func (s *Store) CheckContext(ctx context.Context, key string, cost ratelimit.Uni
 // under CountRefused (Wait's checks, as in process).
 func (s *Store) checkContext(ctx context.Context, key string, cost ratelimit.Units, look bool) (ratelimit.Decision, error) {
 	d, err := s.check(ctx, key, cost, look)
-	if obs := s.o.observer; obs != nil {
-		switch {
-		case err == nil:
-			o := ratelimit.OutcomeRefused
-			if d.Allowed {
-				o = ratelimit.OutcomeAllowed
-			}
-			obs.Decided(d, cost, o)
-		case errors.Is(err, ratelimit.ErrInvalidCost), errors.Is(err, ratelimit.ErrCostExceedsCapacity):
-			// The caller's mistake, not a decision.
-		default:
-			obs.Failed(s.p.Policy, err)
-		}
-	}
+	s.observe(d, cost, err)
 	return d, err
+}
+
+// observe tells the observer, if any, of a check's Decision d for cost, or
+// of its error.
+func (s *Store) observe(d ratelimit.Decision, cost ratelimit.Units, err error) {
+	obs := s.o.observer
+	if obs == nil {
+		return
+	}
+	switch {
+	case err == nil:
+		o := ratelimit.OutcomeRefused
+		if d.Allowed {
+			o = ratelimit.OutcomeAllowed
+		}
+		obs.Decided(d, cost, o)
+	case errors.Is(err, ratelimit.ErrInvalidCost), errors.Is(err, ratelimit.ErrCostExceedsCapacity):
+		// The caller's mistake, not a decision.
+	default:
+		obs.Failed(s.p.Policy, err)
+	}
 }
 
 // check is CheckContext without the observer. Every error but a cost error
@@ -471,28 +479,34 @@ func (s *Store) refused() ratelimit.Decision {
 
 // degraded applies the failure policy to a check Redis did not decide.
 func (s *Store) degraded(ctx context.Context, key string, cost ratelimit.Units, cause error) (ratelimit.Decision, error) {
-	switch {
-	case s.o.fallback != nil:
-		var d ratelimit.Decision
-		var err error
-		if cc, ok := s.o.fallback.(ratelimit.ContextChecker); ok {
-			d, err = cc.CheckContext(context.WithoutCancel(ctx), key, cost)
-		} else {
-			d, err = s.o.fallback.Check(key, cost)
-		}
-		if err != nil {
-			return d, errors.Join(cause, err)
-		}
-		return d, cause
-	case s.o.mode == FailClosed:
+	if s.o.fallback == nil {
+		return s.failureMode(cost), cause
+	}
+	var d ratelimit.Decision
+	var err error
+	if cc, ok := s.o.fallback.(ratelimit.ContextChecker); ok {
+		d, err = cc.CheckContext(context.WithoutCancel(ctx), key, cost)
+	} else {
+		d, err = s.o.fallback.Check(key, cost)
+	}
+	if err != nil {
+		return d, errors.Join(cause, err)
+	}
+	return d, cause
+}
+
+// failureMode is the failure mode's Decision for cost, with no fallback,
+// spending nothing anywhere: fail closed's refusal, or fail open's fresh
+// key.
+func (s *Store) failureMode(cost ratelimit.Units) ratelimit.Decision {
+	if s.o.mode == FailClosed {
 		d := s.refused()
 		d.RetryAfter = s.o.pause
-		return d, cause
-	default:
-		// As if the key were fresh: what losing its state would give.
-		d, _, _ := s.m.Step(nil, time.Duration(clamp(s.Clock().Now())), cost, false)
-		return d, cause
+		return d
 	}
+	// As if the key were fresh: what losing its state would give.
+	d, _, _ := s.m.Step(nil, time.Duration(clamp(s.Clock().Now())), cost, false)
+	return d
 }
 
 // Stats are a store's counters since it was built.
