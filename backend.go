@@ -138,7 +138,7 @@ type machineCore interface {
 // NewMachine validates rule and returns its [Machine]. A malformed rule is
 // an error matching [ErrInvalidRule].
 func NewMachine(rule Rule) (*Machine, error) {
-	if isNilRule(rule) {
+	if isNil(rule) {
 		return nil, nilRuleError("rule")
 	}
 	b, err := rule.bind()

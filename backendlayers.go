@@ -35,7 +35,7 @@ func NewLayeredMachine(layers []Layer) (*LayeredMachine, error) {
 	}
 	lm := &LayeredMachine{machines: make([]*Machine, len(layers)), shadow: make([]bool, len(layers))}
 	for i, l := range layers {
-		if isNilRule(l.Rule) {
+		if isNil(l.Rule) {
 			return nil, &RuleError{Rule: "LayeredMachine", Field: fmt.Sprintf("layers[%d].Rule", i), Reason: "is nil"}
 		}
 		m, err := NewMachine(l.Rule)

@@ -99,7 +99,7 @@ func Compose(layers []Layer, opts ...Option) (*Composite, error) {
 	clock := o.clock
 	c := &Composite{layers: make([]compositeLayer, len(layers)), clock: clock, obs: o.obs}
 	for i, l := range layers {
-		if isNilRule(l.Rule) {
+		if isNil(l.Rule) {
 			return nil, &RuleError{Rule: "Composite", Field: fmt.Sprintf("layers[%d].Rule", i), Reason: "is nil"}
 		}
 		all := append(append(append([]Option(nil), opts...), l.Options...), WithClock(clock))

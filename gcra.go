@@ -1,7 +1,6 @@
 package ratelimit
 
 import (
-	"math/bits"
 	"time"
 )
 
@@ -137,24 +136,8 @@ func (m *meter) conclude(d *Decision, now int64, dn, df, nn, nf uint64, ok bool)
 	d.ResetAfter = ceilNs(dn, df)
 	// Spent milli-units = debt*n/p, rounded up: what is left is rounded
 	// down, and nothing while the key is in debt.
-	spent := m.spentCeil(dn, df) // <= 2 capMilli (see Store.Settle)
+	spent := m.milliCeil(dn, df) // <= 2 capMilli (see Store.Settle)
 	d.Remaining = max(m.capMilli-int64(spent), 0) / int64(Unit)
-}
-
-// spentCeil is milliCeil, by the pace's reciprocal divider rather than a
-// 128-bit division whenever ns*n+frac fits in 64 bits: every debt of less
-// than 2^64/n ns, so for a pace of n up to 2^20 any debt under 4 hours.
-func (m *meter) spentCeil(ns, frac uint64) uint64 {
-	hi, lo := bits.Mul64(ns, m.n)
-	x := lo + frac
-	if hi != 0 || x < lo {
-		return m.milliCeil(ns, frac)
-	}
-	q, r := m.pdiv.DivMod(x)
-	if r != 0 {
-		q++
-	}
-	return q
 }
 
 func (m *meter) fresh(s *vtime, now int64) bool {

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"hash/maphash"
-	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -198,7 +197,7 @@ func (f *InFlight) AcquireContext(ctx context.Context, key string) (Release, Dec
 // [ErrCostExceedsCapacity]); ctx's, if it ends before the turn comes; and
 // an error for a nil rate.
 func (f *InFlight) AcquireWith(ctx context.Context, key string, rate KeyedLimiter, cost Units) (Release, Decision, error) {
-	if isNilKeyed(rate) {
+	if isNil(rate) {
 		return noRelease, f.pol.decision(), errNilRate
 	}
 	return f.acquire(ctx, key, rate, cost)
@@ -206,15 +205,6 @@ func (f *InFlight) AcquireWith(ctx context.Context, key string, rate KeyedLimite
 
 // errNilRate is AcquireWith's error for a nil rate limiter.
 var errNilRate = fmt.Errorf("%w: InFlight.AcquireWith given a nil rate limiter; use Acquire for the in-flight limit alone", ErrInvalidRule)
-
-// isNilKeyed reports whether lim is nil or a nil pointer.
-func isNilKeyed(lim KeyedLimiter) bool {
-	if lim == nil {
-		return true
-	}
-	v := reflect.ValueOf(lim)
-	return v.Kind() == reflect.Pointer && v.IsNil()
-}
 
 // InUse returns how many slots key holds now, slots past MaxHold not
 // counted.

@@ -116,7 +116,7 @@ func buildOptions(opts []Option) *options {
 // [ErrInvalidRule]. The limiter is safe for concurrent use, starts no
 // goroutines and needs no Close.
 func New(rule Rule, opts ...Option) (Limiter, error) {
-	if isNilRule(rule) {
+	if isNil(rule) {
 		return nil, nilRuleError("rule")
 	}
 	b, err := rule.bind()
@@ -126,14 +126,14 @@ func New(rule Rule, opts ...Option) (Limiter, error) {
 	return b.newLimiter(buildOptions(opts)), nil
 }
 
-// isNilRule reports whether rule is nil or a nil pointer to a rule, which
-// the constructors refuse instead of dereferencing.
-func isNilRule(rule Rule) bool {
-	if rule == nil {
+// isNil reports whether v (a rule, a keyed limiter) is nil or a nil
+// pointer, which the constructors refuse instead of dereferencing.
+func isNil(v any) bool {
+	if v == nil {
 		return true
 	}
-	v := reflect.ValueOf(rule)
-	return v.Kind() == reflect.Pointer && v.IsNil()
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }
 
 // nilRuleError is the error for a nil rule in the field named field.

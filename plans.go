@@ -254,7 +254,7 @@ func (p *Plans) buildPlan(name string, pl Plan, old *planGen) (*builtPlan, error
 	}
 	bp := &builtPlan{name: planName(name), comp: Composite{clock: p.clock, layers: make([]compositeLayer, len(layers))}}
 	for i, l := range layers {
-		if isNilRule(l.Rule) {
+		if isNil(l.Rule) {
 			return nil, &RuleError{Rule: "PlanSet", Field: field(fmt.Sprintf("Layers[%d].Rule", i)), Reason: "is nil"}
 		}
 		rule := deref(l.Rule)

@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"math/bits"
 	"strconv"
 	"time"
 
@@ -111,11 +112,14 @@ func (r Rate) compile(rule, field string) (pace, error) {
 // no result overflows.
 
 // milliCeil returns ceil((ns*n + frac) / p): the milli-units a time span of
-// ns + frac/n nanoseconds is worth, rounded up.
+// ns + frac/n nanoseconds is worth, rounded up. It divides by the pace's
+// reciprocal divider whenever ns*n+frac fits in 64 bits (every span when n
+// is 1; for n up to 2^20, any span under 4 hours), and by a 128-bit
+// division otherwise.
 func (pc *pace) milliCeil(ns, frac uint64) uint64 {
 	var q, r uint64
-	if pc.n == 1 {
-		q, r = pc.pdiv.DivMod(ns) // frac < n is 0
+	if hi, lo := bits.Mul64(ns, pc.n); hi == 0 && lo+frac >= lo {
+		q, r = pc.pdiv.DivMod(lo + frac)
 	} else {
 		q, r, _ = wide.MulAddDiv(ns, pc.n, frac, pc.p)
 	}

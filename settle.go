@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"time"
 
@@ -214,12 +213,6 @@ func settleLayers(layers []compositeLayer, enforced int, clock Clock, key string
 	return d, Units(settled), err
 }
 
-// settler is what a store offers for Settle, beside keyedStore (every
-// storeCore has it).
-type settler interface {
-	settleAt(k storeKey, now, charged, actual int64, at time.Duration) int64
-}
-
 // settleLocked settles in every enforced layer, with their shards locked at
 // now, and returns the Decision for cost charged after it and the settled
 // cost furthest from actual. A charge first acquires every layer's entry,
@@ -238,11 +231,7 @@ func settleLocked(layers []compositeLayer, turns []layerTurn, enforced int, now,
 		if layers[i].shadow {
 			continue
 		}
-		st, ok := layers[i].store.(settler)
-		if !ok {
-			return peekLocked(layers, turns, enforced, now, charged), 0, fmt.Errorf("ratelimit: Settle: %T cannot settle", layers[i].store)
-		}
-		x := st.settleAt(turns[i].k, now, charged, actual, at)
+		x := layers[i].store.settleAt(turns[i].k, now, charged, actual, at)
 		if first || abs(x-actual) > abs(settled-actual) {
 			settled, first = x, false
 		}

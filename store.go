@@ -137,7 +137,7 @@ type StoreStats struct {
 // range one matching [ErrInvalidOption]. The store holds no keys and
 // allocates its tables as keys arrive.
 func NewStore(rule Rule, opts ...Option) (*Store, error) {
-	if isNilRule(rule) {
+	if isNil(rule) {
 		return nil, nilRuleError("rule")
 	}
 	core, err := newKeyedStore(rule, opts)
@@ -290,6 +290,9 @@ type keyedStore interface {
 	// refundAt gives back up to cost of what k's entry was admitted at at
 	// (see refund.go); a key the store does not hold gives nothing.
 	refundAt(k storeKey, now, at, cost int64) int64
+	// settleAt settles k's entry from charged to actual (see
+	// [Store.Settle]) and returns the cost as settled.
+	settleAt(k storeKey, now, charged, actual int64, at time.Duration) int64
 	// setSpent makes k's acquired entry a state with x milli-units spent
 	// at now (see Migration).
 	setSpent(k storeKey, now, x int64)
