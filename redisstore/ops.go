@@ -63,6 +63,16 @@ func parseOp(reply []any, n int) (opReply, error) {
 	return r, nil
 }
 
+// oneState returns the one state a read of one key replies with, or an
+// error wrapping ErrMismatch (counted) for a reply without it.
+func (s *Store) oneState(r opReply) ([]byte, error) {
+	if len(r.states) != 1 {
+		s.mismatches.Add(1)
+		return nil, fmt.Errorf("%w: no state in the reply", ErrMismatch)
+	}
+	return r.states[0], nil
+}
+
 func reply0(reply []any) (int64, bool) {
 	if len(reply) == 0 {
 		return 0, false
@@ -146,7 +156,11 @@ func (s *Store) PeekContext(ctx context.Context, key string, cost ratelimit.Unit
 		}
 		return s.refused(), err
 	}
-	d, _, err := s.m.Step(r.states[0], time.Duration(r.instant), cost, false)
+	state, err := s.oneState(r)
+	if err != nil {
+		return s.refused(), err
+	}
+	d, _, err := s.m.Step(state, time.Duration(r.instant), cost, false)
 	if err != nil {
 		s.invalid.Add(1)
 		return s.refused(), fmt.Errorf("key %q: %w", clipKey(key), err)
@@ -240,16 +254,16 @@ func (s *Store) update(ctx context.Context, key, rk string, compute func(state [
 	sent := time.Now()
 	r, err := s.op(ctx, rk, s.floor(rk), "r")
 	for attempt := 0; ; attempt++ {
+		var state []byte
+		if err == nil {
+			state, err = s.oneState(r)
+		}
 		switch {
 		case err != nil:
 			return written{}, err
-		case len(r.states) != 1:
-			s.mismatches.Add(1)
-			return written{}, fmt.Errorf("%w: no state in the reply", ErrMismatch)
 		case attempt == casAttempts:
 			return written{}, fmt.Errorf("%w: key %q", ErrConflict, clipKey(key))
 		}
-		state := r.states[0]
 		next, px, cerr := compute(state, time.Duration(r.instant))
 		if cerr != nil {
 			if errors.Is(cerr, ratelimit.ErrInvalidState) {

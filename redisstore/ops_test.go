@@ -385,3 +385,18 @@ func TestCompositeOpsWhenRedisFails(t *testing.T) {
 	assert.ErrorIs(t, c.Reset("k"), ErrUnavailable)
 	assert.Less(t, time.Since(start), 3*drillTimeout+slack, "waited past the deadlines")
 }
+
+// TestOneStateRefusesAReplyWithoutIt: a read's reply that carries no state
+// (a status and an instant only, which parseOp accepts for writes) is a
+// mismatch, counted, for Peek as for Refund and Settle, not an index past
+// the reply.
+func TestOneStateRefusesAReplyWithoutIt(t *testing.T) {
+	var s Store
+	_, err := s.oneState(opReply{instant: 1})
+	require.ErrorIs(t, err, ErrMismatch)
+	require.Equal(t, uint64(1), s.mismatches.Load())
+	state, err := s.oneState(opReply{states: [][]byte{[]byte("x")}})
+	require.NoError(t, err)
+	require.Equal(t, []byte("x"), state)
+	require.Equal(t, uint64(1), s.mismatches.Load())
+}
