@@ -17,7 +17,7 @@ import (
 // Sizing defaults and limits of a [Store].
 const (
 	// DefaultMaxKeys is the bound of a store built without [WithMaxKeys]:
-	// one million keys, about 47 to 56 MB for the bucket rules (see [Store]),
+	// one million keys, about 41 to 51 MB for the bucket rules (see [Store]),
 	// enough for the distinct clients a busy service sees in a while, small
 	// enough that a flood of made-up keys cannot take the process down.
 	DefaultMaxKeys = 1_000_000
@@ -95,13 +95,13 @@ func WithShards(n int) Option {
 // [StoreStats].LossyEvictions counts those; a store whose count grows is
 // too small for its traffic.
 //
-// Memory. A key costs one slot of its shard's table: the key's string
-// header, a word of bookkeeping and the rule's state inline (16 bytes for
-// the token bucket, GCRA, the leaky bucket, the fixed window and the
-// sliding counter, 24 for a sliding counter whose Limit is over 2,147,483;
-// a sliding log's state also points at its log): 48.6 to 50.5 bytes a key
-// for the 16-byte states and 58.8 to 59.5 for the 24-byte one, measured at
-// 1M and 1.4M keys.
+// Memory. A key costs one slot of its shard's table: a pointer to the
+// key's bytes, a word of hash tag, key length and bookkeeping, and the
+// rule's state inline (16 bytes for the token bucket, GCRA, the leaky
+// bucket, the fixed window and the sliding counter, 24 for a sliding
+// counter whose Limit is over 2,147,483; a sliding log's state also points
+// at its log): 40.6 to 41.6 bytes a key for the 16-byte states and 48.7 to
+// 50.6 for the 24-byte one, measured at 1M and 1.4M keys.
 // A shard's table is a directory of segments, each an array of at most 32
 // KiB allocated as keys arrive: a segment grows by about 1/8 at a time and
 // splits in two when it would pass 32 KiB, so that no check copies more than

@@ -4,13 +4,16 @@
 //
 // A Table is not safe for concurrent use: the store guards each one with its
 // shard's mutex. It never allocates an object per key: its entries live in
-// arrays of slots, each holding a key's string header, its state, and a word
-// with the key's 32-bit hash tag and a use count, kept inline so that
-// finding a key and reading its state touch one place in memory.
+// arrays of slots, each holding a pointer to the key's bytes, its state, and
+// a word with the key's 32-bit hash tag, its length and a use count, kept
+// inline so that finding a key and reading its state touch one place in
+// memory. A slot is 16 bytes plus the state (the length shares the tag's
+// word, where a string header would take 16 bytes of its own), so a 16-byte
+// state takes 32-byte slots.
 //
 // Segments. No operation may pause for long, so no operation touches more
 // than one segment's array of slots (at most segmentBytes, 32 KiB, for
-// states of up to 24 bytes), apart from a doubling of the directory, which
+// states of up to 48 bytes), apart from a doubling of the directory, which
 // copies its entries. A table
 // is a directory of segments in the manner of extendible hashing: the
 // directory has 2^depth entries indexed by the tag's top depth bits, and a
@@ -34,7 +37,9 @@
 // the table is full, and when the segment is full and the table's arrays
 // already hold their budget (9/7 slots for every entry the table may hold),
 // so that room freed in one segment cannot make the others grow without
-// end. The segment first, if a sweep is due, drops every entry in it that
+// end. (When the table is full but the key's segment holds less than 7/8
+// of its share of the entries, room is made in another segment that holds
+// more than its share: see victim.) The segment first, if a sweep is due, drops every entry in it that
 // is fresh (its state equals a fresh key's, so nothing is lost). A sweep
 // costs one pass over the segment, so one is due once the segment has
 // taken an eighth of its entries in insertions since its last. In between,
@@ -82,6 +87,9 @@ func Tag(h uint64, flag bool) uint32 {
 // so that an entry moved (by a removal or a resize) to a slot still ahead
 // of the hand is not counted down twice in one turn. A new entry takes the
 // current turn's parity: it is first counted down in the next turn.
+//
+// The key's length takes the 28 bits between those and the tag, so that
+// tag and length are matched by one comparison before any byte of the key.
 const (
 	metaUsed     = 1 << 0
 	useShift     = 1
@@ -89,9 +97,15 @@ const (
 	useNew       = 1 << useShift
 	useAgain     = 3 << useShift
 	metaTurn     = 1 << 3
+	lenShift     = 4
+	lenMask      = MaxKeyLen << lenShift
 	tagMask      = 0xffffffff << 32
 	handTurnsMax = 5 // turns that skip entries new this turn, count every use down to 0 and find it there
 )
+
+// MaxKeyLen is the longest key a Table holds: [Table.Insert] refuses a
+// longer one. (The store keeps no key longer than 64 bytes.)
+const MaxKeyLen = 1<<28 - 1
 
 // minSlots is the size of a new segment's array.
 const minSlots = 8
@@ -131,9 +145,25 @@ const maxDepth = 24
 const handPrime = 1<<32 + 15
 
 type slot[S any] struct {
-	meta  uint64 // tag<<32 | turn | use count<<useShift | metaUsed; 0 when empty
-	key   string
+	meta  uint64         // tag<<32 | key length<<lenShift | turn | use count<<useShift | metaUsed; 0 when empty
+	key   unsafe.Pointer // the key's first byte; nil for the empty key
 	state S
+}
+
+// match returns what a slot's meta holds of key, whose hash gave tag, in
+// the bits tagMask|lenMask pick.
+func match(key string, tag uint32) uint64 {
+	return uint64(tag)<<32 | uint64(len(key))<<lenShift
+}
+
+// is reports whether s holds key, whose match (see match) is m.
+func (s *slot[S]) is(key string, m uint64) bool {
+	return s.meta&(tagMask|lenMask) == m && unsafe.String((*byte)(s.key), len(key)) == key
+}
+
+// keyOf returns the key s holds.
+func (s *slot[S]) keyOf() string {
+	return unsafe.String((*byte)(s.key), int(s.meta&lenMask>>lenShift))
 }
 
 type pin struct {
@@ -185,6 +215,7 @@ type Table[S any] struct {
 	max    int // the bound on n
 	slots  int // slots of every segment
 	budget int // slots past which a full segment makes room rather than grow
+	rove   int // the next segment victim looks at
 	pins   []pin
 
 	segSlots int // the most slots a segment grows to (see segmentBytes); fewer in tests
@@ -280,13 +311,13 @@ func (g *segment[S]) lookup(key string, tag uint32) int {
 // lookup returns key's slot in slots, the array of a segment of depth, or
 // -1.
 func lookup[S any](slots []slot[S], depth uint, key string, tag uint32) int {
-	want := uint64(tag) << 32
+	want := match(key, tag)
 	for i := home(tag, depth, len(slots)); ; {
 		s := &slots[i]
 		if s.meta == 0 {
 			return -1
 		}
-		if s.meta&tagMask == want && s.key == key {
+		if s.is(key, want) {
 			return i
 		}
 		if i++; i == len(slots) {
@@ -298,10 +329,11 @@ func lookup[S any](slots []slot[S], depth uint, key string, tag uint32) int {
 // Insert adds key, which t must not hold, with a zero state, making room if
 // t is full (or its segment is, and the arrays hold their budget); now is
 // the time fresh is asked about. It returns the new entry's state, or false
-// if no entry can be dropped (every one is pinned, or the bound is 0). The
-// table keeps the key string itself.
+// if no entry can be dropped (every one is pinned, or the bound is 0) or
+// key is longer than MaxKeyLen. The table keeps the key's bytes, which
+// must not change.
 func (t *Table[S]) Insert(key string, tag uint32, now int64) (*S, bool) {
-	if t.max == 0 {
+	if t.max == 0 || len(key) > MaxKeyLen {
 		return nil, false
 	}
 	if len(t.dir) == 0 {
@@ -312,7 +344,7 @@ func (t *Table[S]) Insert(key string, tag uint32, now int64) (*S, bool) {
 	}
 	g := t.seg(tag)
 	if t.n >= t.max {
-		if !t.evict(g, now, true) {
+		if !t.evict(t.victim(g), now, true) {
 			return nil, false
 		}
 	} else if g.n >= g.growAt && t.slots >= t.budget {
@@ -327,13 +359,46 @@ func (t *Table[S]) Insert(key string, tag uint32, now int64) (*S, bool) {
 		g = t.seg(tag)
 	}
 	i := g.place(tag)
-	g.slots[i] = slot[S]{meta: uint64(tag)<<32 | g.turn | useNew | metaUsed, key: key}
+	var p unsafe.Pointer // nil for the empty key, whose StringData is unspecified
+	if len(key) > 0 {
+		p = unsafe.Pointer(unsafe.StringData(key))
+	}
+	g.slots[i] = slot[S]{meta: match(key, tag) | g.turn | useNew | metaUsed, key: p}
 	g.n++
 	g.since++
 	t.n++
 	t.Stats.Inserts++
 	return &g.slots[i].state, true
 }
+
+// share returns the entries g would hold were the table's spread evenly
+// over the hash space.
+func (t *Table[S]) share(g *segment[S]) int { return t.n >> g.depth }
+
+// victim returns the segment that makes room for a key of g in a full
+// table: g, unless g holds less than 7/8 of its share and one of the next
+// few segments in turn holds more than its own. Each segment's sweeps drop
+// its fresh entries and give their room to the whole table, and a small
+// segment sweeps the most often (see evict); were every segment to make
+// room only for its own keys, the segments that sweep would shrink, the
+// others would keep their fresh entries, and a shrunken segment's CLOCK
+// would find only live entries to drop.
+func (t *Table[S]) victim(g *segment[S]) *segment[S] {
+	if sh := t.share(g); g.n >= sh-sh>>3 {
+		return g
+	}
+	for range min(victimTries, len(t.segs)) {
+		h := t.segs[t.rove%len(t.segs)]
+		t.rove++
+		if h.n > t.share(h) {
+			return h
+		}
+	}
+	return g
+}
+
+// victimTries is how many segments victim looks at.
+const victimTries = 4
 
 // split replaces g by two segments one bit deeper, doubling the directory
 // first if g is as deep as it.
@@ -407,7 +472,7 @@ func (t *Table[S]) Unpin() {
 
 func (t *Table[S]) pinned(s *slot[S]) bool {
 	for _, p := range t.pins {
-		if uint64(p.tag)<<32 == s.meta&tagMask && p.key == s.key {
+		if s.is(p.key, match(p.key, p.tag)) {
 			return true
 		}
 	}
@@ -591,7 +656,7 @@ func (t *Table[S]) Each(f func(key string, s *S)) {
 	for _, g := range t.segs {
 		for i := range g.slots {
 			if s := &g.slots[i]; s.meta != 0 {
-				f(s.key, &s.state)
+				f(s.keyOf(), &s.state)
 			}
 		}
 	}

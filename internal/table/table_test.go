@@ -66,12 +66,12 @@ func consistent(t require.TestingT, tb *Table[int64]) {
 				continue
 			}
 			held++
-			tag := Tag(hash(s.key), isDigest(s.key))
+			tag := Tag(hash(s.keyOf()), isDigest(s.keyOf()))
 			require.Equal(t, uint64(tag)<<32, s.meta&tagMask, "slot %d holds the wrong tag", i)
-			require.Same(t, g, tb.seg(tag), "entry %q is in the wrong segment", s.key)
-			require.Equal(t, i, g.lookup(s.key, tag), "entry %q not found at its slot", s.key)
+			require.Same(t, g, tb.seg(tag), "entry %q is in the wrong segment", s.keyOf())
+			require.Equal(t, i, g.lookup(s.keyOf(), tag), "entry %q not found at its slot", s.keyOf())
 			for j := g.home(tag); j != i; j = (j + 1) % len(g.slots) {
-				require.NotZero(t, g.slots[j].meta, "a gap in the probe run of %q", s.key)
+				require.NotZero(t, g.slots[j].meta, "a gap in the probe run of %q", s.keyOf())
 			}
 		}
 		require.Equal(t, g.n, held)
@@ -119,13 +119,13 @@ func TestTableModel(t *testing.T) {
 			}
 			require.NotContains(t, model, k)
 			before := tb.Stats
-			// The keys of the segment a sweep would visit now: the new
-			// key's.
-			var sweepable []string
-			if g := tb.seg(tag); g != nil {
+			// Each key's segment now: a sweep visits one, which need not
+			// be the new key's (see victim).
+			segOf := map[string]*segment[int64]{}
+			for _, g := range tb.segs {
 				for i := range g.slots {
 					if g.slots[i].meta != 0 {
-						sweepable = append(sweepable, g.slots[i].key)
+						segOf[g.slots[i].keyOf()] = g
 					}
 				}
 			}
@@ -142,23 +142,25 @@ func TestTableModel(t *testing.T) {
 			}
 			require.Zero(t, *p, "a new entry starts from the zero state")
 			var dropped, lossy uint64
+			var swept *segment[int64] // the segment entries were dropped from
 			for m, u := range model {
 				if tb.Lookup(m, Tag(hash(m), isDigest(m))) != nil {
 					continue
 				}
 				require.False(t, pinned[m], "a pinned entry was evicted")
+				require.True(t, swept == nil || swept == segOf[m], "entries dropped from two segments at once")
+				swept = segOf[m]
 				dropped++
 				if u > now {
 					lossy++
 				}
 				delete(model, m)
 			}
-			swept := tb.Stats.Sweeps > before.Sweeps
-			if swept && dropped > 0 && lossy == 0 {
+			if tb.Stats.Sweeps > before.Sweeps && dropped > 0 && lossy == 0 {
 				// The sweep freed room: it dropped every fresh entry of
 				// its segment, and nothing else.
-				for _, m := range sweepable {
-					if u, held := model[m]; held {
+				for m, g := range segOf {
+					if u, held := model[m]; held && g == swept {
 						require.True(t, u > now || pinned[m], "a sweep left fresh key %q", m)
 					}
 				}
@@ -389,4 +391,37 @@ func TestTableSegmentsBounded(t *testing.T) {
 	}
 	require.LessOrEqual(t, largest, segmentBytes)
 	require.Greater(t, len(tb.segs), 100)
+}
+
+// TestTableSweepsKeepSegmentsEven: one-off keys that turn fresh 125
+// insertions after they come flow through a full table that also holds
+// live keys. A sweep gives the room of its segment's fresh entries to the
+// whole table, and a small segment sweeps the most often: unless a full
+// table takes room for a shrunken segment's keys from a larger one, such a
+// segment shrinks to its live entries and its CLOCK drops them while other
+// segments hold fresh ones.
+func TestTableSweepsKeepSegmentsEven(t *testing.T) {
+	const size, live, once = 6000, 1200, 300_000
+	var lossy uint64
+	for run := range 16 {
+		var tb Table[int64]
+		tb.Init(size, expired)
+		tb.segSlots = segmentBytes / 32 // as for the store's 16-byte states
+		insert := func(k string, until, now int64) {
+			k = strconv.Itoa(run) + k
+			p, ok := tb.Insert(k, Tag(hash(k), false), now)
+			require.True(t, ok)
+			*p = until
+		}
+		for i := range live {
+			insert("live-"+strconv.Itoa(i), 1<<62, 0)
+		}
+		for i := range once {
+			insert("once-"+strconv.Itoa(i), int64(i)+125, int64(i))
+		}
+		require.Greater(t, len(tb.segs), 4, "a table this large is split")
+		lossy += tb.Stats.LossyEvictions
+		consistent(t, &tb)
+	}
+	require.Zero(t, lossy, "live entries went while fresh ones were held")
 }
