@@ -211,11 +211,12 @@ type Table[S any] struct {
 	dir    []dirEntry[S] // 2^depth entries, by the tag's top depth bits
 	segs   []*segment[S] // every segment once, in the order sweeps visit them
 	depth  uint
-	n      int // entries held
-	max    int // the bound on n
-	slots  int // slots of every segment
-	budget int // slots past which a full segment makes room rather than grow
-	rove   int // the next segment victim looks at
+	n      int         // entries held
+	max    int         // the bound on n
+	slots  int         // slots of every segment
+	budget int         // slots past which a full segment makes room rather than grow
+	rove   int         // the next segment victim looks at
+	swept  *segment[S] // the segment swept last, for tests
 	pins   []pin
 
 	segSlots int // the most slots a segment grows to (see segmentBytes); fewer in tests
@@ -506,6 +507,7 @@ func (t *Table[S]) evict(g *segment[S], now int64, elsewhere bool) bool {
 // returns how many it dropped. It costs one pass over g.
 func (t *Table[S]) sweepSeg(g *segment[S], now int64) int {
 	t.Stats.Sweeps++
+	t.swept = g
 	dropped := 0
 	for i := 0; i < len(g.slots); {
 		s := &g.slots[i]

@@ -142,14 +142,14 @@ func TestTableModel(t *testing.T) {
 			}
 			require.Zero(t, *p, "a new entry starts from the zero state")
 			var dropped, lossy uint64
-			var swept *segment[int64] // the segment entries were dropped from
+			var from *segment[int64] // the segment entries were dropped from
 			for m, u := range model {
 				if tb.Lookup(m, Tag(hash(m), isDigest(m))) != nil {
 					continue
 				}
 				require.False(t, pinned[m], "a pinned entry was evicted")
-				require.True(t, swept == nil || swept == segOf[m], "entries dropped from two segments at once")
-				swept = segOf[m]
+				require.True(t, from == nil || from == segOf[m], "entries dropped from two segments at once")
+				from = segOf[m]
 				dropped++
 				if u > now {
 					lossy++
@@ -160,7 +160,7 @@ func TestTableModel(t *testing.T) {
 				// The sweep freed room: it dropped every fresh entry of
 				// its segment, and nothing else.
 				for m, g := range segOf {
-					if u, held := model[m]; held && g == swept {
+					if u, held := model[m]; held && g == tb.swept {
 						require.True(t, u > now || pinned[m], "a sweep left fresh key %q", m)
 					}
 				}
