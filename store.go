@@ -52,6 +52,7 @@ var ErrInvalidOption = errors.New("ratelimit: invalid option")
 type storeOptions struct {
 	maxKeys, shards       int
 	maxKeysSet, shardsSet bool
+	prealloc              bool
 }
 
 // WithMaxKeys bounds a [Store] to at most n keys; it must be from 1 to
@@ -75,6 +76,18 @@ func WithMaxKeys(n int) Option {
 // [New] ignores this option.
 func WithShards(n int) Option {
 	return func(o *options) { o.store.shards, o.store.shardsSet = n, true }
+}
+
+// WithPreallocation makes a [Store] allocate, when it is built, the memory
+// for its whole bound (about 1.3 slots per key: 45 MB for a million keys of
+// the 16-byte states) instead of segment by segment as keys arrive, so
+// that no Check allocates as the store fills: nothing for the garbage
+// collector to do on the store's account, and no Check waits for a
+// segment's growth or split (see [Store]; docs/tail.md has the
+// latencies). Each store of a [Plans] or [Composite] built with it
+// preallocates too. [New] and [NewInFlight] ignore this option.
+func WithPreallocation() Option {
+	return func(o *options) { o.store.prealloc = true }
 }
 
 // Store is a keyed limiter: one allowance per key, every key under the same
@@ -349,12 +362,41 @@ func storeShape(o storeOptions) (maxKeys, shards int, err error) {
 // explains CLOCK and its sweeps of fresh keys).
 type storeShard[S any] struct {
 	tl timeLock
-	t  table.Table[S]
+	// inserting is set while a check holding the lock adds a key, which
+	// may grow, split or sweep a segment (see lock).
+	inserting atomic.Bool
+	t         table.Table[S]
 	// seenEv and seenLossy are t.Stats' eviction counts when last
 	// reported to the store's Observer.
 	seenEv, seenLossy uint64
 	_                 [64]byte // keeps neighbouring shards' locks off each other's cache lines
 }
+
+// lock takes the shard's lock for a check that read now, and returns now
+// clamped (see timeLock). A check that finds the lock held by an insertion
+// spins until the insertion is over rather than park: an insertion may
+// hold the lock for tens of microseconds (it may grow, split or sweep a
+// segment), and a parked goroutine is woken only some hundreds of
+// microseconds after the lock is free on a busy machine. Any other holder
+// is waited for as the mutex does (a short spin, then parking), which
+// keeps the checks of one hot key from handing the lock to each other's
+// core at every check.
+func (sh *storeShard[S]) lock(now int64) int64 {
+	if !sh.tl.mu.TryLock() {
+		for i := 0; i < insertSpins && sh.inserting.Load(); i++ {
+			if sh.tl.mu.TryLock() {
+				return sh.tl.advance(now)
+			}
+		}
+		sh.tl.mu.Lock()
+	}
+	return sh.tl.advance(now)
+}
+
+// insertSpins bounds a check's spinning on an insertion (see
+// storeShard.lock) to about a millisecond, after which it parks: the
+// insertion's goroutine may have been descheduled.
+const insertSpins = 1 << 17
 
 // evictions returns, with the lock held, the evictions made since the last
 // call, to report once the lock is released. A key that a Plans moves out
@@ -411,6 +453,9 @@ func newStoreCore[S any, A algorithm[S]](alg A, o *options) *storeCore[S, A] {
 			share++
 		}
 		c.shards[i].t.Init(share, fresh)
+		if o.store.prealloc {
+			c.shards[i].t.Preallocate()
+		}
 	}
 	return c
 }
@@ -425,13 +470,15 @@ func (c *storeCore[S, A]) check(key string, cost Units) (Decision, error) {
 	k := c.prepare(key)
 	now := clampTime(c.clk.Now())
 	sh := &c.shards[k.h&c.mask]
-	now = sh.tl.lock(now)
+	now = sh.lock(now)
 	p := sh.t.Find(k.key, k.tag)
 	var ev evictions
 	if p == nil {
 		// Every shard holds at least one key and nothing is pinned outside
 		// a composite's hold on the lock, so there is always room.
+		sh.inserting.Store(true)
 		p, _ = sh.t.Insert(k.key, k.tag, now)
+		sh.inserting.Store(false)
 		if c.obs != nil {
 			ev = sh.evictions()
 		}

@@ -545,3 +545,39 @@ func TestStoreOptions(t *testing.T) {
 	_, err = ratelimit.NewStore(nil)
 	require.ErrorIs(t, err, ratelimit.ErrInvalidRule)
 }
+
+// TestStorePreallocationFillsWithoutAllocating: a store built
+// WithPreallocation takes its memory when it is built, and filling it to
+// 90% of its bound (each shard's share then stays under the shard's bound)
+// allocates (almost) nothing, where a store without it allocates its
+// segments as it fills.
+func TestStorePreallocationFillsWithoutAllocating(t *testing.T) {
+	const bound = 100_000
+	keys := make([]string, bound*9/10)
+	for i := range keys {
+		keys[i] = "key-" + strconv.Itoa(i)
+	}
+	rule := ratelimit.GCRA{Rate: ratelimit.PerSecond(10), Burst: 10}
+	fill := func(opts ...ratelimit.Option) (built, filled uint64) {
+		var m0, m1, m2 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		s, err := ratelimit.NewStore(rule, append(opts, ratelimit.WithMaxKeys(bound), ratelimit.WithShards(4))...)
+		require.NoError(t, err)
+		runtime.ReadMemStats(&m1)
+		for _, k := range keys {
+			d, err := s.Check(k, ratelimit.Unit)
+			require.NoError(t, err)
+			require.True(t, d.Allowed)
+		}
+		runtime.ReadMemStats(&m2)
+		require.Equal(t, len(keys), s.Len())
+		require.Zero(t, s.Stats().Evictions)
+		return m1.TotalAlloc - m0.TotalAlloc, m2.Mallocs - m1.Mallocs
+	}
+	builtPre, fillPre := fill(ratelimit.WithPreallocation())
+	builtLazy, fillLazy := fill()
+	assert.Greater(t, builtPre, uint64(bound*32), "a preallocated store takes its memory when built")
+	assert.Less(t, builtLazy, uint64(bound), "a store without it does not")
+	assert.LessOrEqual(t, fillPre, uint64(8), "filling a preallocated store allocated")
+	assert.Greater(t, fillLazy, uint64(100), "a store without it allocates its segments as it fills")
+}

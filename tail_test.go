@@ -26,8 +26,9 @@ const tailKeys = 1_000_000
 
 // TestTail measures the latency of every Check while one goroutine per core
 // fills a store from empty to its bound of 1,000,000 keys and then checks
-// 1,000,000 more, each new key evicting another, and reports its quantiles
-// beside those of a mutex-guarded Go map bounded the same way (the store a
+// 1,000,000 more, each new key evicting another, and reports its quantiles,
+// for a store that allocates as it fills and for one built
+// WithPreallocation, beside those of a mutex-guarded Go map bounded the same way (the store a
 // user would otherwise write) and of an atomic add, which does no work that
 // could pause: its tail is the machine's (preemption, the runtime), the
 // floor under the others. It asserts nothing about time: run it with
@@ -42,22 +43,24 @@ func TestTail(t *testing.T) {
 		keys[i] = "user-" + strconv.Itoa(i*7919%len(keys))
 	}
 	rule := ratelimit.GCRA{Rate: ratelimit.PerMinute(100), Burst: 100}
+	store := func(more ...ratelimit.Option) func(string) error {
+		opts := append([]ratelimit.Option{ratelimit.WithMaxKeys(tailKeys)}, more...)
+		if *tailShards > 0 {
+			opts = append(opts, ratelimit.WithShards(*tailShards))
+		}
+		s, err := ratelimit.NewStore(rule, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("store: %d shards", s.Stats().Shards)
+		return func(k string) error { _, err := s.Check(k, ratelimit.Unit); return err }
+	}
 	subjects := []struct {
 		name  string
 		check func(string) error
 	}{
-		{"store", func() func(string) error {
-			opts := []ratelimit.Option{ratelimit.WithMaxKeys(tailKeys)}
-			if *tailShards > 0 {
-				opts = append(opts, ratelimit.WithShards(*tailShards))
-			}
-			s, err := ratelimit.NewStore(rule, opts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("store: %d shards", s.Stats().Shards)
-			return func(k string) error { _, err := s.Check(k, ratelimit.Unit); return err }
-		}()},
+		{"store", store()},
+		{"store+pre", store(ratelimit.WithPreallocation())},
 		{"map+mutex", newTailMap(tailKeys, rule).check},
 		{"atomic", func() func(string) error {
 			var n atomic.Int64

@@ -61,6 +61,7 @@
 package table
 
 import (
+	"math"
 	"slices"
 	"unsafe"
 )
@@ -236,6 +237,39 @@ func (t *Table[S]) Init(max int, fresh func(s *S, now int64) bool) {
 	// The budget is 9/7 of a slot for every entry, as a table that has just
 	// grown by 1/8 at 7/8 full, and one segment's slack.
 	*t = Table[S]{max: max, fresh: fresh, segSlots: segSlots, budget: max + max/7*2 + segSlots}
+}
+
+// Preallocate allocates at once what the table needs to hold its bound,
+// so that filling it allocates nothing: a directory as deep as segments of
+// at most 3/4 of a full segment's entries require, and every segment an
+// array that holds its share of the bound and three standard deviations
+// more (a segment's count at the bound is about binomial), so that hardly
+// any segment grows or splits. It costs about the memory of a full table
+// (about 1.3 slots per entry) from the start, and raises the budget to
+// it. Call it after Init, before the first Insert.
+func (t *Table[S]) Preallocate() {
+	if t.max == 0 || len(t.dir) > 0 {
+		return
+	}
+	var d uint
+	for d < maxDepth && (t.max+1<<d-1)>>d > t.segSlots*7/8*3/4 {
+		d++
+	}
+	share := (t.max + 1<<d - 1) >> d
+	want := share + 3*int(math.Sqrt(float64(share))) + 1 // entries under growAt
+	size := fit[S](max(minSlots, want*8/7-want/8))
+	for size*7/8 < want {
+		size = fit[S](size)
+	}
+	t.depth = d
+	t.dir = make([]dirEntry[S], 1<<d)
+	t.segs = make([]*segment[S], 1<<d)
+	for i := range t.segs {
+		g := &segment[S]{depth: d, prefix: uint64(i), idx: i}
+		t.segs[i] = g
+		t.resize(g, size)
+	}
+	t.budget = max(t.budget, t.slots+t.segSlots)
 }
 
 // Len returns the number of entries held.

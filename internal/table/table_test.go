@@ -2,6 +2,7 @@ package table
 
 import (
 	"hash/fnv"
+	"runtime"
 	"slices"
 	"strconv"
 	"testing"
@@ -95,6 +96,10 @@ func TestTableModel(t *testing.T) {
 		tb.Init(max, expired)
 		// Segments of 8 to 64 slots, so that tables this small split.
 		tb.segSlots = rapid.SampledFrom([]int{8, 16, 64, segmentBytes / 32}).Draw(t, "segSlots")
+		if rapid.Bool().Draw(t, "preallocate") {
+			tb.Preallocate()
+			consistent(t, &tb)
+		}
 		model := map[string]int64{} // key -> the instant it becomes fresh
 		var now int64
 		pinned := map[string]bool{}
@@ -424,4 +429,33 @@ func TestTableSweepsKeepSegmentsEven(t *testing.T) {
 		consistent(t, &tb)
 	}
 	require.Zero(t, lossy, "live entries went while fresh ones were held")
+}
+
+// TestTablePreallocated: a preallocated table fills to its bound without
+// allocating (or, were a segment's count to stray past three standard
+// deviations, with an allocation or two), at about 1.3 slots per entry.
+func TestTablePreallocated(t *testing.T) {
+	const size = 125_000 // a shard's share of a million keys over 8 shards
+	keys := make([]string, size)
+	for i := range keys {
+		keys[i] = "k" + strconv.Itoa(i)
+	}
+	var tb Table[int64]
+	tb.Init(size, expired)
+	tb.segSlots = segmentBytes / 32 // as for the store's 16-byte states
+	tb.Preallocate()
+	slots := tb.slots
+	require.InDelta(t, 1.3, float64(slots)/size, 0.1, "slots per entry")
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for _, k := range keys {
+		_, ok := tb.Insert(k, Tag(hash(k), false), 0)
+		require.True(t, ok)
+	}
+	runtime.ReadMemStats(&after)
+	require.Equal(t, size, tb.Len())
+	require.LessOrEqual(t, after.Mallocs-before.Mallocs, uint64(6), "filling a preallocated table allocated")
+	require.Zero(t, tb.Stats.Evictions)
+	require.LessOrEqual(t, tb.slots-slots, 2*tb.segSlots, "segments grew")
+	consistent(t, &tb)
 }
