@@ -119,7 +119,8 @@ func WithPreallocation() Option {
 // KiB allocated as keys arrive: a segment grows by about 1/8 at a time and
 // splits in two when it would pass 32 KiB, so that no check copies more than
 // one segment under its shard's lock, however many keys the store holds
-// (docs/tail.md has the latencies). The key's bytes are the caller's: see
+// (docs/tail.md has the latencies); [WithPreallocation] allocates them all
+// when the store is built instead. The key's bytes are the caller's: see
 // [Store.Check].
 type Store struct {
 	core keyedStore
