@@ -204,7 +204,9 @@
 // GCRA, the leaky bucket, the fixed window and the sliding counter (48.7 to
 // 50.6 for a sliding counter whose Limit is over 2,147,483; see [Store]),
 // plus the bytes of the key strings it keeps. It grows in segments of at
-// most 32 KiB, so that no Check copies more than one.
+// most 32 KiB, so that no Check copies more than one; [WithPreallocation]
+// allocates them all when the store is built (45 bytes a key), so that no
+// Check allocates.
 //
 // # Lockouts
 //
