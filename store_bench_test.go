@@ -252,6 +252,24 @@ func liveHeap() uint64 {
 	return ms.HeapAlloc
 }
 
+// BenchmarkStoreHotKey checks one key of a store from every core at once:
+// the case a wait that spun on every holder of a shard's lock would slow
+// (see storeShard.lock), as the checks would hand the lock and the key's
+// slot to each other's core at every check.
+func BenchmarkStoreHotKey(b *testing.B) {
+	s, err := ratelimit.NewStore(ratelimit.FixedWindow{Limit: 1 << 40, Window: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := s.Check("hot", ratelimit.Unit); err != nil {
+				panic(err)
+			}
+		}
+	})
+}
+
 // BenchmarkStoreMemory reports the heap a store takes per key held, key
 // string bytes excluded (the benchmark holds every key before it starts),
 // after 1,000,000 and 1,400,000 distinct keys: in a store bounded at 2^21
