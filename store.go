@@ -259,6 +259,9 @@ type keyedStore interface {
 	keyed
 	// holds reports whether the store has an entry for key (for tests).
 	holds(key string) bool
+	// spinning reports whether a shard is marked as held by an insertion
+	// (for tests: see storeShard.lock).
+	spinning() bool
 	// prepare digests a long key and hashes it. No lock is needed.
 	prepare(key string) storeKey
 	// shardIndex is the shard a prepared key lives in.
@@ -364,8 +367,10 @@ func storeShape(o storeOptions) (maxKeys, shards int, err error) {
 type storeShard[S any] struct {
 	tl timeLock
 	// inserting is set while a check holding the lock adds a key, which
-	// may grow, split or sweep a segment (see lock).
+	// may grow, split or sweep a segment, and while a check that came
+	// after one that added its key looks its own up (see lock).
 	inserting atomic.Bool
+	added     bool // the last check holding the lock added its key
 	t         table.Table[S]
 	// seenEv and seenLossy are t.Stats' eviction counts when last
 	// reported to the store's Observer.
@@ -378,10 +383,14 @@ type storeShard[S any] struct {
 // spins until the insertion is over rather than park: an insertion may
 // hold the lock for tens of microseconds (it may grow, split or sweep a
 // segment), and a parked goroutine is woken only some hundreds of
-// microseconds after the lock is free on a busy machine. Any other holder
-// is waited for as the mutex does (a short spin, then parking), which
-// keeps the checks of one hot key from handing the lock to each other's
-// core at every check.
+// microseconds after the lock is free on a busy machine. So that a check
+// that arrives while the holder is still looking its key up spins too, a
+// check that follows one that added its key counts as an insertion from
+// the start: new keys come in runs (a store filling, a flood of one-off
+// keys). Any other holder is waited for as the mutex does (a short spin,
+// then parking), which keeps the checks of one hot key from handing the
+// lock to each other's core at every check; under a flood of new keys
+// into one shard they do hand it over, a cost measured in docs/tail.md.
 func (sh *storeShard[S]) lock(now int64) int64 {
 	if !sh.tl.mu.TryLock() {
 		for i := 0; i < insertSpins && sh.inserting.Load(); i++ {
@@ -472,19 +481,28 @@ func (c *storeCore[S, A]) check(key string, cost Units) (Decision, error) {
 	now := clampTime(c.clk.Now())
 	sh := &c.shards[k.h&c.mask]
 	now = sh.lock(now)
+	spin := sh.added // the last check here added its key: this one may too
+	if spin {
+		sh.inserting.Store(true)
+	}
 	p := sh.t.Find(k.key, k.tag)
 	var ev evictions
-	if p == nil {
+	if sh.added = p == nil; sh.added {
 		// Every shard holds at least one key and nothing is pinned outside
 		// a composite's hold on the lock, so there is always room.
-		sh.inserting.Store(true)
+		if !spin {
+			sh.inserting.Store(true)
+		}
+		spin = true
 		p, _ = sh.t.Insert(k.key, k.tag, now)
-		sh.inserting.Store(false)
 		if c.obs != nil {
 			ev = sh.evictions()
 		}
 	}
 	d := c.alg.step(p, now, int64(cost), true)
+	if spin {
+		sh.inserting.Store(false)
+	}
 	sh.tl.unlock()
 	if c.obs != nil {
 		if ev.n|ev.lossy != 0 {
@@ -518,6 +536,15 @@ func (c *storeCore[S, A]) stats() StoreStats {
 		st.Sweeps += ts.Sweeps
 	}
 	return st
+}
+
+func (c *storeCore[S, A]) spinning() bool {
+	for i := range c.shards {
+		if c.shards[i].inserting.Load() {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *storeCore[S, A]) holds(key string) bool {

@@ -581,3 +581,38 @@ func TestStorePreallocationFillsWithoutAllocating(t *testing.T) {
 	assert.LessOrEqual(t, fillPre, uint64(8), "filling a preallocated store allocated")
 	assert.Greater(t, fillLazy, uint64(100), "a store without it allocates its segments as it fills")
 }
+
+// TestStoreInsertionMarkCleared: the mark that makes checks waiting for a
+// shard's lock spin rather than park is cleared by every check that set
+// it, whether it added its key or found it, from one goroutine or many; a
+// mark left set would make every later wait for that shard spin.
+func TestStoreInsertionMarkCleared(t *testing.T) {
+	s, err := ratelimit.NewStore(ratelimit.GCRA{Rate: ratelimit.PerSecond(10), Burst: 10}, ratelimit.WithMaxKeys(1000), ratelimit.WithShards(2))
+	require.NoError(t, err)
+	check := func(k string) {
+		_, err := s.Check(k, ratelimit.Unit)
+		require.NoError(t, err)
+	}
+	check("new")
+	require.False(t, ratelimit.StoreSpinning(s), "after an insertion")
+	check("new") // follows an insertion: marked from the start, found
+	require.False(t, ratelimit.StoreSpinning(s), "after a check that followed an insertion")
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 5000 {
+				k := "k" + strconv.Itoa(i%1500)
+				if g%2 == 0 {
+					k = "hot"
+				}
+				if _, err := s.Check(k, ratelimit.Unit); err != nil {
+					panic(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.False(t, ratelimit.StoreSpinning(s), "after concurrent checks with evictions")
+}
