@@ -404,8 +404,9 @@ func (sh *storeShard[S]) lock(now int64) int64 {
 }
 
 // insertSpins bounds a check's spinning on an insertion (see
-// storeShard.lock) to about a millisecond, after which it parks: the
-// insertion's goroutine may have been descheduled.
+// storeShard.lock): 2^17 tries, 70 to 130 µs on the machine docs/tail.md
+// was measured on, longer than a growth, split or sweep of a segment takes.
+// Then it parks: the insertion's goroutine may have been descheduled.
 const insertSpins = 1 << 17
 
 // evictions returns, with the lock held, the evictions made since the last
