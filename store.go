@@ -84,8 +84,10 @@ func WithShards(n int) Option {
 // that no Check allocates as the store fills: nothing for the garbage
 // collector to do on the store's account, and no Check waits for a
 // segment's growth or split (see [Store]; docs/tail.md has the
-// latencies). Each store of a [Plans] or [Composite] built with it
-// preallocates too. [New] and [NewInFlight] ignore this option.
+// latencies). The memory is taken whether or not keys ever come, so size
+// the bound with it (WithMaxKeys(1<<40) would ask for about 45 TB). Each
+// store of a [Plans] or [Composite] built with it preallocates too, a
+// whole bound each. [New] and [NewInFlight] ignore this option.
 func WithPreallocation() Option {
 	return func(o *options) { o.store.prealloc = true }
 }
@@ -366,6 +368,10 @@ func storeShape(o storeOptions) (maxKeys, shards int, err error) {
 // explains CLOCK and its sweeps of fresh keys).
 type storeShard[S any] struct {
 	tl timeLock
+	// spin is whether a check waiting for the lock may spin at all: not
+	// when the store was built with GOMAXPROCS 1, where the holder cannot
+	// run while another goroutine spins.
+	spin bool
 	// inserting is set while a check holding the lock adds a key, which
 	// may grow, split or sweep a segment, and while a check that came
 	// after one that added its key looks its own up (see lock).
@@ -379,8 +385,8 @@ type storeShard[S any] struct {
 }
 
 // lock takes the shard's lock for a check that read now, and returns now
-// clamped (see timeLock). A check that finds the lock held by an insertion
-// spins until the insertion is over rather than park: an insertion may
+// clamped (see timeLock). A check that finds the lock held by another
+// check's insertion spins until the insertion is over rather than park: an insertion may
 // hold the lock for tens of microseconds (it may grow, split or sweep a
 // segment), and a parked goroutine is woken only some hundreds of
 // microseconds after the lock is free on a busy machine. So that a check
@@ -393,7 +399,7 @@ type storeShard[S any] struct {
 // into one shard they do hand it over, a cost measured in docs/tail.md.
 func (sh *storeShard[S]) lock(now int64) int64 {
 	if !sh.tl.mu.TryLock() {
-		for i := 0; i < insertSpins && sh.inserting.Load(); i++ {
+		for i := 0; sh.spin && i < insertSpins && sh.inserting.Load(); i++ {
 			if sh.tl.mu.TryLock() {
 				return sh.tl.advance(now)
 			}
@@ -458,12 +464,14 @@ func newStoreCore[S any, A algorithm[S]](alg A, o *options) *storeCore[S, A] {
 		c.label = o.label
 	}
 	fresh := alg.fresh
+	spin := runtime.GOMAXPROCS(0) > 1
 	for i := range c.shards {
 		share := maxKeys / n
 		if i < maxKeys%n {
 			share++
 		}
 		c.shards[i].t.Init(share, fresh)
+		c.shards[i].spin = spin
 		if o.store.prealloc {
 			c.shards[i].t.Preallocate()
 		}

@@ -251,11 +251,12 @@ func (t *Table[S]) Preallocate() {
 	if t.max == 0 || len(t.dir) > 0 {
 		return
 	}
+	limit := max(1, t.segSlots*7/8*3/4)
 	var d uint
-	for d < maxDepth && (t.max+1<<d-1)>>d > t.segSlots*7/8*3/4 {
+	for d < maxDepth && (t.max-1)>>d+1 > limit { // the share, rounded up
 		d++
 	}
-	share := (t.max + 1<<d - 1) >> d
+	share := (t.max-1)>>d + 1
 	want := share + 3*int(math.Sqrt(float64(share))) + 1 // entries under growAt
 	size := fit[S](max(minSlots, want*8/7-want/8))
 	for size*7/8 < want {
@@ -423,8 +424,8 @@ func (t *Table[S]) victim(g *segment[S]) *segment[S] {
 		return g
 	}
 	for range min(victimTries, len(t.segs)) {
-		h := t.segs[t.rove%len(t.segs)]
-		t.rove++
+		h := t.segs[t.rove]
+		t.rove = (t.rove + 1) % len(t.segs)
 		if h.n > t.share(h) {
 			return h
 		}
