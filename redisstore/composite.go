@@ -247,22 +247,12 @@ func (c *Composite) Check(key string, cost ratelimit.Units) (ratelimit.Decision,
 // on.
 func (c *Composite) CheckContext(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
 	d, shadow, err := c.check(ctx, key, cost)
-	if obs := c.o.observer; obs != nil {
-		switch {
-		case err == nil && d.Allowed && d.Shadowed:
-			// A shadow layer's own answer, as the in-process Composite
-			// reports it.
-			obs.Decided(shadow, cost, ratelimit.OutcomeShadowRefused)
-		case err == nil:
-			o := ratelimit.OutcomeRefused
-			if d.Allowed {
-				o = ratelimit.OutcomeAllowed
-			}
-			obs.Decided(d, cost, o)
-		case errors.Is(err, ratelimit.ErrInvalidCost), errors.Is(err, ratelimit.ErrCostExceedsCapacity):
-		default:
-			obs.Failed(d.Policy, err)
-		}
+	if obs := c.o.observer; obs != nil && err == nil && d.Allowed && d.Shadowed {
+		// A shadow layer's own answer, as the in-process Composite
+		// reports it.
+		obs.Decided(shadow, cost, ratelimit.OutcomeShadowRefused)
+	} else {
+		observe(obs, d.Policy, d, cost, err)
 	}
 	return d, err
 }

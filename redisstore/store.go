@@ -222,7 +222,13 @@ func (s *Store) checkContext(ctx context.Context, key string, cost ratelimit.Uni
 // observe tells the observer, if any, of a check's Decision d for cost, or
 // of its error.
 func (s *Store) observe(d ratelimit.Decision, cost ratelimit.Units, err error) {
-	obs := s.o.observer
+	observe(s.o.observer, s.p.Policy, d, cost, err)
+}
+
+// observe tells obs, if not nil, of a check's Decision d for cost, or of
+// its error, counted against policy. Errors of the caller's own making
+// (an invalid cost, one over the capacity) are not reported.
+func observe(obs ratelimit.Observer, policy string, d ratelimit.Decision, cost ratelimit.Units, err error) {
 	if obs == nil {
 		return
 	}
@@ -236,7 +242,7 @@ func (s *Store) observe(d ratelimit.Decision, cost ratelimit.Units, err error) {
 	case errors.Is(err, ratelimit.ErrInvalidCost), errors.Is(err, ratelimit.ErrCostExceedsCapacity):
 		// The caller's mistake, not a decision.
 	default:
-		obs.Failed(s.p.Policy, err)
+		obs.Failed(policy, err)
 	}
 }
 
