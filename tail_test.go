@@ -68,14 +68,17 @@ func TestTail(t *testing.T) {
 		}()},
 	}
 	for _, sub := range subjects {
-		lat := tailRun(keys, sub.check)
+		lat, fill := tailRun(keys, sub.check)
 		t.Log(tailReport(sub.name, lat))
+		t.Log(tailReport(sub.name+" fill", fill))
 	}
 }
 
 // tailRun checks every key once, spread over one goroutine per core, and
-// returns every check's latency in nanoseconds, sorted.
-func tailRun(keys []string, check func(string) error) []int64 {
+// returns every check's latency in nanoseconds, sorted, and apart those of
+// the first half of the keys (the fill, before anything is evicted),
+// sorted too.
+func tailRun(keys []string, check func(string) error) ([]int64, []int64) {
 	procs := runtime.GOMAXPROCS(0)
 	lat := make([][]int64, procs)
 	for g := range lat {
@@ -99,9 +102,14 @@ func tailRun(keys []string, check func(string) error) []int64 {
 		}()
 	}
 	wg.Wait()
+	var fill []int64
+	for g := range lat {
+		fill = append(fill, lat[g][:len(lat[g])/2]...)
+	}
 	all := slices.Concat(lat...)
 	slices.Sort(all)
-	return all
+	slices.Sort(fill)
+	return all, fill
 }
 
 func tailReport(name string, lat []int64) string {
