@@ -490,8 +490,8 @@ func (c *storeCore[S, A]) check(key string, cost Units) (Decision, error) {
 	now := clampTime(c.clk.Now())
 	sh := &c.shards[k.h&c.mask]
 	now = sh.lock(now)
-	spin := sh.added // the last check here added its key: this one may too
-	if spin {
+	marked := sh.added // the last check here added its key: this one may too
+	if marked {
 		sh.inserting.Store(true)
 	}
 	p := sh.t.Find(k.key, k.tag)
@@ -499,17 +499,17 @@ func (c *storeCore[S, A]) check(key string, cost Units) (Decision, error) {
 	if sh.added = p == nil; sh.added {
 		// Every shard holds at least one key and nothing is pinned outside
 		// a composite's hold on the lock, so there is always room.
-		if !spin {
+		if !marked {
 			sh.inserting.Store(true)
+			marked = true
 		}
-		spin = true
 		p, _ = sh.t.Insert(k.key, k.tag, now)
 		if c.obs != nil {
 			ev = sh.evictions()
 		}
 	}
 	d := c.alg.step(p, now, int64(cost), true)
-	if spin {
+	if marked {
 		sh.inserting.Store(false)
 	}
 	sh.tl.unlock()

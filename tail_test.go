@@ -26,12 +26,13 @@ const tailKeys = 1_000_000
 
 // TestTail measures the latency of every Check while one goroutine per core
 // fills a store from empty to its bound of 1,000,000 keys and then checks
-// 1,000,000 more, each new key evicting another, and reports its quantiles,
-// for a store that allocates as it fills and for one built
-// WithPreallocation, beside those of a mutex-guarded Go map bounded the
-// same way (the store a user would otherwise write) and of an atomic add,
-// which does no work that could pause: its tail is the machine's
-// (preemption, the runtime), the floor under the others. It asserts nothing about time: run it with
+// 1,000,000 more, each new key evicting another, and reports its quantiles
+// (over all checks, and over the fill's alone), for a store that allocates
+// as it fills and for one built WithPreallocation, beside those of a
+// mutex-guarded Go map bounded the same way (the store a user would
+// otherwise write) and of an atomic add, which does no work that could
+// pause: its tail is the machine's (preemption, the runtime), the floor
+// under the others. It asserts nothing about time: run it with
 //
 //	go test -run TestTail -tail -v -count 3 .
 func TestTail(t *testing.T) {

@@ -234,10 +234,14 @@ func (t *Table[S]) Init(max int, fresh func(s *S, now int64) bool) {
 	if segSlots < segmentMinSlots {
 		segSlots = segmentMinSlots
 	}
-	// The budget is 9/7 of a slot for every entry, as a table that has just
-	// grown by 1/8 at 7/8 full, and one segment's slack.
-	*t = Table[S]{max: max, fresh: fresh, segSlots: segSlots, budget: max + max/7*2 + segSlots}
+	*t = Table[S]{max: max, fresh: fresh, segSlots: segSlots, budget: budget(max, segSlots)}
 }
+
+// budget returns the slots a table of at most max entries in segments of
+// segSlots may hold before a full segment makes room rather than grow: 9/7
+// of a slot for every entry, as a table that has just grown by 1/8 at 7/8
+// full, and one segment's slack.
+func budget(max, segSlots int) int { return max + max/7*2 + segSlots }
 
 // Preallocate allocates at once what the table needs to hold its bound,
 // so that filling it allocates nothing: a directory as deep as segments of

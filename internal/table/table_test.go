@@ -96,7 +96,7 @@ func TestTableModel(t *testing.T) {
 		tb.Init(max, expired)
 		// Segments of 8 to 64 slots, so that tables this small split.
 		tb.segSlots = rapid.SampledFrom([]int{8, 16, 64, segmentBytes / 32}).Draw(t, "segSlots")
-		tb.budget = max + max/7*2 + tb.segSlots // as Init would for these segments
+		tb.budget = budget(max, tb.segSlots) // as Init would for these segments
 		if rapid.Bool().Draw(t, "preallocate") {
 			tb.Preallocate()
 			consistent(t, &tb)
