@@ -81,11 +81,12 @@ func WithShards(n int) Option {
 // WithPreallocation makes a [Store] allocate, when it is built, the memory
 // for its whole bound (about 1.3 slots per key: 45 MB for a million keys of
 // the 16-byte states) instead of segment by segment as keys arrive, so
-// that no Check allocates as the store fills: nothing for the garbage
-// collector to do on the store's account, and no Check waits for a
-// segment's growth or split (see [Store]; docs/tail.md has the
-// latencies). The memory is taken whether or not keys ever come, so size
-// the bound with it (WithMaxKeys(1<<40) would ask for about 45 TB). Each
+// that no Check allocates as the store fills, nor once it is full, as new
+// keys take the place of old ones: nothing for the garbage collector to do
+// on the store's account, and no Check waits for a segment's growth or
+// split (see [Store]; docs/tail.md has the latencies). The memory is
+// taken whether or not keys ever come, so size the bound with it
+// (WithMaxKeys(1<<40) would ask for about 45 TB). Each
 // store of a [Plans] or [Composite] built with it preallocates too, a
 // whole bound each. [New] and [NewInFlight] ignore this option.
 func WithPreallocation() Option {

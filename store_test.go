@@ -582,6 +582,49 @@ func TestStorePreallocationFillsWithoutAllocating(t *testing.T) {
 	assert.Greater(t, fillLazy, uint64(100), "a store without it allocates its segments as it fills")
 }
 
+// TestStorePreallocationChurnsWithoutAllocating: a preallocated store at
+// its bound, taking new keys while its old ones turn fresh as time passes
+// (so that sweeps keep dropping some, and the store keeps falling a little
+// below its bound and filling again), allocates nothing: its segments make
+// room in themselves rather than grow once the store has first been full.
+// It loses no more spent keys doing so than a store that allocates as it
+// goes.
+func TestStorePreallocationChurnsWithoutAllocating(t *testing.T) {
+	const bound = 200_000
+	keys := make([]string, 3*bound)
+	for i := range keys {
+		keys[i] = "key-" + strconv.Itoa(i)
+	}
+	// A check's debt is 600 ms, so a key turns fresh 171,429 checks later.
+	rule := ratelimit.GCRA{Rate: ratelimit.PerMinute(100), Burst: 100}
+	churn := func(opts ...ratelimit.Option) (mallocs uint64, st ratelimit.StoreStats) {
+		clock := ratelimit.NewManualClock(0)
+		s, err := ratelimit.NewStore(rule, append(opts, ratelimit.WithMaxKeys(bound), ratelimit.WithShards(32), ratelimit.WithClock(clock))...)
+		require.NoError(t, err)
+		var m0, m1 runtime.MemStats
+		for i, k := range keys {
+			if i == bound {
+				runtime.ReadMemStats(&m0)
+			}
+			d, err := s.Check(k, ratelimit.Unit)
+			require.NoError(t, err)
+			require.True(t, d.Allowed)
+			clock.Advance(3500 * time.Nanosecond)
+		}
+		runtime.ReadMemStats(&m1)
+		st = s.Stats()
+		require.LessOrEqual(t, st.Keys, bound)
+		return m1.Mallocs - m0.Mallocs, st
+	}
+	mallocsPre, pre := churn(ratelimit.WithPreallocation())
+	mallocsLazy, lazy := churn()
+	assert.LessOrEqual(t, mallocsPre, uint64(8), "a preallocated store churning allocated")
+	assert.Greater(t, mallocsLazy, uint64(100), "a store without it allocates as it churns")
+	assert.Greater(t, pre.Sweeps, uint64(100), "the churn swept fresh keys")
+	assert.LessOrEqual(t, pre.LossyEvictions, lazy.LossyEvictions+lazy.LossyEvictions/2+50, "spent keys lost")
+	assert.Greater(t, pre.Keys, bound*97/100, "keys held")
+}
+
 // TestStoreInsertionMarkCleared: the mark that makes checks waiting for a
 // shard's lock spin rather than park is cleared by every check that set
 // it, whether it added its key or found it, from one goroutine or many; a

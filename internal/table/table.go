@@ -216,6 +216,7 @@ type Table[S any] struct {
 	max    int         // the bound on n
 	slots  int         // slots of every segment
 	budget int         // slots past which a full segment makes room rather than grow
+	settle bool        // Preallocate's: the budget comes down to slots when the table is first full
 	rove   int         // the next segment victim looks at
 	swept  *segment[S] // the segment swept last, for tests
 	pins   []pin
@@ -249,8 +250,16 @@ func budget(max, segSlots int) int { return max + max/7*2 + segSlots }
 // array that holds its share of the bound and three standard deviations
 // more (a segment's count at the bound is about binomial), so that hardly
 // any segment grows or splits. It costs about the memory of a full table
-// (about 1.3 slots per entry) from the start, and raises the budget to
-// it. Call it after Init, before the first Insert.
+// (about 1.3 slots per entry) from the start. The budget is that and one
+// segment more while the table fills, so that the few segments that stray
+// past their slack grow rather than drop a live entry of their own; once
+// the table first holds its bound, it comes down to the slots held then.
+// From then on a segment that is full makes room in itself even when the
+// table is not (sweeps keep leaving a churning table a little below its
+// bound, and the room they free lands in other segments as keys arrive),
+// so that a preallocated table at its bound allocates only for a segment
+// with nothing it may drop (every entry pinned). Call it after Init,
+// before the first Insert.
 func (t *Table[S]) Preallocate() {
 	if t.max == 0 || len(t.dir) > 0 {
 		return
@@ -275,6 +284,7 @@ func (t *Table[S]) Preallocate() {
 		t.resize(g, size)
 	}
 	t.budget = max(t.budget, t.slots+t.segSlots)
+	t.settle = true
 }
 
 // Len returns the number of entries held.
@@ -384,6 +394,9 @@ func (t *Table[S]) Insert(key string, tag uint32, now int64) (*S, bool) {
 	}
 	g := t.seg(tag)
 	if t.n >= t.max {
+		if t.settle {
+			t.budget, t.settle = t.slots, false
+		}
 		if !t.evict(t.victim(g), now, true) {
 			return nil, false
 		}
