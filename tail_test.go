@@ -1,8 +1,11 @@
 package ratelimit_test
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"math"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -17,6 +20,7 @@ import (
 var (
 	tail       = flag.Bool("tail", false, "run TestTail, the fill-and-churn latency harness (slow)")
 	tailShards = flag.Int("tailshards", 0, "TestTail: the store's WithShards (0: the default)")
+	tailOnly   = flag.String("tailonly", "", "TestTail: run only the subjects whose names match this regular expression")
 )
 
 // tailKeys is the bound of the stores in TestTail; twice as many distinct
@@ -68,11 +72,68 @@ func TestTail(t *testing.T) {
 			return func(string) error { n.Add(1); return nil }
 		}()},
 	}
+	only, err := regexp.Compile(*tailOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var median time.Duration // store+pre's
 	for _, sub := range subjects {
+		if !only.MatchString(sub.name) {
+			continue
+		}
 		lat, fill := tailRun(keys, sub.check)
 		t.Log(tailReport(sub.name, lat))
 		t.Log(tailReport(sub.name+" fill", fill))
+		if sub.name == "store+pre" {
+			median = time.Duration(lat[len(lat)/2])
+		}
 	}
+	if median == 0 || !only.MatchString("busy") {
+		return
+	}
+	lat, _ := tailRun(keys, tailBusy(median))
+	t.Log(tailReport("busy", lat))
+}
+
+// tailBusy returns a check that computes for about d (less the two clock
+// readings that time it), touching no memory
+// but its registers: no lock, no allocation, no cache miss, nothing that
+// could pause. Its tail is what the machine and the runtime do to any code
+// that runs as long as a check, the floor under a store's: a check taking
+// d is interrupted as often as the machine interrupts anything, and the
+// longer a check, the more of them land inside one (an atomic add, a
+// tenth as long, is hit a tenth as often).
+func tailBusy(d time.Duration) func(string) error {
+	const probe = 1 << 20
+	fastest := time.Duration(math.MaxInt64) // of five probes: one may be interrupted
+	for range 5 {
+		start := time.Now()
+		tailSpin(probe)
+		fastest = min(fastest, time.Since(start))
+	}
+	clock := time.Duration(math.MaxInt64) // the two readings around a check
+	for range 1000 {
+		start := time.Now()
+		clock = min(clock, time.Since(start))
+	}
+	n := int(float64(d-clock) / (float64(fastest) / probe))
+	return func(string) error {
+		if tailSpin(n) == 0 { // never: keeps the loop from being dropped
+			return errors.New("busy: the loop came to 0")
+		}
+		return nil
+	}
+}
+
+// tailSpin steps a linear congruential generator n times and returns its
+// last value with the low bit set: never 0, though the compiler cannot
+// know it, so the loop is run.
+func tailSpin(n int) uint64 {
+	x := uint64(n) | 1
+	for range n {
+		x = x*6364136223846793005 + 1442695040888963407
+	}
+	return x | 1
 }
 
 // tailRun checks every key once, spread over one goroutine per core, and
