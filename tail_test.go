@@ -106,10 +106,14 @@ func TestTail(t *testing.T) {
 func tailBusy(d time.Duration) func(string) error {
 	const probe = 1 << 20
 	fastest := time.Duration(math.MaxInt64) // of five probes: one may be interrupted
+	var seen uint64                         // the probes' results, so that they are computed
 	for range 5 {
 		start := time.Now()
-		tailSpin(probe)
+		seen |= tailSpin(probe)
 		fastest = min(fastest, time.Since(start))
+	}
+	if seen == 0 {
+		panic("tailSpin returned 0")
 	}
 	clock := time.Duration(math.MaxInt64) // the two readings around a check
 	for range 1000 {
@@ -126,8 +130,11 @@ func tailBusy(d time.Duration) func(string) error {
 }
 
 // tailSpin steps a linear congruential generator n times and returns its
-// last value with the low bit set: never 0, though the compiler cannot
-// know it, so the loop is run.
+// last value with the low bit set: never 0. It is not inlined, so that the
+// compiler cannot know that and drop the loop, nor treat the probes and the
+// checks differently.
+//
+//go:noinline
 func tailSpin(n int) uint64 {
 	x := uint64(n) | 1
 	for range n {
