@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -871,5 +872,30 @@ func BenchmarkComposite(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// TestCompositeInsertionMarkCleared: a composite's checks, adding keys
+// to every layer from several goroutines with evictions, leave no layer's
+// shard marked as held by an insertion (a mark left set would make every
+// later wait for that shard spin).
+func TestCompositeInsertionMarkCleared(t *testing.T) {
+	c, err := ratelimit.Compose(apiLayers(), ratelimit.WithMaxKeys(600), ratelimit.WithShards(2))
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 3000 {
+				if _, err := c.Check("k"+strconv.Itoa((i*4+g)%2000)+" /r"+strconv.Itoa(i%7), ratelimit.Unit); err != nil {
+					panic(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range 3 {
+		require.False(t, ratelimit.LayerSpinning(c, i), "layer %d", i)
 	}
 }

@@ -168,7 +168,7 @@ func peekLocked(layers []compositeLayer, turns []layerTurn, enforced int, now, c
 // time, without recording it: the instant a check would use, for a look.
 func (c *storeCore[S, A]) peekShard(i int, now int64) int64 {
 	sh := &c.shards[i]
-	sh.tl.mu.Lock()
+	sh.wait()
 	return max(now, sh.tl.last)
 }
 

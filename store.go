@@ -267,7 +267,7 @@ type keyedStore interface {
 	// holds reports whether the store has an entry for key (for tests).
 	holds(key string) bool
 	// spinning reports whether a shard is marked as held by an insertion
-	// (for tests: see storeShard.lock).
+	// (for tests: see storeShard.hold).
 	spinning() bool
 	// prepare digests a long key and hashes it. No lock is needed.
 	prepare(key string) storeKey
@@ -379,9 +379,10 @@ type storeShard[S any] struct {
 	spin bool
 	// inserting is set while a check holding the lock adds a key, which
 	// may grow, split or sweep a segment, and while a check that came
-	// after one that added its key looks its own up (see lock).
+	// after one that added its key looks its own up (see hold).
 	inserting atomic.Bool
-	added     bool // the last check holding the lock added its key
+	added     bool // the last hold of the lock added a key
+	marked    bool // this hold set inserting, and release clears it
 	t         table.Table[S]
 	// seenEv and seenLossy are t.Stats' eviction counts when last
 	// reported to the store's Observer.
@@ -389,33 +390,71 @@ type storeShard[S any] struct {
 	_                 [64]byte // keeps neighbouring shards' locks off each other's cache lines
 }
 
-// lock takes the shard's lock for a check that read now, and returns now
-// clamped (see timeLock). A check that finds the lock held by another
-// check's insertion spins until the insertion is over rather than park: an insertion may
-// hold the lock for tens of microseconds (it may grow, split or sweep a
-// segment), and a parked goroutine is woken only some hundreds of
-// microseconds after the lock is free on a busy machine. So that a check
-// that arrives while the holder is still looking its key up spins too, a
-// check that follows one that added its key counts as an insertion from
-// the start: new keys come in runs (a store filling, a flood of one-off
-// keys). Any other holder is waited for as the mutex does (a short spin,
-// then parking), which keeps the checks of one hot key from handing the
-// lock to each other's core at every check; under a flood of new keys
-// into one shard they do hand it over, a cost measured in docs/tail.md.
-func (sh *storeShard[S]) lock(now int64) int64 {
-	if !sh.tl.mu.TryLock() {
-		for i := 0; sh.spin && i < insertSpins && sh.inserting.Load(); i++ {
-			if sh.tl.mu.TryLock() {
-				return sh.tl.advance(now)
-			}
-		}
-		sh.tl.mu.Lock()
+// hold takes the shard's lock for a check (or a composite's turn) that
+// read now, and returns now clamped (see timeLock). A check that finds the
+// lock held by another's insertion spins until the insertion is over
+// rather than park: an insertion may hold the lock for tens of
+// microseconds (it may grow, split or sweep a segment), and a parked
+// goroutine is woken only some hundreds of microseconds after the lock is
+// free on a busy machine. So that a check that arrives while the holder is
+// still looking its key up spins too, a hold that follows one that added a
+// key counts as an insertion from the start (it marks the shard): new keys
+// come in runs (a store filling, a flood of one-off keys). Any other
+// holder is waited for as the mutex does (a short spin, then parking),
+// which keeps the checks of one hot key from handing the lock to each
+// other's core at every check; under a flood of new keys into one shard
+// they do hand it over, a cost measured in docs/tail.md. Every hold ends
+// with release.
+func (sh *storeShard[S]) hold(now int64) int64 {
+	sh.wait()
+	now = sh.tl.advance(now)
+	if sh.added {
+		sh.added = false
+		sh.mark()
 	}
-	return sh.tl.advance(now)
+	return now
+}
+
+// wait takes the shard's lock, spinning while its holder is marked as
+// inserting (see hold).
+func (sh *storeShard[S]) wait() {
+	if sh.tl.mu.TryLock() {
+		return
+	}
+	for i := 0; sh.spin && i < insertSpins && sh.inserting.Load(); i++ {
+		if sh.tl.mu.TryLock() {
+			return
+		}
+	}
+	sh.tl.mu.Lock()
+}
+
+// adding records, with the lock held, that this hold adds a key, and marks
+// the shard if the hold has not yet.
+func (sh *storeShard[S]) adding() {
+	sh.added = true
+	sh.mark()
+}
+
+// mark marks the shard as held by an insertion, once per hold.
+func (sh *storeShard[S]) mark() {
+	if !sh.marked {
+		sh.marked = true
+		sh.inserting.Store(true)
+	}
+}
+
+// release clears the shard's mark, if this hold set it, and unlocks.
+func (sh *storeShard[S]) release() {
+	if sh.marked {
+		sh.marked = false
+		sh.inserting.Store(false)
+	}
+	sh.tl.unlock()
 }
 
 // insertSpins bounds a check's spinning on an insertion (see
-// storeShard.lock): 2^17 tries, 70 to 130 µs on the machine docs/tail.md
+// storeShard.hold): 2^17 tries, 70 to 130 µs on the machine docs/tail.md
 // was measured on, longer than a growth, split or sweep of a segment takes.
 // Then it parks: the insertion's goroutine may have been descheduled.
 const insertSpins = 1 << 17
@@ -494,30 +533,20 @@ func (c *storeCore[S, A]) check(key string, cost Units) (Decision, error) {
 	k := c.prepare(key)
 	now := clampTime(c.clk.Now())
 	sh := &c.shards[k.h&c.mask]
-	now = sh.lock(now)
-	marked := sh.added // the last check here added its key: this one may too
-	if marked {
-		sh.inserting.Store(true)
-	}
+	now = sh.hold(now)
 	p := sh.t.Find(k.key, k.tag)
 	var ev evictions
-	if sh.added = p == nil; sh.added {
+	if p == nil {
 		// Every shard holds at least one key and nothing is pinned outside
 		// a composite's hold on the lock, so there is always room.
-		if !marked {
-			sh.inserting.Store(true)
-			marked = true
-		}
+		sh.adding()
 		p, _ = sh.t.Insert(k.key, k.tag, now)
 		if c.obs != nil {
 			ev = sh.evictions()
 		}
 	}
 	d := c.alg.step(p, now, int64(cost), true)
-	if marked {
-		sh.inserting.Store(false)
-	}
-	sh.tl.unlock()
+	sh.release()
 	if c.obs != nil {
 		if ev.n|ev.lossy != 0 {
 			c.evicted(ev)
@@ -583,7 +612,7 @@ func (c *storeCore[S, A]) prepare(key string) storeKey {
 	return storeKey{key: key, h: h, tag: table.Tag(h, long)}
 }
 
-func (c *storeCore[S, A]) lockShard(i int, now int64) int64 { return c.shards[i].tl.lock(now) }
+func (c *storeCore[S, A]) lockShard(i int, now int64) int64 { return c.shards[i].hold(now) }
 
 func (c *storeCore[S, A]) raiseShard(i int, now int64) { c.shards[i].tl.advance(now) }
 
@@ -594,18 +623,19 @@ func (c *storeCore[S, A]) unlockShard(i int) evictions {
 	if c.obs != nil {
 		ev = sh.evictions()
 	}
-	sh.tl.unlock()
+	sh.release()
 	return ev
 }
 
 func (c *storeCore[S, A]) acquire(k storeKey, now int64) bool {
-	t := &c.shards[k.h&c.mask].t
-	if t.Find(k.key, k.tag) == nil {
-		if _, ok := t.Insert(k.key, k.tag, now); !ok {
+	sh := &c.shards[k.h&c.mask]
+	if sh.t.Find(k.key, k.tag) == nil {
+		sh.adding()
+		if _, ok := sh.t.Insert(k.key, k.tag, now); !ok {
 			return false
 		}
 	}
-	t.Pin(k.key, k.tag)
+	sh.t.Pin(k.key, k.tag)
 	return true
 }
 

@@ -254,7 +254,7 @@ func liveHeap() uint64 {
 
 // BenchmarkStoreHotKey checks one key of a store from every core at once:
 // the case a wait that spun on every holder of a shard's lock would slow
-// (see storeShard.lock), as the checks would hand the lock and the key's
+// (see storeShard.hold), as the checks would hand the lock and the key's
 // slot to each other's core at every check.
 func BenchmarkStoreHotKey(b *testing.B) {
 	s, err := ratelimit.NewStore(ratelimit.FixedWindow{Limit: 1 << 40, Window: time.Hour})

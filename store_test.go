@@ -582,6 +582,33 @@ func TestStorePreallocationFillsWithoutAllocating(t *testing.T) {
 	assert.Greater(t, fillLazy, uint64(100), "a store without it allocates its segments as it fills")
 }
 
+// TestStoreHoldMarksInsertions: a composite's turn on a shard (the shard
+// locked, its key acquired) marks the shard as held by an insertion when it
+// adds its key, or when the last hold added one, as a check does, so that
+// the checks waiting for it spin; and it clears the mark when it unlocks.
+func TestStoreHoldMarksInsertions(t *testing.T) {
+	s, err := ratelimit.NewStore(ratelimit.GCRA{Rate: ratelimit.PerSecond(10), Burst: 10}, ratelimit.WithMaxKeys(1000), ratelimit.WithShards(1))
+	require.NoError(t, err)
+	for _, step := range []struct {
+		key    string
+		marked bool
+		why    string
+	}{
+		{"a", true, "adds its key"},
+		{"a", true, "follows a hold that added its key"},
+		{"a", false, "finds its key, after a hold that found its own"},
+		{"b", true, "adds its key again"},
+	} {
+		held, after := ratelimit.StoreHoldMarks(s, step.key)
+		require.Equal(t, step.marked, held, "a hold that %s", step.why)
+		require.False(t, after, "marked after a hold that %s", step.why)
+	}
+	_, err = s.Check("c", ratelimit.Unit) // a check that adds its key ...
+	require.NoError(t, err)
+	held, _ := ratelimit.StoreHoldMarks(s, "a") // ... makes the next hold count as one
+	require.True(t, held, "a hold that follows a check that added its key")
+}
+
 // TestStorePreallocationChurnsWithoutAllocating: a preallocated store at
 // its bound, taking new keys while its old ones turn fresh as time passes
 // (so that sweeps keep dropping some, and the store keeps falling a little
