@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -412,8 +413,12 @@ type shardLock struct {
 
 // lockAll locks every shard in increasing store id order, the one order
 // every Plans attempt uses, and returns the agreed instant, recorded in
-// every shard.
-func lockAll(locks []shardLock, now int64) int64 {
+// every shard. An attempt that is moving a key (one new to its plan's
+// stores) marks each shard as held by an insertion once it holds it, so
+// that checks waiting for it spin rather than park (see storeShard.hold):
+// it holds several shards at once, and the stores it takes from are ones
+// its holds add nothing to, which would not be marked otherwise.
+func lockAll(locks []shardLock, now int64, moving bool) int64 {
 	for i := 1; i < len(locks); i++ { // a few entries: insertion sort, no allocation
 		for j := i; j > 0 && locks[j].store.id() < locks[j-1].store.id(); j-- {
 			locks[j], locks[j-1] = locks[j-1], locks[j]
@@ -421,6 +426,9 @@ func lockAll(locks []shardLock, now int64) int64 {
 	}
 	for _, l := range locks {
 		now = max(now, l.store.lockShard(l.shard, now))
+		if moving {
+			l.store.markShard(l.shard)
+		}
 	}
 	for _, l := range locks {
 		l.store.raiseShard(l.shard, now)
@@ -501,27 +509,24 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 	if look {
 		now = lookAll(locks, clampTime(p.clock.Now()))
 	} else {
-		now = lockAll(locks, clampTime(p.clock.Now()))
+		now = lockAll(locks, clampTime(p.clock.Now()), false)
 	}
 	if p.gen.Load() != g {
 		unlockAll(locks)
 		return nil, 0, false
 	}
-	if lacks := p.missing(g, bp, turns); lacks != nil {
+	var lbuf [inlineLayers]bool
+	if lacks := p.missing(g, bp, turns, lbuf[:0]); lacks != nil {
 		// Relock with every store the missing keys may be in.
 		unlockAll(locks)
-		srcs := p.sources(g, bp, lacks, key)
-		seen := map[keyedStore]bool{}
-		for _, l := range locks {
-			seen[l.store] = true
-		}
+		var sbuf [inlineLayers]source
+		srcs := p.sources(g, bp, lacks, key, sbuf[:0])
 		for _, s := range srcs {
-			if !seen[s.store] {
-				seen[s.store] = true
+			if !slices.ContainsFunc(locks, func(l shardLock) bool { return l.store == s.store }) {
 				locks = append(locks, shardLock{store: s.store, shard: s.store.shardIndex(s.k)})
 			}
 		}
-		now = lockAll(locks, now)
+		now = lockAll(locks, now, true)
 		if p.gen.Load() != g {
 			unlockAll(locks)
 			return nil, 0, false
@@ -550,8 +555,8 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 
 // missing returns, with the layers' shards locked, which layers' stores
 // lack the key while other stores of the set could hold it, or nil if none
-// do.
-func (p *Plans) missing(g *planGen, bp *builtPlan, turns []layerTurn) []bool {
+// do. The answer is appended to buf, which is empty.
+func (p *Plans) missing(g *planGen, bp *builtPlan, turns []layerTurn, buf []bool) []bool {
 	if len(g.plans) == 1 && len(g.replaced) == 0 {
 		return nil
 	}
@@ -559,7 +564,7 @@ func (p *Plans) missing(g *planGen, bp *builtPlan, turns []layerTurn) []bool {
 	for i := range turns {
 		if turns[i].err == nil && !bp.comp.layers[i].store.has(turns[i].k) {
 			if lacks == nil {
-				lacks = make([]bool, len(turns))
+				lacks = append(buf, make([]bool, len(turns))...)
 			}
 			lacks[i] = true
 		}
@@ -570,9 +575,9 @@ func (p *Plans) missing(g *planGen, bp *builtPlan, turns []layerTurn) []bool {
 // sources lists, for each layer of bp that lacks the key, the stores the
 // key may have moved from: stores an Update replaced for this plan and
 // layer (moved by that Update's policy), then the same layer of the other
-// plans and of replaced stores of other plans (moved by OnMove).
-func (p *Plans) sources(g *planGen, bp *builtPlan, lacks []bool, key string) []source {
-	var srcs []source
+// plans and of replaced stores of other plans (moved by OnMove). They are
+// appended to srcs.
+func (p *Plans) sources(g *planGen, bp *builtPlan, lacks []bool, key string, srcs []source) []source {
 	add := func(i int, s keyedStore, keyFn func(string) string, m Migration) {
 		if s == bp.comp.layers[i].store {
 			return

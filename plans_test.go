@@ -441,3 +441,33 @@ func BenchmarkPlansCheck(b *testing.B) {
 		}
 	})
 }
+
+// TestPlansNewKeyAllocatesNothing: the first check of a key on a rule set
+// of several plans, which looks for the key in the other plans' stores
+// before adding it to its own, allocates nothing, as a store's does (each
+// new key would otherwise give the garbage collector work, and the checks
+// of a flood of new keys its pauses).
+func TestPlansNewKeyAllocatesNothing(t *testing.T) {
+	rule := ratelimit.GCRA{Rate: ratelimit.PerSecond(10), Burst: 10}
+	set := ratelimit.PlanSet{Plans: map[string]ratelimit.Plan{
+		"free": {Rule: rule},
+		"paid": {Layers: []ratelimit.Layer{{Rule: rule}, {Rule: rule, Key: func(k string) string { return k[1:] }}}},
+		"team": {Rule: rule},
+	}, Default: "free"}
+	p, err := ratelimit.NewPlans(set, func(k string) string { return k[:4] }, ratelimit.WithMaxKeys(10_000), ratelimit.WithPreallocation())
+	require.NoError(t, err)
+	for _, plan := range []string{"free", "paid", "team"} {
+		keys := make([]string, 200)
+		for i := range keys {
+			keys[i] = plan + strconv.Itoa(i)
+		}
+		i := 0
+		allocs := testing.AllocsPerRun(len(keys)-1, func() {
+			if _, err := p.Check(keys[i], ratelimit.Unit); err != nil {
+				t.Fatalf("check of a new key %q: %v", keys[i], err)
+			}
+			i++
+		})
+		assert.Zero(t, allocs, "allocations per new key on plan %s", plan)
+	}
+}

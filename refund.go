@@ -151,7 +151,7 @@ func (p *Plans) Refund(key string, cost Units, at time.Duration) (Units, error) 
 		for i := range turns {
 			locks = append(locks, shardLock{store: layers[i].store, shard: turns[i].shard})
 		}
-		now := lockAll(locks, clampTime(p.clock.Now()))
+		now := lockAll(locks, clampTime(p.clock.Now()), false)
 		if p.gen.Load() != g {
 			unlockAll(locks)
 			continue

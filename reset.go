@@ -120,7 +120,7 @@ func (p *Plans) Reset(key string) {
 		for i, l := range locks {
 			byStore[l.store] = keys[i]
 		}
-		now := lockAll(locks, clampTime(p.clock.Now()))
+		now := lockAll(locks, clampTime(p.clock.Now()), false)
 		if p.gen.Load() != g {
 			unlockAll(locks)
 			continue

@@ -276,6 +276,9 @@ type keyedStore interface {
 	// lockShard locks shard i and clamps now to the shard's latest time,
 	// recording it; it returns the clamped time.
 	lockShard(i int, now int64) int64
+	// markShard marks shard i, which the caller holds, as held by an
+	// insertion until unlockShard (see storeShard.hold).
+	markShard(i int)
 	// peekShard locks shard i and returns now clamped to the shard's
 	// latest time, without recording it (for a look: see Store.Peek).
 	peekShard(i int, now int64) int64
@@ -613,6 +616,8 @@ func (c *storeCore[S, A]) prepare(key string) storeKey {
 }
 
 func (c *storeCore[S, A]) lockShard(i int, now int64) int64 { return c.shards[i].hold(now) }
+
+func (c *storeCore[S, A]) markShard(i int) { c.shards[i].mark() }
 
 func (c *storeCore[S, A]) raiseShard(i int, now int64) { c.shards[i].tl.advance(now) }
 

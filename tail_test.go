@@ -48,12 +48,15 @@ func TestTail(t *testing.T) {
 		keys[i] = "user-" + strconv.Itoa(i*7919%len(keys))
 	}
 	rule := ratelimit.GCRA{Rate: ratelimit.PerMinute(100), Burst: 100}
-	store := func(more ...ratelimit.Option) func(string) error {
-		opts := append([]ratelimit.Option{ratelimit.WithMaxKeys(tailKeys)}, more...)
+	storeOpts := func() []ratelimit.Option {
+		opts := []ratelimit.Option{ratelimit.WithMaxKeys(tailKeys)}
 		if *tailShards > 0 {
 			opts = append(opts, ratelimit.WithShards(*tailShards))
 		}
-		s, err := ratelimit.NewStore(rule, opts...)
+		return opts
+	}
+	store := func(more ...ratelimit.Option) func(string) error {
+		s, err := ratelimit.NewStore(rule, append(storeOpts(), more...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,6 +69,17 @@ func TestTail(t *testing.T) {
 	}{
 		{"store", store()},
 		{"store+pre", store(ratelimit.WithPreallocation())},
+		{"plans+pre", func() func(string) error {
+			// A rule set of two plans, every key on one: its checks take
+			// the composite's path through the shards (lock, acquire,
+			// step), not the store's.
+			set := ratelimit.PlanSet{Plans: map[string]ratelimit.Plan{"free": {Rule: rule}, "pro": {Rule: rule}}, Default: "free"}
+			p, err := ratelimit.NewPlans(set, func(string) string { return "free" }, append(storeOpts(), ratelimit.WithPreallocation())...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return func(k string) error { _, err := p.Check(k, ratelimit.Unit); return err }
+		}()},
 		{"map+mutex", newTailMap(tailKeys, rule).check},
 		{"atomic", func() func(string) error {
 			var n atomic.Int64
