@@ -515,12 +515,12 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 		unlockAll(locks)
 		return nil, 0, false
 	}
-	var lbuf [inlineLayers]bool
-	if lacks := p.missing(g, bp, turns, lbuf[:0]); lacks != nil {
+	var lackBuf [inlineLayers]bool
+	if lacks := p.missing(g, bp, turns, lackBuf[:0]); lacks != nil {
 		// Relock with every store the missing keys may be in.
 		unlockAll(locks)
-		var sbuf [inlineLayers]source
-		srcs := p.sources(g, bp, lacks, key, sbuf[:0])
+		var srcBuf [inlineLayers]source
+		srcs := p.sources(g, bp, lacks, key, srcBuf[:0])
 		for _, s := range srcs {
 			if !slices.ContainsFunc(locks, func(l shardLock) bool { return l.store == s.store }) {
 				locks = append(locks, shardLock{store: s.store, shard: s.store.shardIndex(s.k)})
