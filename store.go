@@ -380,9 +380,10 @@ type storeShard[S any] struct {
 	// when the store was built with GOMAXPROCS 1, where the holder cannot
 	// run while another goroutine spins.
 	spin bool
-	// inserting is set while a check holding the lock adds a key, which
-	// may grow, split or sweep a segment, and while a check that came
-	// after one that added its key looks its own up (see hold).
+	// inserting is set while a hold of the lock adds a key, which may
+	// grow, split or sweep a segment, or moves one between a rule set's
+	// stores (see lockAll), and while a hold that came after one that
+	// added a key looks its own up (see hold).
 	inserting atomic.Bool
 	added     bool // the last hold of the lock added a key
 	marked    bool // this hold set inserting, and release clears it
