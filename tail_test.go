@@ -32,13 +32,18 @@ const tailKeys = 1_000_000
 // fills a store from empty to its bound of 1,000,000 keys and then checks
 // 1,000,000 more, each new key evicting another, and reports its quantiles
 // (over all checks, and over the fill's alone), for a store that allocates
-// as it fills and for one built WithPreallocation, beside those of a
-// mutex-guarded Go map bounded the same way (the store a user would
-// otherwise write) and of an atomic add, which does no work that could
-// pause: its tail is the machine's (preemption, the runtime), the floor
-// under the others. It asserts nothing about time: run it with
+// as it fills, for one built WithPreallocation and for a preallocated rule
+// set of two plans, beside those of a mutex-guarded Go map bounded the same
+// way (the store a user would otherwise write), of an atomic add, and of a
+// loop as long as the preallocated store's median check (busy, see
+// tailBusy), which does no work that could pause: its tail is the
+// machine's (preemption, the runtime), the floor under the others. It
+// asserts nothing about time: run it with
 //
 //	go test -run TestTail -tail -v -count 3 .
+//
+// -tailshards sets the stores' shards, -tailonly picks subjects by name
+// (busy needs store+pre).
 func TestTail(t *testing.T) {
 	if !*tail {
 		t.Skip("a latency harness: run with -tail")
@@ -110,9 +115,8 @@ func TestTail(t *testing.T) {
 }
 
 // tailBusy returns a check that computes for about d (less the two clock
-// readings that time it), touching no memory
-// but its registers: no lock, no allocation, no cache miss, nothing that
-// could pause. Its tail is what the machine and the runtime do to any code
+// readings that time it), touching no memory but its registers: no lock,
+// no allocation, no cache miss, nothing that could pause. Its tail is what the machine and the runtime do to any code
 // that runs as long as a check, the floor under a store's: a check taking
 // d is interrupted as often as the machine interrupts anything, and the
 // longer a check, the more of them land inside one (an atomic add, a
