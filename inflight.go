@@ -59,9 +59,8 @@ func noRelease() {}
 //
 // Memory. A key with nothing in flight holds no memory: its entry goes when
 // its last slot is released. A key in progress costs an entry (a small
-// struct, a channel and a map slot) and 16 bytes a slot held: about 300
-// bytes for a key holding one slot, its Release included, measured at a
-// million keys; and its key string (a key longer than
+// struct, a channel and a map slot) and 16 bytes a slot held, its Release
+// included; and its key string (a key longer than
 // [MaxKeyLen] is kept as its digest, as a [Store] keeps it), so memory
 // follows what is in progress, not how many keys have been seen. Slots
 // that MaxHold took back are dropped when their key is next used, and in a
