@@ -102,7 +102,7 @@ func run(ctx context.Context, args []string, logw io.Writer, ready func(net.Addr
 		return fmt.Errorf("-failure: %q is not open, closed or fallback", cfg.failure)
 	}
 
-	rdb := redis.NewClient(&redis.Options{Addr: *redisAddr, ContextTimeoutEnabled: true})
+	rdb := redis.NewClient(clientOptions(*redisAddr))
 	defer rdb.Close()
 	ping, cancel := context.WithTimeout(ctx, 2*time.Second)
 	err := rdb.Ping(ping).Err()
@@ -148,6 +148,15 @@ func run(ctx context.Context, args []string, logw io.Writer, ready func(net.Addr
 	}
 	logger.Info("stopped")
 	return nil
+}
+
+// clientOptions are the go-redis options of the server's client. A check
+// has a deadline of its own, shorter than go-redis's pause between
+// retries, so a retry could only turn the reason a check failed (a
+// connection refused, say) into that deadline's: the client dials once and
+// sends once, and the store's circuit breaker does the retrying.
+func clientOptions(addr string) *redis.Options {
+	return &redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1}
 }
 
 // config is what the flags choose beyond the addresses.
