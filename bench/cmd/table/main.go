@@ -126,8 +126,8 @@ func render(s *results.Set, chart, stat string) []byte {
 	p("- The full per-pass output (ns/op, cpu-ns/op, B/op, allocs/op, admitted/op, and for the keyed ")
 	p("stores heap-B/key) is in [performance.txt](performance.txt), benchstat's summary of it in [%s](%s).\n", stat, stat)
 	if cmd := first(s, "command"); cmd != "" {
-		p("- Reproduce with `%s` from the repository root (about 15 minutes on 2 cores; it needs only Go, "+
-			"and fetches the peers and benchstat through the module proxy).\n", cmd)
+		p("- Reproduce with `%s` from the repository root: every benchmark once per pass, pass after pass; "+
+			"it needs only Go, and fetches the peers and benchstat through the module proxy.\n", cmd)
 	}
 	return b.Bytes()
 }
@@ -319,7 +319,8 @@ func singleTable(b *bytes.Buffer, s *results.Set) {
 	fmt.Fprintf(b, "floor-clock is one monotonic clock read (time.Since), which every limiter here needs at least "+
 		"once: its own × fastest peer is the least any limiter could reach on this machine. GCRA-frac is GCRA "+
 		"at a rate that is not a whole number of nanoseconds per thousandth of a request (7 per 3 µs), which "+
-		"takes the single-key limiter's mutex path instead of its lock-free one.\n")
+		"the single-key limiter's lock-free word still holds, as a fraction (TestSingleKeyPath pins which rates do); "+
+		"the -frac subjects measure what that fraction costs.\n")
 }
 
 func keyedTable(b *bytes.Buffer, s *results.Set) {
