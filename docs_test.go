@@ -290,3 +290,15 @@ func TestReadmePlansOverHTTP(t *testing.T) {
 	out, err := exec.Command(goTool, "test", "-count=1", "./"+filepath.ToSlash(dir)).CombinedOutput()
 	assert.NoError(t, err, "README.md:%d: the plans behind the middleware:\n%s", block.line, out)
 }
+
+// readmeMaxLines is the README's length limit: a front door read in
+// minutes, with everything else in the guides under docs/.
+const readmeMaxLines = 400
+
+// TestReadmeIsShort keeps the README within readmeMaxLines.
+func TestReadmeIsShort(t *testing.T) {
+	data, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	n := strings.Count(string(data), "\n")
+	assert.LessOrEqual(t, n, readmeMaxLines, "README.md has %d lines; move detail to a guide under docs/", n)
+}
