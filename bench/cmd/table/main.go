@@ -28,7 +28,6 @@ func main() {
 	out := flag.String("out", "docs/performance.md", "markdown file to write")
 	chart := flag.String("chart", "performance.svg", "the chart's path, relative to the markdown file")
 	stat := flag.String("benchstat", "performance-benchstat.txt", "benchstat's output, relative to the markdown file")
-	short := flag.String("summary", "", "if set, also write a compact table (one row per subject) here, for the README")
 	flag.Parse()
 	set, err := results.ReadFile(*in)
 	if err != nil {
@@ -37,11 +36,6 @@ func main() {
 	md := render(set, *chart, *stat)
 	if err := os.WriteFile(*out, md, 0o644); err != nil {
 		log.Fatal(err)
-	}
-	if *short != "" {
-		if err := os.WriteFile(*short, summary(set), 0o644); err != nil {
-			log.Fatal(err)
-		}
 	}
 }
 
@@ -573,60 +567,4 @@ func verdict(met, n int) string {
 		return "no"
 	}
 	return fmt.Sprintf("%d of %d", met, n)
-}
-
-// summary renders the compact table for the README: one row per subject,
-// one column per scenario, medians only.
-func summary(s *results.Set) []byte {
-	var b bytes.Buffer
-	one, all := metric(s, "allowed"), metric(s, "parallel")
-	cols := []struct {
-		title           string
-		group, scenario string
-		unit            string
-	}{
-		{"Single key, " + unitName(one), "Single", "allowed", one},
-		{"Single key, all cores, " + unitName(all), "Single", "parallel", all},
-		{"1M keys, " + unitName(one), "Keyed", "serial", one},
-		{"1M keys, all cores, " + unitName(all), "Keyed", "parallel", all},
-		{"Heap B/key at 1M keys", "Keyed", "insert", "heap-B/key"},
-	}
-	fmt.Fprintf(&b, "| Per Check |")
-	for _, c := range cols {
-		fmt.Fprintf(&b, " %s |", c.title)
-	}
-	fmt.Fprintf(&b, "\n|---|%s\n", strings.Repeat("--:|", len(cols)))
-	var subjects []string
-	for _, g := range []string{"Single", "Keyed"} {
-		for _, subj := range s.Subjects(g) {
-			if !slices.Contains(subjects, subj) && subj != "ratelimit.GCRA-frac" {
-				subjects = append(subjects, subj)
-			}
-		}
-	}
-	// This library's rules first, then the other libraries, then the floors.
-	rank := func(subj string) int {
-		switch {
-		case strings.HasPrefix(subj, "ratelimit."):
-			return 0
-		case strings.HasPrefix(subj, "floor-"):
-			return 2
-		}
-		return 1
-	}
-	slices.SortStableFunc(subjects, func(a, b string) int {
-		if d := rank(a) - rank(b); d != 0 {
-			return d
-		}
-		return strings.Compare(a, b)
-	})
-	for _, subj := range subjects {
-		fmt.Fprintf(&b, "| %s |", name(subj))
-		for _, c := range cols {
-			v := s.Median(results.Key{Group: c.group, Scenario: c.scenario, Subject: subj}, c.unit)
-			fmt.Fprintf(&b, " %s |", num(v))
-		}
-		b.WriteString("\n")
-	}
-	return b.Bytes()
 }
