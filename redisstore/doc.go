@@ -61,9 +61,9 @@
 //
 // A state is a few dozen bytes of decimals; a key's MEMORY USAGE is that,
 // its name and Redis's own per-key overhead, the same order as other Redis
-// limiters (BenchmarkPeers in redisstore/bench reports it). The sliding log's state holds one entry per
-// instant something was admitted within the window and is read whole by
-// every check: keep its limits small.
+// limiters (BenchmarkPeers in redisstore/bench reports it). The sliding
+// log's state holds one entry per instant something was admitted within the
+// window and is read whole by every check: keep its limits small.
 //
 // Anything that makes Redis drop a key before it expires makes that key
 // start fresh, with its whole allowance: eviction under maxmemory with an
