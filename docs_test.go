@@ -115,7 +115,7 @@ var measuredReports = map[string]bool{
 
 // figure matches a number with a unit of time, size or proportion, or a
 // ratio: what a measurement reports.
-var figure = regexp.MustCompile(`\d[\d,]*(\.\d+)?\s?(ns|µs|us|ms|KiB|MiB|GiB|KB|MB|GB|B/key|B per|bytes|%)\b|\d+\.\d+\s?(×|x\b| times)`)
+var figure = regexp.MustCompile(`\d[\d,]*(\.\d+)?\s?(ns|µs|us|ms|KiB|MiB|GiB|KB|MB|GB|B/key|B per|bytes|%)\b|\d+\.\d+\s?(×|x\b| times|B\b)`)
 
 // definedFigures are numbers with units that the README and the guides may
 // state because they are not measured: each is fixed by the code (a
