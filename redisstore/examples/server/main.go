@@ -41,9 +41,11 @@
 //	    [-failure open|closed|fallback] [-deny-cache 10000] [-decided-by]
 //
 // Start two or three on different -addr with the same -redis and spread
-// requests over them: together they admit what one admits alone.
+// requests over them: together they admit what one admits alone. One curl
+// sending 40 quotes in a row, more than the burst of 20 and what the rate
+// earns meanwhile, shows the last ones refused:
 //
-//	for i in $(seq 25); do curl -s -o /dev/null -w '%{http_code} ' localhost:8080/quote; done
+//	curl -s -o /dev/null -w '%{http_code} ' 'localhost:8080/quote?n=[1-40]'; echo
 package main
 
 import (
