@@ -189,35 +189,22 @@ func TestClientIPKey(t *testing.T) {
 		{"IPv4-mapped bare", 56, "::ffff:198.51.100.7", "ip:198.51.100.7"},
 		{"IPv4-compatible is IPv6", 56, "[::198.51.100.7]:1", "ip:::/56"},
 		{"zone dropped", 56, "[fe80::1%eth0]:1", "ip:fe80::/56"},
+		// The prefix applies to a client found in a forwarded header too
+		// (after "|": the header's value, sent by the trusted 10.0.0.1),
+		// and a forwarded IPv4-mapped address is IPv4.
+		{"forwarded IPv6 by /64", 0, "|2001:db8:1:2ff::9", "ip:2001:db8:1:2ff::/64"},
+		{"forwarded IPv6 by /56", 56, "|2001:db8:1:2ff::9", "ip:2001:db8:1:200::/56"},
+		{"forwarded IPv6 with port by /56", 56, "|[2001:db8:1:2ff::9]:443", "ip:2001:db8:1:200::/56"},
+		{"forwarded IPv4-mapped by /56", 56, "|::ffff:203.0.113.7", "ip:203.0.113.7"},
+		{"forwarded IPv4 by /56", 56, "|203.0.113.7", "ip:203.0.113.7"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			k, err := httplimit.ClientIP{IPv6Prefix: tt.prefix}.Key(request(tt.remote))
-			require.NoError(t, err)
-			assert.Equal(t, tt.want, k)
-		})
-	}
-}
-
-// TestClientIPKeyForwarded: the prefix applies to the client found in a
-// forwarded header too, and a forwarded IPv4-mapped address is IPv4.
-func TestClientIPKeyForwarded(t *testing.T) {
-	tests := []struct {
-		name   string
-		prefix int
-		hdr    string
-		want   string
-	}{
-		{"IPv6 by /64", 0, "2001:db8:1:2ff::9", "ip:2001:db8:1:2ff::/64"},
-		{"IPv6 by /56", 56, "2001:db8:1:2ff::9", "ip:2001:db8:1:200::/56"},
-		{"IPv6 with port by /56", 56, "[2001:db8:1:2ff::9]:443", "ip:2001:db8:1:200::/56"},
-		{"IPv4-mapped by /56", 56, "::ffff:203.0.113.7", "ip:203.0.113.7"},
-		{"IPv4 by /56", 56, "203.0.113.7", "ip:203.0.113.7"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := httplimit.ClientIP{TrustedProxies: proxies, IPv6Prefix: tt.prefix}
-			k, err := c.Key(request("10.0.0.1:80", "X-Forwarded-For", tt.hdr))
+			c, r := httplimit.ClientIP{IPv6Prefix: tt.prefix}, request(tt.remote)
+			if fwd, ok := strings.CutPrefix(tt.remote, "|"); ok {
+				c.TrustedProxies, r = proxies, request("10.0.0.1:80", "X-Forwarded-For", fwd)
+			}
+			k, err := c.Key(r)
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, k)
 		})

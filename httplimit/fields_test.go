@@ -48,53 +48,41 @@ func TestSFParser(t *testing.T) {
 // policies' names.
 func checkPolicy(t *testing.T, v string) []string {
 	t.Helper()
-	l, err := parseSFList(v)
-	require.NoError(t, err, "RateLimit-Policy: %s", v)
-	require.NotEmpty(t, l, v)
-	var names []string
-	for _, it := range l {
-		name, ok := it.bare.(string)
-		require.True(t, ok, "the policy is a String: %s", v)
-		names = append(names, name)
-		q, ok := it.param("q")
-		require.True(t, ok, "q is required: %s", v)
-		assert.GreaterOrEqual(t, q.(int64), int64(0), v)
-		if w, ok := it.param("w"); ok {
-			assert.Positive(t, w.(int64), v)
-		}
-		if pk, ok := it.param("pk"); ok {
-			assert.IsType(t, []byte(nil), pk, v)
-		}
-		for _, p := range it.params {
-			assert.Contains(t, []string{"q", "w", "pk"}, p.key, v)
-		}
-	}
-	return names
+	return checkItems(t, "RateLimit-Policy", v, "q", "w", 1)
 }
 
 // checkLimit checks a RateLimit value: a non-empty List of Strings, each
 // with a non-negative Integer r and t, and pk a Byte Sequence if present.
 func checkLimit(t *testing.T, v string) []string {
 	t.Helper()
+	return checkItems(t, "RateLimit", v, "r", "t", 0)
+}
+
+// checkItems checks a field's List: String items, each with Integer
+// parameters need (required, at least 0) and may (if present, at least
+// least), an optional Byte Sequence pk, and nothing else. It returns the
+// items' Strings.
+func checkItems(t *testing.T, field, v, need, may string, least int64) []string {
+	t.Helper()
 	l, err := parseSFList(v)
-	require.NoError(t, err, "RateLimit: %s", v)
+	require.NoError(t, err, "%s: %s", field, v)
 	require.NotEmpty(t, l, v)
 	var names []string
 	for _, it := range l {
 		name, ok := it.bare.(string)
 		require.True(t, ok, "the policy is a String: %s", v)
 		names = append(names, name)
-		r, ok := it.param("r")
-		require.True(t, ok, "r is required: %s", v)
-		assert.GreaterOrEqual(t, r.(int64), int64(0), v)
-		if tt, ok := it.param("t"); ok {
-			assert.GreaterOrEqual(t, tt.(int64), int64(0), v)
+		n, ok := it.param(need)
+		require.True(t, ok, "%s is required: %s", need, v)
+		assert.GreaterOrEqual(t, n.(int64), int64(0), v)
+		if m, ok := it.param(may); ok {
+			assert.GreaterOrEqual(t, m.(int64), least, v)
 		}
 		if pk, ok := it.param("pk"); ok {
 			assert.IsType(t, []byte(nil), pk, v)
 		}
 		for _, p := range it.params {
-			assert.Contains(t, []string{"r", "t", "pk"}, p.key, v)
+			assert.Contains(t, []string{need, may, "pk"}, p.key, v)
 		}
 	}
 	return names
@@ -301,4 +289,25 @@ func TestLayersContextEnded(t *testing.T) {
 	w := f.do(withContext(ctx))
 	assert.Equal(t, http.StatusServiceUnavailable, w.Code)
 	assert.Equal(t, `"second";r=1;t=1`, f.do().Header().Get("RateLimit"), "nothing spent")
+}
+
+// TestPlanWithMaxDelay: a Plans limiter with WithMaxDelay is asked with
+// CheckLayers, which takes the request's context: the plan WithPlan
+// chooses reaches it.
+func TestPlanWithMaxDelay(t *testing.T) {
+	clk := ratelimit.NewManualClock(0)
+	p, err := ratelimit.NewPlans(ratelimit.PlanSet{
+		Plans: map[string]ratelimit.Plan{
+			"free": {Rule: ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(1), Capacity: 5}},
+			"pro":  {Rule: ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(10), Capacity: 50}},
+		},
+		Default: "free",
+	}, func(string) string { return "free" }, ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	f := newFixtureFor(t, clk, p, httplimit.WithMaxDelay(time.Second),
+		httplimit.WithPlan(func(r *http.Request) string { return r.Header.Get("X-Plan") }))
+	w := f.do(header("X-Plan", "pro"))
+	assert.Equal(t, `"pro";q=50;w=5`, w.Header().Get("RateLimit-Policy"))
+	w = f.do(from("192.0.2.2:1"))
+	assert.Equal(t, `"free";q=5;w=5`, w.Header().Get("RateLimit-Policy"))
 }

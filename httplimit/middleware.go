@@ -40,8 +40,9 @@
 // [WithShadowMode], and for other limiters, the one Decision is listed.
 // [WithPartitionKey] adds the draft's pk parameter to every item.
 //
-// The name is the rule's Name, or "default" for an unnamed rule. The policy is the Decision's Limit over its
-// Window: for a window algorithm the Limit and the window; for a token
+// The name is the rule's Name, or "default" for an unnamed rule. The
+// policy is the Decision's Limit over its Window: for a window algorithm
+// the Limit and the window; for a token
 // bucket or GCRA the Burst, and for a leaky bucket the Capacity, over the
 // time to earn that whole capacity back at the rule's rate. The field
 // carries whole seconds, so:
@@ -263,7 +264,7 @@ type config struct {
 	// with warnSet: none.
 	warn    *slog.Logger
 	warnSet bool
-	// memo is the last RateLimit-Policy value made (see memoPolicy).
+	// memo keeps the RateLimit-Policy values made (see memoPolicy).
 	memo *policyMemos
 }
 
@@ -371,11 +372,12 @@ func WithShadowMode(report ratelimit.ShadowFunc) Option {
 // limiter, from the request itself (a claim of its verified credentials,
 // say) rather than from its key: the limiter is asked with
 // [ratelimit.ContextWithPlan]. It needs a limiter that takes a context
-// ([ratelimit.ContextChecker]); Plans does. It does not reach a limiter
-// asked with CheckWithin ([WithMaxDelay]), which takes no context. Without
-// it a Plans limiter puts
-// each key on the plan its plan function names. The RateLimit-Policy field
-// names the plan's rule, or the plan when the rule has no name.
+// ([ratelimit.ContextChecker]); Plans does, and with [WithMaxDelay] too,
+// since it is asked with CheckLayers, which takes the context. It does not
+// reach another limiter asked with CheckWithin ([WithMaxDelay]), which
+// takes no context. Without it a Plans limiter puts each key on the plan
+// its plan function names. The RateLimit-Policy field names the plan's
+// rule, or the plan when the rule has no name.
 func WithPlan(f func(*http.Request) string) Option {
 	return func(c *config) { c.plan = f }
 }
@@ -448,7 +450,10 @@ func WithMaxDelay(d time.Duration) Option {
 // Likewise the function it returns panics for a nil handler.
 //
 // For each request the key and the cost are computed, and lim decides. The
-// middleware asks in the most exact form lim offers: CheckWithin when
+// middleware asks in the most exact form lim offers: CheckLayers, with the
+// request's context and the [WithMaxDelay] cap, if lim has it, as a
+// [ratelimit.Composite] and a [ratelimit.Plans] do (outside shadow mode),
+// so that the fields list every layer; CheckWithin when
 // [WithMaxDelay] is set and lim has it (see there); otherwise CheckContext
 // with the request's context if lim is a [ratelimit.ContextChecker], so that
 // a limiter that waits on a network gives up with the request; otherwise
