@@ -104,8 +104,27 @@ func appendPK(buf []byte, pk *[pkLen]byte) []byte {
 	return append(buf, ':')
 }
 
+// AppendPolicyList appends to buf the value of the RateLimit-Policy field
+// the middleware sends for a request decided d: an item for each of layers
+// (the Decisions of every enforced layer, which a [ratelimit.Composite] or
+// a [ratelimit.Plans] gives with CheckLayers), or the one item of d when
+// layers is empty (see [AppendPolicyField]). It is for other protocols'
+// middleware (such as gRPC metadata) to send the same.
+func AppendPolicyList(buf []byte, d ratelimit.Decision, layers []ratelimit.Decision) []byte {
+	return appendPolicyList(buf, d, layers, nil)
+}
+
+// AppendLimitList appends to buf the value of the RateLimit field the
+// middleware sends for a request decided d with layers, as seen elapsed
+// after the decision was made, as [AppendPolicyList] does for
+// RateLimit-Policy (see [AppendLimitField]).
+func AppendLimitList(buf []byte, d ratelimit.Decision, layers []ratelimit.Decision, elapsed time.Duration) []byte {
+	return appendLimitList(buf, d, layers, elapsed, nil)
+}
+
 // appendPolicyList appends the RateLimit-Policy value: an item for each of
-// layers, or for d alone when there are none.
+// layers, or for d alone when there are none, each with pk if it is not
+// nil.
 func appendPolicyList(buf []byte, d ratelimit.Decision, layers []ratelimit.Decision, pk *[pkLen]byte) []byte {
 	if len(layers) == 0 {
 		return appendPK(AppendPolicyField(buf, d), pk)
