@@ -2,6 +2,8 @@ package httplimit
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/ratekit/ratelimit"
@@ -34,16 +36,29 @@ import (
 // the Decision's RetryAfter is 0), and the [DeniedHandler]'s answer. An
 // admitted request carries rate's fields, or none without rate.
 //
-// InFlight panics if lim is nil, as Middleware does for its limiter, and
-// the function it returns panics for a nil handler.
+// A rate limiter whose backend failed answers with an error matching
+// [ratelimit.ErrDegraded] and the Decision its failure policy made (a Redis
+// store failing open, or its fallback): that Decision decides the rate, as
+// it does in Middleware, and never the slot. An admission so decided takes
+// a slot like any other, and a request is forwarded only with one.
+//
+// InFlight panics if lim is nil, or if rate is a nil pointer of a limiter
+// type (a *ratelimit.Store left nil after NewStore failed; a nil interface
+// means no rate limit), as Middleware does for its limiter, and the
+// function it returns panics for a nil handler.
 func InFlight(lim *ratelimit.InFlight, rate ratelimit.KeyedLimiter, opts ...Option) func(http.Handler) http.Handler {
 	if lim == nil {
 		panic("httplimit: InFlight given a nil *ratelimit.InFlight; pass the limiter that ratelimit.NewInFlight returned, after checking its error")
 	}
-	if isNil(rate) {
-		rate = nil
+	var rl *rateLimit
+	if rate != nil {
+		if isNil(rate) {
+			panic(fmt.Sprintf("httplimit: InFlight given a nil rate limiter (%T); pass the limiter that ratelimit.NewStore or ratelimit.Compose returned, after checking their error, or a nil interface for no rate limit", rate))
+		}
+		rl = &rateLimit{lim: rate}
+		rl.withCtx, _ = rate.(ratelimit.ContextChecker)
 	}
-	wrap := Middleware(&slotLimiter{lim: lim, rate: rate}, opts...)
+	wrap := Middleware(&slotLimiter{lim: lim, rate: rl}, opts...)
 	return func(next http.Handler) http.Handler {
 		if next == nil {
 			panic("httplimit: nil handler")
@@ -68,7 +83,8 @@ type heldSlotKey struct{}
 // another.
 type heldSlot struct {
 	context.Context
-	rel ratelimit.Release
+	rel      ratelimit.Release
+	degraded error // rate's error, for an admission its failure policy made
 }
 
 // Value returns the heldSlot itself for heldSlotKey, and the parent's
@@ -91,7 +107,7 @@ func (s *heldSlot) release() {
 // Release in the request's heldSlot.
 type slotLimiter struct {
 	lim  *ratelimit.InFlight
-	rate ratelimit.KeyedLimiter // nil: the in-flight limit alone
+	rate *rateLimit // nil: the in-flight limit alone
 }
 
 func (l *slotLimiter) Check(key string, cost ratelimit.Units) (ratelimit.Decision, error) {
@@ -109,18 +125,62 @@ func (l *slotLimiter) CheckContext(ctx context.Context, key string, cost ratelim
 	} else {
 		rel, d, err = l.lim.AcquireWith(ctx, key, l.rate, cost)
 	}
-	if s, ok := ctx.Value(heldSlotKey{}).(*heldSlot); ok && s.rel == nil {
+	s, ok := ctx.Value(heldSlotKey{}).(*heldSlot)
+	if ok && s.rel == nil {
 		s.rel = rel
 	} else {
 		rel() // no request to hold it for: never keep a slot nobody releases
+	}
+	if err == nil && ok && s.degraded != nil {
+		// rate's failure policy admitted, and the slot is taken: the
+		// request goes on with that Decision, and the error is reported
+		// as Middleware reports a degraded Decision.
+		err = s.degraded
+	}
+	return d, err
+}
+
+// rateLimit is the rate limiter of an InFlight middleware as AcquireWith
+// asks it. AcquireWith takes a slot only for an admission without error,
+// so a Decision that rate's failure policy admitted (an error matching
+// ErrDegraded with Allowed set) is handed to it as a plain admission, and
+// the error is kept in the request's heldSlot for slotLimiter to return
+// once the slot is taken. A degraded refusal goes through as it is: no
+// slot, and the Decision refuses.
+type rateLimit struct {
+	lim     ratelimit.KeyedLimiter
+	withCtx ratelimit.ContextChecker // lim, if it takes a context
+}
+
+func (l *rateLimit) Check(key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	return l.CheckContext(context.Background(), key, cost)
+}
+
+func (l *rateLimit) CheckContext(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	var (
+		d   ratelimit.Decision
+		err error
+	)
+	if l.withCtx != nil {
+		d, err = l.withCtx.CheckContext(ctx, key, cost)
+	} else {
+		d, err = l.lim.Check(key, cost)
+	}
+	if err != nil && d.Allowed && errors.Is(err, ratelimit.ErrDegraded) {
+		if s, ok := ctx.Value(heldSlotKey{}).(*heldSlot); ok {
+			s.degraded = err
+			return d, nil
+		}
 	}
 	return d, err
 }
 
 // Clock is the clock a leaky bucket's Delay is waited out on: rate's.
 func (l *slotLimiter) Clock() ratelimit.Clock {
-	if c, ok := l.rate.(clocked); ok {
-		return c.Clock()
+	if l.rate != nil {
+		if c, ok := l.rate.lim.(clocked); ok {
+			return c.Clock()
+		}
 	}
 	return l.lim.Clock()
 }
