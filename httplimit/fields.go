@@ -230,9 +230,9 @@ func setLegacy(h http.Header, d ratelimit.Decision, elapsed time.Duration) {
 
 // Blocks of one allocation each, holding the values of a response's
 // fields (b) and the slice elements that carry them (vals): smallFields
-// and largeFields an admission's RateLimit fields (about 70 and 200
-// bytes), refusalFields a refusal's fields and body (see refuse), which
-// hold a name of up to about 20 bytes.
+// and largeFields an admission's RateLimit fields, refusalFields a
+// refusal's fields and body (see refuse). The arrays' lengths are what a
+// short policy name fits in; a longer one takes a second allocation.
 type (
 	smallFields struct {
 		vals [2]string
