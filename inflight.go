@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"sort"
@@ -194,7 +195,11 @@ func (f *InFlight) AcquireContext(ctx context.Context, key string) (Release, Dec
 // rate's, with rate's Decision and no slot taken (a cost that rate can
 // never admit is one, matching [ErrInvalidCost] or
 // [ErrCostExceedsCapacity]); ctx's, if it ends before the turn comes; and
-// an error for a nil rate.
+// an error for a nil rate. The one error that comes with a slot is rate's
+// matching [ErrDegraded] when its failure policy admitted (a Redis store
+// failing open, or its fallback): that Decision decides the rate, never
+// the slot, so the slot is taken as for any admission, and the Release
+// must be called as for one; a degraded refusal takes none.
 func (f *InFlight) AcquireWith(ctx context.Context, key string, rate KeyedLimiter, cost Units) (Release, Decision, error) {
 	if isNil(rate) {
 		return noRelease, f.pol.decision(), errNilRate
@@ -297,7 +302,10 @@ func (f *InFlight) acquire(ctx context.Context, key string, rate KeyedLimiter, c
 		return noRelease, d, nil
 	}
 
-	var d Decision
+	var (
+		d       Decision
+		rateErr error // rate's, for an admission its failure policy made
+	)
 	if rate != nil {
 		// rate is asked without the shard's lock: the turn alone keeps
 		// the free slot free.
@@ -308,9 +316,13 @@ func (f *InFlight) acquire(ctx context.Context, key string, rate KeyedLimiter, c
 		} else {
 			d, err = rate.Check(key, cost)
 		}
-		if err != nil || !d.Allowed {
+		// An admission rate's failure policy made (an error matching
+		// ErrDegraded, Allowed set) decides the rate and takes a slot
+		// like any other: a request goes on only with one.
+		if !d.Allowed || (err != nil && !errors.Is(err, ErrDegraded)) {
 			return noRelease, d, err
 		}
+		rateErr = err
 		now = sh.tl.lock(clampTime(f.clock.Now()))
 	}
 	until := int64(MaxTime)
@@ -327,7 +339,7 @@ func (f *InFlight) acquire(ctx context.Context, key string, rate KeyedLimiter, c
 		d.Remaining = free - 1
 		d.At = time.Duration(now)
 	}
-	return func() { f.release(sh, e, id) }, d, nil
+	return func() { f.release(sh, e, id) }, d, rateErr
 }
 
 // expire drops the slots past their MaxHold at now, with the shard

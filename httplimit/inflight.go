@@ -2,7 +2,6 @@ package httplimit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 
@@ -40,7 +39,8 @@ import (
 // [ratelimit.ErrDegraded] and the Decision its failure policy made (a Redis
 // store failing open, or its fallback): that Decision decides the rate, as
 // it does in Middleware, and never the slot. An admission so decided takes
-// a slot like any other, and a request is forwarded only with one.
+// a slot like any other (see [ratelimit.InFlight.AcquireWith]), and a
+// request is forwarded only with one.
 //
 // InFlight panics if lim is nil, or if rate is a nil pointer of a limiter
 // type (a *ratelimit.Store left nil after NewStore failed; a nil interface
@@ -50,15 +50,10 @@ func InFlight(lim *ratelimit.InFlight, rate ratelimit.KeyedLimiter, opts ...Opti
 	if lim == nil {
 		panic("httplimit: InFlight given a nil *ratelimit.InFlight; pass the limiter that ratelimit.NewInFlight returned, after checking its error")
 	}
-	var rl *rateLimit
-	if rate != nil {
-		if isNil(rate) {
-			panic(fmt.Sprintf("httplimit: InFlight given a nil rate limiter (%T); pass the limiter that ratelimit.NewStore or ratelimit.Compose returned, after checking their error, or a nil interface for no rate limit", rate))
-		}
-		rl = &rateLimit{lim: rate}
-		rl.withCtx, _ = rate.(ratelimit.ContextChecker)
+	if rate != nil && isNil(rate) {
+		panic(fmt.Sprintf("httplimit: InFlight given a nil rate limiter (%T); pass the limiter that ratelimit.NewStore or ratelimit.Compose returned, after checking their error, or a nil interface for no rate limit", rate))
 	}
-	wrap := Middleware(&slotLimiter{lim: lim, rate: rl}, opts...)
+	wrap := Middleware(&slotLimiter{lim: lim, rate: rate}, opts...)
 	return func(next http.Handler) http.Handler {
 		if next == nil {
 			panic("httplimit: nil handler")
@@ -83,8 +78,7 @@ type heldSlotKey struct{}
 // another.
 type heldSlot struct {
 	context.Context
-	rel      ratelimit.Release
-	degraded error // rate's error, for an admission its failure policy made
+	rel ratelimit.Release
 }
 
 // Value returns the heldSlot itself for heldSlotKey, and the parent's
@@ -107,7 +101,7 @@ func (s *heldSlot) release() {
 // Release in the request's heldSlot.
 type slotLimiter struct {
 	lim  *ratelimit.InFlight
-	rate *rateLimit // nil: the in-flight limit alone
+	rate ratelimit.KeyedLimiter // nil: the in-flight limit alone
 }
 
 func (l *slotLimiter) Check(key string, cost ratelimit.Units) (ratelimit.Decision, error) {
@@ -131,54 +125,15 @@ func (l *slotLimiter) CheckContext(ctx context.Context, key string, cost ratelim
 	} else {
 		rel() // no request to hold it for: never keep a slot nobody releases
 	}
-	if err == nil && ok && s.degraded != nil {
-		// rate's failure policy admitted, and the slot is taken: the
-		// request goes on with that Decision, and the error is reported
-		// as Middleware reports a degraded Decision.
-		err = s.degraded
-	}
-	return d, err
-}
-
-// rateLimit is the rate limiter of an InFlight middleware as AcquireWith
-// asks it. AcquireWith takes a slot only for an admission without error,
-// so a Decision that rate's failure policy admitted (an error matching
-// ErrDegraded with Allowed set) is handed to it as a plain admission, and
-// the error is kept in the request's heldSlot for slotLimiter to return
-// once the slot is taken. A degraded refusal goes through as it is: no
-// slot, and the Decision refuses.
-type rateLimit struct {
-	lim     ratelimit.KeyedLimiter
-	withCtx ratelimit.ContextChecker // lim, if it takes a context
-}
-
-func (l *rateLimit) Check(key string, cost ratelimit.Units) (ratelimit.Decision, error) {
-	return l.CheckContext(context.Background(), key, cost)
-}
-
-func (l *rateLimit) CheckContext(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
-	var (
-		d   ratelimit.Decision
-		err error
-	)
-	if l.withCtx != nil {
-		d, err = l.withCtx.CheckContext(ctx, key, cost)
-	} else {
-		d, err = l.lim.Check(key, cost)
-	}
-	if err != nil && d.Allowed && errors.Is(err, ratelimit.ErrDegraded) {
-		if s, ok := ctx.Value(heldSlotKey{}).(*heldSlot); ok {
-			s.degraded = err
-			return d, nil
-		}
-	}
+	// An admission rate's failure policy made comes with its slot and
+	// its error (ErrDegraded), which Middleware reports and forwards.
 	return d, err
 }
 
 // Clock is the clock a leaky bucket's Delay is waited out on: rate's.
 func (l *slotLimiter) Clock() ratelimit.Clock {
 	if l.rate != nil {
-		if c, ok := l.rate.lim.(clocked); ok {
+		if c, ok := l.rate.(clocked); ok {
 			return c.Clock()
 		}
 	}
