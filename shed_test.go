@@ -33,11 +33,11 @@ func TestShedRulesRejected(t *testing.T) {
 		{"limit too large", ratelimit.FleetLimit{Limit: 1e9 + 1, Classes: threeClasses}},
 		{"no classes", ratelimit.FleetLimit{Limit: 10}},
 		{"empty name", ratelimit.FleetLimit{Limit: 10, Classes: []ratelimit.ShedClass{{Share: 100}}}},
-		{"same name", ratelimit.FleetLimit{Limit: 10, Classes: []ratelimit.ShedClass{{"a", 100}, {"a", 50}}}},
-		{"share 0", ratelimit.FleetLimit{Limit: 10, Classes: []ratelimit.ShedClass{{"a", 0}}}},
-		{"share 101", ratelimit.FleetLimit{Limit: 10, Classes: []ratelimit.ShedClass{{"a", 101}}}},
-		{"shares increase", ratelimit.FleetLimit{Limit: 10, Classes: []ratelimit.ShedClass{{"a", 50}, {"b", 60}}}},
-		{"share under one request", ratelimit.FleetLimit{Limit: 3, Classes: []ratelimit.ShedClass{{"a", 100}, {"b", 30}}}},
+		{"same name", ratelimit.FleetLimit{Limit: 10, Classes: []ratelimit.ShedClass{{Name: "a", Share: 100}, {Name: "a", Share: 50}}}},
+		{"share 0", ratelimit.FleetLimit{Limit: 10, Classes: []ratelimit.ShedClass{{Name: "a", Share: 0}}}},
+		{"share 101", ratelimit.FleetLimit{Limit: 10, Classes: []ratelimit.ShedClass{{Name: "a", Share: 101}}}},
+		{"shares increase", ratelimit.FleetLimit{Limit: 10, Classes: []ratelimit.ShedClass{{Name: "a", Share: 50}, {Name: "b", Share: 60}}}},
+		{"share under one request", ratelimit.FleetLimit{Limit: 3, Classes: []ratelimit.ShedClass{{Name: "a", Share: 100}, {Name: "b", Share: 30}}}},
 		{"negative retry", ratelimit.FleetLimit{Limit: 10, Classes: threeClasses, RetryAfter: -1}},
 	}
 	for _, tc := range fleet {
@@ -146,7 +146,7 @@ func TestFleetShedderModel(t *testing.T) {
 		limit := rapid.Int64Range(10, 200).Draw(t, "limit")
 		a := rapid.IntRange(10, 100).Draw(t, "shareA")
 		b := rapid.IntRange(10, a).Draw(t, "shareB")
-		classes := []ratelimit.ShedClass{{"a", a}, {"b", b}}
+		classes := []ratelimit.ShedClass{{Name: "a", Share: a}, {Name: "b", Share: b}}
 		s, err := ratelimit.NewFleetShedder(ratelimit.FleetLimit{Limit: limit, Classes: classes})
 		if err != nil {
 			t.Fatal(err)
