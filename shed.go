@@ -336,11 +336,14 @@ type WorkerLimit struct {
 	// in progress must fall before a class that is being refused is
 	// admitted again, so that the shedder does not flap around a
 	// threshold; 0 means 10. It must be less than every class's Share.
+	// It does not apply to a class of Share 100, refused only at the
+	// limit.
 	Hysteresis int
 
 	// Hold is the least time a class stays refused once the shedder
 	// starts refusing it, measured on the shedder's clock; 0 means no
-	// such wait, the Hysteresis alone deciding.
+	// such wait, the Hysteresis alone deciding. Like Hysteresis, it does
+	// not apply to a class of Share 100.
 	Hold time.Duration
 
 	// Adaptive, if not nil, moves the limit with the latency of the
@@ -413,11 +416,21 @@ type Gradient struct {
 // it refuses the least important class first, then the next, the most
 // important last: class i is refused from when the work in progress
 // reaches its Share of the limit until it falls Hysteresis points below
-// that Share again, and at least Hold after it started. Classes are
-// refused in order and readmitted in the reverse order, so that a class is
-// never refused while a less important one is admitted. Whatever the
-// classes, no request is admitted beyond the limit. It is the worker
-// utilisation load shedder of Stripe's four limiters.
+// that Share again, and at least Hold after it started. A class whose Share
+// is 100 is refused only while the limit itself is reached: hysteresis
+// there would refuse the most important work while there is room that
+// nothing less important may take. Classes are refused in order and
+// readmitted in the reverse order, so that a class is never refused while
+// a less important one is admitted. Whatever the classes, no request is
+// admitted beyond the limit. It is the worker utilisation load shedder of
+// Stripe's four limiters.
+//
+// A class's Share is of all the work in progress, so what lies above it is
+// kept for the classes above it: with default at 90%, critical requests
+// are sure of only a tenth of the limit when default traffic is heavy.
+// Give the more important classes room for their own peak: if critical
+// traffic alone can reach 40% of the limit, default's Share should be at
+// most about 60%.
 //
 // Its Decisions: Allowed; Limit is the work in progress at which the
 // class starts being refused, in requests, under the limit now in force;
@@ -629,14 +642,24 @@ func ceilDiv64(a, b int64) int64 { return (a + b - 1) / b }
 
 // step refuses the classes whose share the work in progress has reached,
 // most important last, and readmits those it has fallen Hysteresis points
-// below (after Hold), most important first; with s.mu held.
+// below (after Hold; a class of Share 100 as soon as it is below the
+// limit), most important first; with s.mu held.
 func (s *WorkerShedder) step(now int64) {
 	u := s.inUse * 100_000 // in thousandths of a request, times 100
 	for s.cut > 0 && u >= int64(s.classes.list[s.cut-1].Share)*s.limit {
 		s.cut--
 		s.since[s.cut] = now
 	}
-	for s.cut < len(s.classes.list) && u < (int64(s.classes.list[s.cut].Share)-s.hyst)*s.limit && now-s.since[s.cut] >= s.hold {
+	for s.cut < len(s.classes.list) {
+		share, hyst, hold := int64(s.classes.list[s.cut].Share), s.hyst, s.hold
+		if share == 100 {
+			// Refused only at the limit itself: below it, refusing would
+			// waste room that nothing less important can take.
+			hyst, hold = 0, 0
+		}
+		if u >= (share-hyst)*s.limit || now-s.since[s.cut] < hold {
+			break
+		}
 		s.cut++
 	}
 }

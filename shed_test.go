@@ -190,8 +190,9 @@ func TestFleetShedderModel(t *testing.T) {
 
 // workerModel is a plain model of a fixed-limit WorkerShedder: one flag per
 // class, set when the work in progress reaches the class's share and
-// cleared when it falls hysteresis points below it (after hold), a class
-// being readmitted only once every more important class is.
+// cleared when it falls hysteresis points below it (after hold; a class
+// of share 100 as soon as it is below the limit), a class being readmitted
+// only once every more important class is.
 type workerModel struct {
 	limit   int64
 	shares  []int
@@ -211,7 +212,11 @@ func (m *workerModel) update() {
 		}
 	}
 	for i, sh := range m.shares {
-		if m.refused[i] && (i == 0 || !m.refused[i-1]) && pct < float64(sh-m.hyst) && m.now-m.since[i] >= m.hold {
+		hyst, hold := m.hyst, m.hold
+		if sh == 100 {
+			hyst, hold = 0, 0
+		}
+		if m.refused[i] && (i == 0 || !m.refused[i-1]) && pct < float64(sh-hyst) && m.now-m.since[i] >= hold {
 			m.refused[i] = false
 		}
 	}
@@ -332,24 +337,24 @@ func TestWorkerShedderOrderAndHysteresis(t *testing.T) {
 	require.True(t, refusing)
 	assert.Equal(t, critical, p)
 
-	// Readmission, most important first: critical below 90% (8 in
-	// progress), default below 80% (7), sheddable below 60% (5); critical
-	// only once Hold has passed.
+	// Readmission, most important first: critical (Share 100) as soon as
+	// there is room; default below 80% (7 in progress) and after Hold;
+	// sheddable below 60% (5).
 	rels[0]()
-	_, d, _ = s.Admit(ctx, critical)
-	assert.False(t, d.Allowed, "9 in progress is not below 90%")
-	rels[1]()
-	_, d, _ = s.Admit(ctx, critical)
-	assert.False(t, d.Allowed, "8 in progress, but Hold keeps critical refused for 2 s")
-	clk.Advance(2 * time.Second)
 	rel, d, _ := s.Admit(ctx, critical)
-	assert.True(t, d.Allowed, "8 in progress after Hold: critical again")
+	assert.True(t, d.Allowed, "9 in progress: critical at once, no hysteresis at the limit")
 	rel()
 	_, d, _ = s.Admit(ctx, defaultClass)
-	assert.False(t, d.Allowed, "default needs below 80%: 8 is not")
+	assert.False(t, d.Allowed, "9 in progress: default refused")
+	rels[1]()
+	_, d, _ = s.Admit(ctx, defaultClass)
+	assert.False(t, d.Allowed, "hysteresis: 8 in progress is not below 90% - 10")
 	rels[2]()
+	_, d, _ = s.Admit(ctx, defaultClass)
+	assert.False(t, d.Allowed, "7 in progress, but Hold keeps default refused for 2 s")
+	clk.Advance(2 * time.Second)
 	rel, d, _ = s.Admit(ctx, defaultClass)
-	assert.True(t, d.Allowed, "7 in progress: default again")
+	assert.True(t, d.Allowed, "7 in progress after Hold: default again")
 	rel()
 	_, d, _ = s.Admit(ctx, sheddable)
 	assert.False(t, d.Allowed, "sheddable needs below 60%")
