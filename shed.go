@@ -373,7 +373,9 @@ type WorkerLimit struct {
 //	target   = limit × gradient + Queue
 //	limit    = limit + (target − limit) × Smoothing
 //
-// kept between MinLimit and MaxLimit. While the most requests in progress
+// kept between MinLimit and MaxLimit. The gradient's floor of 1/2 makes a
+// limit under a long slowdown settle near 2 × Queue, not lower (set a
+// smaller Queue to let it go lower). While the most requests in progress
 // during a window stay below half the limit, the limit does not move: it
 // is not what holds the traffic back. When long is more than twice short
 // (after a slowdown has passed), long drops by 5% a window, so that the
@@ -384,9 +386,12 @@ type WorkerLimit struct {
 //
 // The zero values of its fields are defaults, as each says.
 type Gradient struct {
-	// MinLimit and MaxLimit bound the limit, from 1 to 1e9; 0 means 1 and
-	// 10 times the WorkerLimit's Limit (at most 1e9). The Limit, where the
-	// limit starts, must lie between them.
+	// MinLimit and MaxLimit bound the limit, from 1 to 1e9. MinLimit 0
+	// means the least limit at which the least important class has room
+	// for one request (100 / its Share, rounded up); MaxLimit 0 means 10
+	// times the WorkerLimit's Limit (at most 1e9). The Limit, where the
+	// limit starts, must lie between them, and every class's share of
+	// MinLimit must be at least one request.
 	MinLimit, MaxLimit int64
 
 	// Window is how long latencies are gathered before the limit moves;
@@ -483,13 +488,19 @@ func NewWorkerShedder(l WorkerLimit, opts ...Option) (*WorkerShedder, error) {
 	if l.Limit < 1 || l.Limit > maxShedLimit {
 		return nil, bad("Limit", "must be from 1 to 1e9, got "+strconv.FormatInt(l.Limit, 10))
 	}
-	floor := l.Limit
+	cs, err := validateClasses("WorkerLimit", l.Classes, l.Limit)
+	if err != nil {
+		return nil, err
+	}
 	var g *gradientRule
 	if a := l.Adaptive; a != nil {
 		g = &gradientRule{min: a.MinLimit, max: a.MaxLimit, window: int64(a.Window), long: int64(a.LongWindow),
 			tol: int64(a.Tolerance), smooth: int64(a.Smoothing), queue: a.Queue}
 		if g.min == 0 {
-			g.min = 1
+			// The least limit at which the least important class has
+			// room for one request; no more than Limit, at which every
+			// class has.
+			g.min = ceilDiv64(100, int64(cs.list[len(cs.list)-1].Share))
 		}
 		if g.max == 0 {
 			g.max = min(10*l.Limit, maxShedLimit)
@@ -519,15 +530,10 @@ func NewWorkerShedder(l WorkerLimit, opts ...Option) (*WorkerShedder, error) {
 		case g.queue < 0 || g.queue > maxShedLimit:
 			return nil, bad("Adaptive.Queue", "must be 0 (4) or from 1 to 1e9, got "+strconv.FormatInt(a.Queue, 10))
 		}
-		g.min, g.max, g.queue = g.min*1000, g.max*1000, g.queue*1000
-		floor = a.MinLimit
-		if floor == 0 {
-			floor = 1
+		if _, err := validateClasses("WorkerLimit", l.Classes, g.min); err != nil {
+			return nil, err
 		}
-	}
-	cs, err := validateClasses("WorkerLimit", l.Classes, floor)
-	if err != nil {
-		return nil, err
+		g.min, g.max, g.queue = g.min*1000, g.max*1000, g.queue*1000
 	}
 	hyst := l.Hysteresis
 	if hyst == 0 {

@@ -531,8 +531,26 @@ func TestGradientLimit(t *testing.T) {
 	assert.Less(t, got[14], got[4]*2/3, "the slowdown brings the limit down")
 	assert.Greater(t, got[24], got[14], "recovery raises it again")
 	assert.Equal(t, got[24], got[27], "no growth while traffic is below half the limit")
-	small, _ := newShedder()
-	assert.GreaterOrEqual(t, small.Limit(), int64(10))
+}
+
+// Gradient's zero value is usable with classes whose shares of 1 are less
+// than a request: MinLimit defaults to the least limit at which every
+// class has room for one.
+func TestGradientDefaults(t *testing.T) {
+	clk := ratelimit.NewManualClock(0)
+	s, err := ratelimit.NewWorkerShedder(ratelimit.WorkerLimit{Limit: 20, Classes: threeClasses, Adaptive: &ratelimit.Gradient{}},
+		ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	runWindow(t, s, clk, int(s.Limit()), 10*time.Millisecond)
+	lowest := s.Limit()
+	for range 60 { // 50 times slower
+		lowest = min(lowest, runWindow(t, s, clk, int(s.Limit()), time.Second/2))
+	}
+	assert.InDelta(t, 8, lowest, 1, "the gradient's floor of 1/2 makes the limit settle near 2 x Queue")
+	assert.Greater(t, s.Limit(), lowest, "as the long-term latency catches up, the slow latency is the new normal")
+	_, d, err := s.Admit(context.Background(), sheddable)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed, "sheddable still has a place at the least limit")
 }
 
 func TestGradientBounds(t *testing.T) {
