@@ -29,27 +29,26 @@ import (
 
 // workConfig is the flags of GET /work.
 type workConfig struct {
-	workers   int
-	cost      time.Duration
-	shed      string
-	limit     int64
-	window    time.Duration
-	header    string
-	control   bool
-	shedClass []ratelimit.ShedClass
+	workers int
+	cost    time.Duration
+	shed    string
+	limit   int64
+	window  time.Duration
+	header  string
+	control bool
+	shares  string
 }
 
 // workFlags declares the flags of GET /work on fs.
 func workFlags(fs *flag.FlagSet) *workConfig {
-	c := &workConfig{shedClass: []ratelimit.ShedClass{
-		{Name: "critical", Share: 100}, {Name: "default", Share: 90}, {Name: "sheddable", Share: 70},
-	}}
+	c := &workConfig{}
 	fs.IntVar(&c.workers, "work-workers", 4, "`workers` of GET /work: requests served at once")
 	fs.DurationVar(&c.cost, "work-cost", 20*time.Millisecond, "how long a GET /work request holds a worker")
 	fs.StringVar(&c.shed, "shed", "fixed", "load shedder of GET /work: fixed, adaptive or off")
 	fs.Int64Var(&c.limit, "shed-limit", 0, "`requests` in progress at which GET /work sheds critical ones (0: 1.25 x -work-workers, at least one more); where an adaptive limit starts")
 	fs.DurationVar(&c.window, "shed-window", time.Second, "how long an adaptive limit gathers latencies before it moves")
 	fs.StringVar(&c.header, "priority-header", "", "`header` a trusted gateway sets to a request's class (critical, default, sheddable); none: every request is default")
+	fs.StringVar(&c.shares, "shed-shares", "90,70", "`default,sheddable`: the percentages of the limit up to which the work in progress may rise for each class to be admitted (critical: 100)")
 	fs.BoolVar(&c.control, "work-control", false, "add POST /work/slow?factor=N, which slows GET /work N times")
 	return c
 }
@@ -78,7 +77,12 @@ func (a *api) mountWork(c *workConfig, set ratelimit.PlanSet) error {
 	wk.factor.Store(1)
 	var h http.Handler = http.HandlerFunc(wk.serve)
 	desc := fmt.Sprintf("%d workers, %v each; ", c.workers, c.cost)
-	rule := ratelimit.WorkerLimit{Limit: limit, Classes: c.shedClass, Name: "work"}
+	var def, low int
+	if _, err := fmt.Sscanf(c.shares, "%d,%d", &def, &low); err != nil {
+		return fmt.Errorf("-shed-shares must be two percentages, such as 90,70: %w", err)
+	}
+	classes := []ratelimit.ShedClass{{Name: "critical", Share: 100}, {Name: "default", Share: def}, {Name: "sheddable", Share: low}}
+	rule := ratelimit.WorkerLimit{Limit: limit, Classes: classes, Name: "work"}
 	switch c.shed {
 	case "off":
 		desc += "no shedder"
@@ -88,14 +92,14 @@ func (a *api) mountWork(c *workConfig, set ratelimit.PlanSet) error {
 		}
 		shed, err := ratelimit.NewWorkerShedder(rule)
 		if err != nil {
-			return fmt.Errorf("-shed-limit: %w", err)
+			return fmt.Errorf("-shed-limit, -shed-shares: %w", err)
 		}
 		classOf := httplimit.FixedClass(1) // default
 		if c.header != "" {
 			classOf = httplimit.TrustedClassHeader(c.header, shed, 1)
 		}
 		h = httplimit.Shed(shed, classOf)(h)
-		desc += fmt.Sprintf("shed (%s limit %d in progress): sheddable from 70%%, default from 90%%, critical at 100%%; 503 when shed", c.shed, limit)
+		desc += fmt.Sprintf("shed (%s limit %d in progress): sheddable from %d%%, default from %d%%, critical at 100%%; 503 when shed", c.shed, limit, low, def)
 	default:
 		return fmt.Errorf("-shed must be fixed, adaptive or off, got %q", c.shed)
 	}

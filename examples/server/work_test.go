@@ -64,6 +64,8 @@ func TestWorkFlagsRejected(t *testing.T) {
 		{"-shed", "sometimes"},
 		{"-work-workers", "0"},
 		{"-shed-limit", "1"}, // 70% of 1 is less than one request
+		{"-shed-shares", "90"},
+		{"-shed-shares", "70,90"}, // sheddable above default
 	} {
 		err := run(context.Background(), append([]string{"-addr", "127.0.0.1:0"}, args...), io.Discard, nil)
 		assert.Error(t, err, args)
