@@ -88,7 +88,7 @@ func (a *api) mountWork(c *workConfig, set ratelimit.PlanSet) error {
 		desc += "no shedder"
 	case "fixed", "adaptive":
 		if c.shed == "adaptive" {
-			rule.Adaptive = &ratelimit.Gradient{MinLimit: 2, MaxLimit: 10 * limit, Window: c.window}
+			rule.Adaptive = &ratelimit.Gradient{MaxLimit: 10 * limit, Window: c.window}
 		}
 		shed, err := ratelimit.NewWorkerShedder(rule)
 		if err != nil {

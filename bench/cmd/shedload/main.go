@@ -249,7 +249,7 @@ func run(c *config) error {
 		capacity, c.slowFactor, c.slowAt, c.slowAt+c.slowFor, c.slowAt+c.slowFor+c.slowTail)
 	w("capacity falls to a fifth and most requests must be refused. Three shedders, all with shares 50/30: the fixed limit above, a fixed limit")
 	w("of %d (set too high for these workers: requests queue), and the adaptive limit (`Gradient`, 250 ms windows,", high)
-	w("other fields at their defaults, MinLimit 2) starting from %d. Lost is every request not answered 200", high)
+	w("MaxLimit %d, other fields at their defaults) starting from %d. Lost is every request not answered 200", 10*high, high)
 	w("(shed, timed out or failed), during the slowdown and after it. Recovery is the time from the end of the slowdown")
 	w("to the start of the first %v bin from which on every bin's admitted p99 is within 1.5x of the baseline (the", c.binW)
 	w("median bin p99 before the slowdown) and its success share within 5 points of the baseline's.")
@@ -377,9 +377,12 @@ func classOrder() []int {
 	return o
 }
 
-// listening reads the server's log until it says where it listens.
+// listening reads the server's log until it says where it listens; if it
+// does not, the error carries what it said.
 func listening(r io.Reader, limit time.Duration) (string, error) {
 	found := make(chan string, 1)
+	var mu sync.Mutex
+	var said []string
 	go func() {
 		sc := bufio.NewScanner(r)
 		for sc.Scan() {
@@ -388,6 +391,9 @@ func listening(r io.Reader, limit time.Duration) (string, error) {
 				found <- strings.TrimSpace(line[i+len("msg=listening addr="):])
 				break
 			}
+			mu.Lock()
+			said = append(said, line)
+			mu.Unlock()
 		}
 		_, _ = io.Copy(io.Discard, r)
 	}()
@@ -395,7 +401,9 @@ func listening(r io.Reader, limit time.Duration) (string, error) {
 	case a := <-found:
 		return a, nil
 	case <-time.After(limit):
-		return "", errors.New("the server did not say where it listens")
+		mu.Lock()
+		defer mu.Unlock()
+		return "", fmt.Errorf("the server did not say where it listens; it said:\n%s", strings.Join(said, "\n"))
 	}
 }
 
