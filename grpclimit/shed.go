@@ -44,8 +44,11 @@ func MethodClasses(classes map[string]ratelimit.Priority, fallback ratelimit.Pri
 // Use it only for metadata that something the server trusts sets and a
 // client cannot: a gateway that authenticates callers and strips the key
 // from what clients send. A client that could set it would put all its
-// calls in the most important class.
+// calls in the most important class. It panics if s is nil.
 func TrustedClassMetadata(key string, s ratelimit.Shedder, fallback ratelimit.Priority) ClassFunc {
+	if nilShedder(s) {
+		panic("grpclimit: TrustedClassMetadata given a nil shedder")
+	}
 	classes := s.Classes()
 	return func(_ context.Context, _ string, md metadata.MD) ratelimit.Priority {
 		if v := md.Get(key); len(v) > 0 {
@@ -59,6 +62,15 @@ func TrustedClassMetadata(key string, s ratelimit.Shedder, fallback ratelimit.Pr
 	}
 }
 
+// nilShedder reports whether s is nil or a nil pointer.
+func nilShedder(s ratelimit.Shedder) bool {
+	if s == nil {
+		return true
+	}
+	v := reflect.ValueOf(s)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
 // shedder is the state both shedding interceptors share.
 type shedder struct {
 	s       ratelimit.Shedder
@@ -69,7 +81,7 @@ type shedder struct {
 }
 
 func newShedder(s ratelimit.Shedder, classOf ClassFunc, opts []Option) *shedder {
-	if s == nil || (reflect.ValueOf(s).Kind() == reflect.Pointer && reflect.ValueOf(s).IsNil()) {
+	if nilShedder(s) {
 		panic("grpclimit: shedding interceptor given a nil shedder; pass the one ratelimit.NewWorkerShedder or NewFleetShedder returned, after checking its error")
 	}
 	c := config{onError: FailOpen}
@@ -102,6 +114,9 @@ func newShedder(s ratelimit.Shedder, classOf ClassFunc, opts []Option) *shedder 
 // spends none of its client's allowance:
 //
 //	grpc.ChainUnaryInterceptor(grpclimit.UnaryShedInterceptor(shedder, classOf), grpclimit.UnaryServerInterceptor(store))
+//
+// Metrics by class come from the shedder's Observer (see
+// [ratelimit.ShedObserver]).
 //
 // Of the options, [WithErrorHandler] (for an error of a
 // [ratelimit.FleetCounter]; [FailOpen] lets the call go on without a

@@ -32,7 +32,12 @@ func FixedClass(p ratelimit.Priority) ClassFunc {
 // client cannot: a gateway that authenticates callers and strips the
 // header from what clients send. A client that could set it would put all
 // its requests in the most important class, and defeat the shedder.
+//
+// It panics if s is nil, as [Shed] does.
 func TrustedClassHeader(name string, s ratelimit.Shedder, fallback ratelimit.Priority) ClassFunc {
+	if nilShedder(s) {
+		panic("httplimit: TrustedClassHeader given a nil shedder")
+	}
 	name = http.CanonicalHeaderKey(name)
 	classes := s.Classes()
 	return func(r *http.Request) ratelimit.Priority {
@@ -67,6 +72,10 @@ func TrustedClassHeader(name string, s ratelimit.Shedder, fallback ratelimit.Pri
 // its client's allowance:
 //
 //	handler := httplimit.Shed(shedder, classOf)(httplimit.Middleware(store)(mux))
+//
+// Metrics by class come from the shedder: give it an Observer with
+// [ratelimit.WithObserver], one that is also a [ratelimit.ShedObserver] to
+// count by class.
 //
 // Of the options, [WithDeniedHandler], [WithErrorHandler] (for an error of
 // a [ratelimit.FleetCounter]; [FailOpen] forwards the request without a

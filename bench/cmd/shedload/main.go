@@ -250,18 +250,20 @@ func run(c *config) error {
 	w("capacity falls to a fifth and most requests must be refused. Three shedders, all with shares 50/30: the fixed limit above, a fixed limit")
 	w("of %d (set too high for these workers: requests queue), and the adaptive limit (`Gradient`, 250 ms windows,", high)
 	w("MaxLimit %d, other fields at their defaults) starting from %d. Lost is every request not answered 200", 10*high, high)
-	w("(shed, timed out or failed), during the slowdown and after it. Recovery is the time from the end of the slowdown")
-	w("to the start of the first %v bin from which on every bin's admitted p99 is within 1.5x of the baseline (the", c.binW)
-	w("median bin p99 before the slowdown) and its success share within 5 points of the baseline's.")
+	w("(shed, timed out or failed); beyond baseline is what exceeds the share the same shedder lost before the")
+	w("slowdown (at 1x a utilisation shedder already sheds some lower-class work). Recovery is the time from the end of")
+	w("the slowdown to the first %v bin that starts a second of bins all back to the baseline: for latency, admitted", c.binW)
+	w("p99 within 1.5x of the baseline's (the median bin p99 before the slowdown, the first second left out); for")
+	w("success, the share answered 200 within 5 points of the baseline's.")
 	w("")
-	w("| shedder | baseline p99 | lost during (crit/def/shed) | lost after (crit/def/shed) | p99 during | p99 after | recovery |")
-	w("|---|--:|--:|--:|--:|--:|--:|")
+	w("| shedder | baseline p99 | baseline lost | lost during (crit/def/shed) | beyond baseline | lost after (crit/def/shed) | beyond baseline | p99 during | p99 after | latency recovered | success recovered |")
+	w("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	for _, s := range slows {
 		r := recovery(s.rs, c.slowAt, c.slowAt+c.slowFor, c.binW)
-		w("| %s | %s | %d (%d/%d/%d) | %d (%d/%d/%d) | %s | %s | %s |", s.name, ms(r.baseP99),
-			r.lostDuring[0]+r.lostDuring[1]+r.lostDuring[2], r.lostDuring[0], r.lostDuring[1], r.lostDuring[2],
-			r.lostAfter[0]+r.lostAfter[1]+r.lostAfter[2], r.lostAfter[0], r.lostAfter[1], r.lostAfter[2],
-			ms(r.p99During), ms(r.p99After), r.recovered)
+		w("| %s | %s | %.1f%% | %d (%d/%d/%d) | %d | %d (%d/%d/%d) | %d | %s | %s | %s | %s |", s.name, ms(r.baseP99), 100*r.baseLost,
+			sum(r.lostDuring), r.lostDuring[0], r.lostDuring[1], r.lostDuring[2], r.extraDuring,
+			sum(r.lostAfter), r.lostAfter[0], r.lostAfter[1], r.lostAfter[2], r.extraAfter,
+			ms(r.p99During), ms(r.p99After), r.latency, r.success)
 	}
 	w("")
 	w("The per-bin timelines (offered, ok, shed, admitted p99 for each %v) are in the raw output.", c.binW)
@@ -481,8 +483,10 @@ func bins(rs []result, w time.Duration) []bin {
 // slowResult is what a slowdown run is judged by.
 type slowResult struct {
 	baseP99, p99During, p99After time.Duration
+	baseLost                     float64 // the share lost before the slowdown
 	lostDuring, lostAfter        [3]int
-	recovered                    string
+	extraDuring, extraAfter      int // lost beyond the baseline's share
+	latency, success             string
 }
 
 func recovery(rs []result, from, to, w time.Duration) slowResult {
@@ -517,31 +521,50 @@ func recovery(rs []result, from, to, w time.Duration) slowResult {
 		okShare = append(okShare, frac(s.ok[0]+s.ok[1]+s.ok[2], len(b.rs)))
 	}
 	if len(p99s) == 0 {
-		r.recovered = "no baseline"
+		r.latency, r.success = "no baseline", "no baseline"
 		return r
 	}
 	slices.Sort(p99s)
 	slices.Sort(okShare)
 	r.baseP99 = p99s[len(p99s)/2]
 	baseOK := okShare[len(okShare)/2]
-	all := bins(rs, w)
-	first := -1
-	for i := len(all) - 1; i >= 0 && all[i].at >= to; i-- {
-		s := stats(all[i].rs)
-		good := len(all[i].rs) > 0 && s.q(0.99) <= r.baseP99*3/2 && frac(s.ok[0]+s.ok[1]+s.ok[2], len(all[i].rs)) >= baseOK-0.05
-		if !good {
-			break
+	baseLost := 0
+	for _, x := range before {
+		if x.status != http.StatusOK {
+			baseLost++
 		}
-		first = i
 	}
-	switch {
-	case first < 0:
-		r.recovered = "not within the run"
-	default:
-		r.recovered = (all[first].at - to).String()
-	}
+	r.baseLost = frac(baseLost, len(before))
+	r.extraDuring = sum(r.lostDuring) - int(r.baseLost*float64(len(during))+0.5)
+	r.extraAfter = sum(r.lostAfter) - int(r.baseLost*float64(len(after))+0.5)
+	all := bins(rs, w)
+	r.latency = sustained(all, to, func(s summary, n int) bool { return n > 0 && s.q(0.99) <= r.baseP99*3/2 })
+	r.success = sustained(all, to, func(s summary, n int) bool { return frac(sum(s.ok), n) >= baseOK-0.05 })
 	return r
 }
+
+// sustained is the time from to until the first bin from which on good
+// holds for a second's worth of bins (4 of 250 ms) in a row.
+func sustained(all []bin, to time.Duration, good func(summary, int) bool) string {
+	const need = 4
+	run := 0
+	for i := range all {
+		if all[i].at < to {
+			continue
+		}
+		if good(stats(all[i].rs), len(all[i].rs)) {
+			run++
+		} else {
+			run = 0
+		}
+		if run == need {
+			return (all[i-need+1].at - to).String()
+		}
+	}
+	return "not within the run"
+}
+
+func sum(a [3]int) int { return a[0] + a[1] + a[2] }
 
 func frac(a, b int) float64 {
 	if b == 0 {
