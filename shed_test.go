@@ -124,6 +124,19 @@ func TestFleetShedderShares(t *testing.T) {
 	}
 }
 
+// releaseOne releases one of held, drawn, twice (the second call must
+// change nothing), and drops it from held; it skips the action if nothing
+// is held.
+func releaseOne(t *rapid.T, held *[]ratelimit.Release) {
+	if len(*held) == 0 {
+		t.Skip("nothing held")
+	}
+	i := rapid.IntRange(0, len(*held)-1).Draw(t, "slot")
+	(*held)[i]()
+	(*held)[i]() // idempotent
+	*held = append((*held)[:i], (*held)[i+1:]...)
+}
+
 // fleetModel is a plain model of a FleetShedder: a count, and each class's
 // share of the limit worked out with floats far from any rounding edge.
 type fleetModel struct {
@@ -169,13 +182,7 @@ func TestFleetShedderModel(t *testing.T) {
 				}
 			},
 			"release": func(t *rapid.T) {
-				if len(held) == 0 {
-					t.Skip("nothing held")
-				}
-				i := rapid.IntRange(0, len(held)-1).Draw(t, "slot")
-				held[i]()
-				held[i]() // idempotent
-				held = append(held[:i], held[i+1:]...)
+				releaseOne(t, &held)
 				m.inUse--
 			},
 			"": func(t *rapid.T) {
@@ -289,13 +296,7 @@ func TestWorkerShedderModel(t *testing.T) {
 				}
 			},
 			"release": func(t *rapid.T) {
-				if len(held) == 0 {
-					t.Skip("nothing held")
-				}
-				i := rapid.IntRange(0, len(held)-1).Draw(t, "slot")
-				held[i]()
-				held[i]()
-				held = append(held[:i], held[i+1:]...)
+				releaseOne(t, &held)
 				m.release()
 			},
 			"": func(t *rapid.T) {
