@@ -285,10 +285,12 @@ func run(c *config) error {
 	w("  admitted requests' tail, and more in some passes than others.")
 	w("- The adaptive limit (`Gradient`) does not rise while the work in progress stays under half of it, and a")
 	w("  slowdown drives it down toward 2 x Queue (the gradient is held at 1/2 or more). So it starts at the")
-	w("  too-high fixed limit, comes down during the slowdown (less queueing than the too-high fixed limit), and")
-	w("  afterwards climbs back only to about twice the work in progress: lower than where it started, so with")
-	w("  utilisation shares it refuses more lower-class work after the slowdown than before it, while its latency")
-	w("  is back to the baseline.")
+	w("  too-high fixed limit, comes down during the slowdown, and afterwards climbs back only to about twice the")
+	w("  work in progress: lower than where it started, so with utilisation shares it refuses more lower-class work")
+	w("  after the slowdown than before it (its success does not come back to its own baseline).")
+	w("- Queueing alone cannot make an admitted request wait more than about limit / workers services. A bin whose")
+	w("  p99 is far above that outside the slowdown (look for them in the raw timelines) is a stall of the shared")
+	w("  machine, and such stalls also decide some of the recovery times above: read them with the timelines.")
 	if err := os.MkdirAll(c.out, 0o755); err != nil {
 		return err
 	}
