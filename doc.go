@@ -47,6 +47,12 @@
 // holders that never release. [InFlight.AcquireWith] takes a slot and asks
 // rate limits in one turn, all or nothing: a request refused by either
 // spends nothing of the other.
+// [WorkerShedder] and [FleetShedder] shed load rather than limit a client:
+// requests in priority classes ([ShedClass]) set by the application, the
+// least important refused first as the work in progress nears a limit
+// (fixed, or following latency with [Gradient]), so that room is kept for
+// critical work; httplimit and grpclimit answer a request shed 503 or
+// UNAVAILABLE, apart from a rate limit's 429 or RESOURCE_EXHAUSTED.
 // [ContextChecker] is the keyed check that takes a context, the form of a
 // limiter whose state lives elsewhere; Store, Composite and Plans implement
 // it.

@@ -130,9 +130,11 @@ func (e WaitEvent) String() string {
 
 // WithObserver makes a limiter report to o (see [Observer]): accepted by
 // [New], [NewStore], [Compose] (every layer's store reports its evictions to
-// it, unless a layer's own Options name another), [NewPlans], [Shadow] and
-// [ShadowKeyed]. A nil o leaves the limiter unobserved, which is the
-// default: it then costs nothing but a nil check per call.
+// it, unless a layer's own Options name another), [NewPlans], [Shadow],
+// [ShadowKeyed], and the load shedders [NewWorkerShedder] and
+// [NewFleetShedder] (see [ShedObserver]). A nil o leaves the limiter
+// unobserved, which is the default: it then costs nothing but a nil check
+// per call.
 //
 // Observe a shadow limit through the [Shadow] or [ShadowKeyed] wrapped
 // around it, not through the limit itself, which would report as refused

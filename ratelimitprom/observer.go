@@ -40,6 +40,12 @@ var WaitBuckets = prometheus.ExponentialBuckets(0.001, 4, 9)
 //	ratelimit_waits_in_flight{policy}              Waits under way
 //	ratelimit_evictions_total{policy,lossy}        keys dropped to make room; lossy="true" for partly spent ones
 //	ratelimit_backend_failures_total{policy}       errors of a backend (a store outside the process)
+//	ratelimit_shed_total{policy,class,outcome}     a load shedder's decisions by priority class; outcome is allowed or refused
+//
+// A load shedder ([ratelimit.WorkerShedder], [ratelimit.FleetShedder]) is
+// counted in ratelimit_decisions_total under its Name, and by class in
+// ratelimit_shed_total: the Observer is a [ratelimit.ShedObserver]. Classes
+// are as few as the shedder's configuration names.
 //
 // The zero Observer is not usable; build one with [NewObserver].
 type Observer struct {
@@ -49,6 +55,7 @@ type Observer struct {
 	inFlight  *prometheus.GaugeVec
 	evictions *prometheus.CounterVec
 	failures  *prometheus.CounterVec
+	shed      *prometheus.CounterVec
 
 	// byPolicy caches each policy's decision counters, so that Decided,
 	// called on every request, looks up a map instead of hashing label
@@ -94,6 +101,10 @@ func NewObserver() *Observer {
 			Name: "ratelimit_backend_failures_total",
 			Help: "Errors of a rate limiter's backend, by policy.",
 		}, []string{"policy"}),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_shed_total",
+			Help: "Decisions of a load shedder, by policy, priority class and outcome (allowed, refused).",
+		}, []string{"policy", "class", "outcome"}),
 	}
 	o.byPolicy.Store(&map[string]*policyCounters{})
 	return o
@@ -159,6 +170,11 @@ func (o *Observer) Failed(policy string, _ error) {
 	o.failures.WithLabelValues(policy).Inc()
 }
 
+// Shed implements [ratelimit.ShedObserver].
+func (o *Observer) Shed(policy, class string, oc ratelimit.Outcome) {
+	o.shed.WithLabelValues(policy, class, oc.String()).Inc()
+}
+
 // Describe implements [prometheus.Collector].
 func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range o.collectors() {
@@ -174,7 +190,7 @@ func (o *Observer) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (o *Observer) collectors() []prometheus.Collector {
-	return []prometheus.Collector{o.decisions, o.cost, o.wait, o.inFlight, o.evictions, o.failures}
+	return []prometheus.Collector{o.decisions, o.cost, o.wait, o.inFlight, o.evictions, o.failures, o.shed}
 }
 
-var _ ratelimit.Observer = (*Observer)(nil)
+var _ ratelimit.ShedObserver = (*Observer)(nil)

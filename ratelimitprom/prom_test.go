@@ -197,3 +197,33 @@ func TestDecidedAllocatesNothing(t *testing.T) {
 	_, _ = store.Check("k", ratelimit.Unit)
 	assert.Zero(t, testing.AllocsPerRun(1000, func() { _, _ = store.Check("k", ratelimit.Unit) }))
 }
+
+// A shedder's decisions are counted by class, as well as by policy.
+func TestShedByClass(t *testing.T) {
+	obs := ratelimitprom.NewObserver()
+	shed, err := ratelimit.NewWorkerShedder(ratelimit.WorkerLimit{Limit: 10, Name: "workers",
+		Classes: []ratelimit.ShedClass{{Name: "critical", Share: 100}, {Name: "sheddable", Share: 70}}}, ratelimit.WithObserver(obs))
+	require.NoError(t, err)
+	for range 8 {
+		_, _, err := shed.Admit(context.Background(), 1)
+		require.NoError(t, err)
+	}
+	_, _, err = shed.Admit(context.Background(), 0)
+	require.NoError(t, err)
+	want := `
+# HELP ratelimit_shed_total Decisions of a load shedder, by policy, priority class and outcome (allowed, refused).
+# TYPE ratelimit_shed_total counter
+ratelimit_shed_total{class="critical",outcome="allowed",policy="workers"} 1
+ratelimit_shed_total{class="sheddable",outcome="allowed",policy="workers"} 7
+ratelimit_shed_total{class="sheddable",outcome="refused",policy="workers"} 1
+`
+	assert.NoError(t, testutil.CollectAndCompare(obs, strings.NewReader(want), "ratelimit_shed_total"))
+	want = `
+# HELP ratelimit_decisions_total Requests decided by a rate limiter, by policy and outcome (allowed, refused, shadow_refused).
+# TYPE ratelimit_decisions_total counter
+ratelimit_decisions_total{outcome="allowed",policy="workers"} 8
+ratelimit_decisions_total{outcome="refused",policy="workers"} 1
+ratelimit_decisions_total{outcome="shadow_refused",policy="workers"} 0
+`
+	assert.NoError(t, testutil.CollectAndCompare(obs, strings.NewReader(want), "ratelimit_decisions_total"))
+}

@@ -12,6 +12,11 @@
 //     failed logins count, 5 a minute per client address, and 5 failures
 //     within a minute lock the address out for 15 minutes (429 with the
 //     exact Retry-After);
+//   - GET /work is protected by a load shedder rather than a rate limit:
+//     its requests queue for a few workers, and as the work in progress
+//     nears its limit the least important class is refused first, with 503
+//     and Retry-After (see work.go and its -work-*, -shed* and
+//     -priority-header flags);
 //   - GET / lists these routes and their limits, as the server prints them
 //     when it starts.
 //
@@ -98,6 +103,7 @@ func run(ctx context.Context, args []string, logw io.Writer, ready func(net.Addr
 	rulesFile := fs.String("rules", "", "`file` of plans and the API keys on them (JSON); SIGHUP reads it again")
 	password := fs.String("password", "letmein", "the `password` POST /login accepts")
 	work := fs.Duration("work", 0, "how long each quote takes (`duration`), to see its in-flight limit")
+	wc := workFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -130,6 +136,9 @@ func run(ctx context.Context, args []string, logw io.Writer, ready func(net.Addr
 	}
 	if *work > 0 {
 		a.quoteWait = working(*work)
+	}
+	if err := a.mountWork(wc, rules.Rules); err != nil {
+		return err
 	}
 	fmt.Fprintln(logw, "routes:")
 	for _, r := range *a.table.Load() {
@@ -244,6 +253,9 @@ type api struct {
 	// quoteWait, if set, is called by every quote before it answers (tests
 	// hold quotes in progress with it).
 	quoteWait func(*http.Request)
+	// more are routes added after the API was built (GET /work), listed
+	// after the others.
+	more []route
 }
 
 const batchCost = 10
@@ -319,12 +331,13 @@ func (a *api) routes(set ratelimit.PlanSet) *[]route {
 		plans = append(plans, label+" "+string(doc.Plans[name]))
 	}
 	limit := "per X-API-Key, or else client address, by its plan: " + strings.Join(plans, "; ")
-	return &[]route{
+	routes := append([]route{
 		{"GET /quote", limit + fmt.Sprintf("; 1 a call; at most %d in progress per key", quoteInFlight)},
 		{"POST /labels:batch", limit + fmt.Sprintf("; %d a call", batchCost)},
 		{"POST /login", a.loginL},
 		{"GET /", "none: this list"},
-	}
+	}, a.more...)
+	return &routes
 }
 
 // reload reads the rules file again and puts it in force, logging what

@@ -111,13 +111,14 @@ func TestRun(t *testing.T) {
 		}
 		require.NoError(t, json.NewDecoder(resp.Body).Decode(&list))
 		require.NoError(t, resp.Body.Close())
-		require.Len(t, list.Routes, 4)
+		require.Len(t, list.Routes, 5)
 		assert.Equal(t, "GET /quote", list.Routes[0].Route)
 		assert.Contains(t, list.Routes[0].Limit, `free (default) {"name":"api","algorithm":"token_bucket","rate":"10/s","burst":20}`)
 		assert.Equal(t, "POST /login", list.Routes[2].Route)
 		assert.Contains(t, list.Routes[2].Limit,
 			`"login": failed logins only, sliding log, 5 per 1m0s, per client address; 5 failures within 1m0s lock the address out for 15m0s`)
 		assert.Equal(t, "GET /", list.Routes[3].Route)
+		assert.Equal(t, "GET /work", list.Routes[4].Route)
 	}
 	assert.Equal(t, http.StatusNotFound, send(http.MethodGet, "/nope", "").StatusCode)
 
