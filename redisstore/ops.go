@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -373,14 +374,27 @@ func (s *Store) SettleContext(ctx context.Context, key string, charged, actual r
 
 // expiryMs is the expiry a check sets for a state that is as good as a
 // fresh key's after reset: reset in whole ms, rounded up, plus the margin
-// marginMs.
+// marginMs, saturating at the largest int64 rather than overflowing.
 func expiryMs(reset time.Duration, marginMs int64) int64 {
-	return ceilMs(reset) + marginMs
+	ms := ceilMs(reset)
+	if marginMs > math.MaxInt64-ms {
+		return math.MaxInt64
+	}
+	return ms + marginMs
 }
 
-// ceilMs is d in whole ms, rounded up.
+// ceilMs is d in whole ms, rounded up, for any d >= 0 (0 for d <= 0): the
+// quotient and remainder never overflow, where adding a millisecond less
+// one before dividing would for the last millisecond of int64.
 func ceilMs(d time.Duration) int64 {
-	return (int64(d) + int64(time.Millisecond) - 1) / int64(time.Millisecond)
+	if d <= 0 {
+		return 0
+	}
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond != 0 {
+		ms++
+	}
+	return ms
 }
 
 // Reset is ResetContext with a background context.
