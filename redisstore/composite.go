@@ -307,7 +307,7 @@ func (c *Composite) decide(ctx context.Context, key string, cost ratelimit.Units
 	}
 	reply, err := c.run(ctx, keys, args)
 	if err != nil {
-		if isScriptError(err) {
+		if isStateError(err) {
 			return c.refused(), ratelimit.Decision{}, fmt.Errorf("%w: key %q: %v", ratelimit.ErrInvalidState, clipKey(key), err)
 		}
 		d, err := c.degraded(cost, fmt.Errorf("%w: %w", ErrUnavailable, err))

@@ -240,8 +240,15 @@
 // ([WithCircuit]) stops trying Redis, so that checks no longer wait out a
 // deadline each, and lets one check probe Redis after a pause; checks
 // resume by themselves once it answers. A key whose stored state is
-// corrupted is denied with an error matching [ratelimit.ErrInvalidState],
-// whatever the policy; [Store.Reset] (or deleting the key) resets it.
+// corrupted (a value no check or settlement under the rule could have
+// written, or a key of another type, such as a hash or a list, that
+// something else wrote under the store's name) is denied with an error
+// matching [ratelimit.ErrInvalidState], whatever the policy, by a Store, a
+// Composite and a Leased alike; its peeks, refunds and settlements fail
+// with that error and write nothing. Redis answered, so it is not a
+// failure: it never counts against the circuit breaker nor in
+// [Stats].Failures. [Store.Reset] or [Composite.Reset] (or deleting the
+// key) resets it.
 //
 // In Redis Cluster a lost master fails only the checks of keys in its
 // slots: the other masters' keys are decided as before (with

@@ -105,6 +105,11 @@ func (s *Store) op(ctx context.Context, rk string, floor int64, args ...any) (op
 	}
 	reply, err := runScript(ctx, s.rdb, opsScript, s.guard, []string{rk}, append([]any{now}, args...))
 	if err != nil {
+		if isStateError(err) {
+			br.success(probe)
+			s.invalid.Add(1)
+			return opReply{}, fmt.Errorf("%w: %v", ratelimit.ErrInvalidState, err)
+		}
 		br.failure(time.Now(), probe, s.o.failures, s.o.pause)
 		return opReply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
@@ -450,6 +455,9 @@ func (c *Composite) op(ctx context.Context, key string, cost ratelimit.Units, ar
 	}
 	reply, err := runScript(ctx, c.rdb, opsScript, c.guard, send, append([]any{now}, args...))
 	if err != nil {
+		if isStateError(err) {
+			return nil, opReply{}, fmt.Errorf("%w: key %q: %v", ratelimit.ErrInvalidState, clipKey(key), err)
+		}
 		return nil, opReply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	r, err := parseOp(reply, len(send))

@@ -303,7 +303,7 @@ func (s *Store) decide(ctx context.Context, key string, cost ratelimit.Units, lo
 	look = look && s.p.CountRefused
 	reply, err := s.run(ctx, rk, cost, floor, look)
 	if err != nil {
-		if isScriptError(err) {
+		if isStateError(err) {
 			// The server answered: it is up, but the key cannot be used.
 			br.success(probe)
 			s.invalid.Add(1)
@@ -463,10 +463,18 @@ func str(reply []any, i int) (string, bool) {
 	return v, ok
 }
 
-// isScriptError reports an error the script itself raised.
-func isScriptError(err error) bool {
+// isStateError reports an error that says the key cannot be used, not that
+// Redis failed: one the script itself raised (a state that is not well
+// formed), or WRONGTYPE, a key that holds a hash, list, set, sorted set or
+// stream where a state belongs. Either is a corrupted state: the server
+// answered, so it counts as a success for the circuit breaker.
+func isStateError(err error) bool {
 	var re redis.Error
-	return errors.As(err, &re) && strings.Contains(err.Error(), "RATELIMIT ")
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return strings.Contains(msg, "RATELIMIT ") || strings.HasPrefix(msg, "WRONGTYPE")
 }
 
 // clipKey shortens a key (or state) for an error message.
