@@ -91,8 +91,11 @@
 // Cluster all the keys of one script must share a slot: layers whose keys
 // share a hash tag ([WithHashTag]) work anywhere, while a global key beside
 // per-customer keys cannot, and is refused when the Composite is built on
-// a Cluster client (see [Layer]). As in process, a Composite never spends
-// a refusal, CountRefused or not.
+// a Cluster client (see [Layer]), as is a prefix whose '{' would move the
+// keys' hash tag apart (see [WithPrefix]); a script that Redis refuses as
+// CROSSSLOT all the same is refused with [ErrCrossSlot], never answered by
+// the failure policy. As in process, a Composite never spends a refusal,
+// CountRefused or not.
 //
 // # After the fact
 //

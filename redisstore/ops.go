@@ -458,6 +458,9 @@ func (c *Composite) op(ctx context.Context, key string, cost ratelimit.Units, ar
 		if isStateError(err) {
 			return nil, opReply{}, fmt.Errorf("%w: key %q: %v", ratelimit.ErrInvalidState, clipKey(key), err)
 		}
+		if isCrossSlot(err) {
+			return nil, opReply{}, fmt.Errorf("%w: key %q: %v", ErrCrossSlot, clipKey(key), err)
+		}
 		return nil, opReply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	r, err := parseOp(reply, len(send))

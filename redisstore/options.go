@@ -61,6 +61,15 @@ func (o *options) validate() error {
 // WithPrefix sets the prefix of every Redis key the store writes; the
 // default is "ratelimit:". Stores with different rules never share keys
 // whatever their prefixes (see [Store.Key]).
+//
+// In Redis Cluster (and on a [redis.Ring]) a '{' in the prefix moves the
+// keys' hash tag, which Redis reads from the key's first '{' to the next
+// '}'. A prefix with a whole tag of its own, such as "{rl}:", puts every
+// key in that tag's slot, on one master. A '{' with no '}' after it in the
+// prefix, or an empty "{}", makes the tag take in the rest of the key: a
+// Store's keys (one per check) still work, each in a slot of its own, but
+// a Composite's layers would be in different slots, so [NewComposite]
+// refuses such a prefix with [ErrCrossSlot] on those clients.
 func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
 
 // WithClock makes the store decide at the times c reads, nanoseconds since
