@@ -34,7 +34,7 @@ return {r[1], r[2], r[3], r[4], tostring(held.ms)}
 }
 
 var (
-	fastProbe  = expiryProbe(`local decide = fast
+	fastProbe = expiryProbe(`local decide = fast
 fast = function(...)
   local r = decide(...)
   if not r then return redis.error_reply('RATELIMIT ` + declined + `') end
