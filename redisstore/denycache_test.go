@@ -14,7 +14,8 @@ import (
 // TestDenyCacheSavesRoundTrips: a key hammered at 100 times its limit from
 // one process reaches Redis only for what it is admitted and once per
 // retry period for what it is refused, and every refusal answered locally
-// is the one Redis gives at the same instant.
+// is one Redis gives at the same instant, with a RetryAfter never shorter
+// (see requireCachedRefusal).
 func TestDenyCacheSavesRoundTrips(t *testing.T) {
 	rdb := needRedis(t)
 	for name, rule := range map[string]ratelimit.Rule{
@@ -43,10 +44,10 @@ func TestDenyCacheSavesRoundTrips(t *testing.T) {
 					refused++
 				}
 				if cached.Stats().LocalDenials > before {
-					// Answered without Redis: Redis answers the same.
+					// Answered without Redis: Redis refuses too.
 					want, err := plain.Check("hammer", ratelimit.Unit)
 					require.NoError(t, err)
-					require.Equal(t, want, d, "request %d at %v", i, clk.Now())
+					requireCachedRefusal(t, want, d, "request %d at %v", i, clk.Now())
 				}
 				clk.Advance(time.Millisecond)
 			}
@@ -91,14 +92,14 @@ func TestDenyCacheOff(t *testing.T) {
 func TestDenyCacheDropOutdatesInFlightRefusals(t *testing.T) {
 	c := newDenyCache(10)
 	sent := c.generation()
-	c.remember("k", "5 0 3000", 5, time.Now(), sent)
+	c.remember("k", "5 0 3000", 5, time.Now(), time.Now(), sent)
 	require.Equal(t, int64(5), c.floor("k"))
 	inFlight := c.generation()
 	c.drop("k")
 	assert.Zero(t, c.floor("k"), "drop kept the entry")
-	c.remember("k", "5 0 3000", 5, time.Now(), inFlight)
+	c.remember("k", "5 0 3000", 5, time.Now(), time.Now(), inFlight)
 	assert.Zero(t, c.floor("k"), "a refusal from before the drop was cached")
-	c.remember("k", "6 0 3000", 6, time.Now(), c.generation())
+	c.remember("k", "6 0 3000", 6, time.Now(), time.Now(), c.generation())
 	assert.Equal(t, int64(6), c.floor("k"), "a refusal from after the drop was not cached")
 }
 

@@ -138,8 +138,8 @@
 // a reset drops the key from this store's deny cache, and a settlement's
 // charge updates its cached refusal; another process's deny cache may
 // keep refusing the key until its own cached refusal runs out, and after
-// a charge there may report a shorter RetryAfter than Redis would (see
-// [WithDenyCache]).
+// a charge into debt there may report a shorter RetryAfter than Redis
+// would (see [WithDenyCache]).
 //
 // # Leases
 //

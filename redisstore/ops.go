@@ -259,6 +259,7 @@ func (s *Store) RefundContext(ctx context.Context, key string, cost ratelimit.Un
 func (s *Store) update(ctx context.Context, key, rk string, compute func(state []byte, now time.Duration) (next []byte, px int64, err error)) (written, error) {
 	sent := time.Now()
 	r, err := s.op(ctx, rk, s.floor(rk), "r")
+	recv := time.Now()
 	for attempt := 0; ; attempt++ {
 		var state []byte
 		if err == nil {
@@ -280,13 +281,14 @@ func (s *Store) update(ctx context.Context, key, rk string, compute func(state [
 		if string(next) == string(state) {
 			return written{}, nil // nothing to write
 		}
-		w := written{state: next, at: r.instant, sent: sent}
+		w := written{state: next, at: r.instant, sent: sent, recv: recv}
 		sent = time.Now()
 		if px > 0 {
 			r, err = s.op(ctx, rk, s.floor(rk), "p", string(state), string(next), strconv.FormatInt(px, 10))
 		} else {
 			r, err = s.op(ctx, rk, s.floor(rk), "w", string(state), string(next))
 		}
+		recv = time.Now()
 		if err == nil && r.done {
 			return w, nil
 		}
@@ -294,12 +296,12 @@ func (s *Store) update(ctx context.Context, key, rk string, compute func(state [
 }
 
 // written is the state an update wrote (nil for none), computed at the
-// instant at that Redis read, for a request sent at sent by the local
-// monotonic clock.
+// instant at that Redis read, for a request sent at sent whose reply came
+// back at recv, by the local monotonic clock.
 type written struct {
-	state []byte
-	at    int64
-	sent  time.Time
+	state      []byte
+	at         int64
+	sent, recv time.Time
 }
 
 // Settle is SettleContext with a background context.
@@ -338,10 +340,10 @@ func (s *Store) Settle(key string, charged, actual ratelimit.Units, at time.Dura
 // that much); a refund keeps the key's expiry, which covers a state that
 // is fresh no later. A refund drops the key's refusal from
 // this store's deny cache; a charge replaces a refusal the cache holds by
-// the settled state, so that its answers stay Redis's, field for field.
-// Other processes' caches know of neither: a charge only makes refusals
-// last longer, so theirs stay refusals, but may report an earlier
-// RetryAfter than Redis would (see [WithDenyCache]). Failures are
+// the settled state, so that its answers know of the debt. Other
+// processes' caches know of neither: a charge only makes refusals last
+// longer, so theirs stay refusals, but may report an earlier RetryAfter
+// than Redis would (see [WithDenyCache]). Failures are
 // RefundContext's: a failure after the write was sent leaves it unknown
 // whether the settlement was made (the settled cost is then 0 with the
 // error); do not retry such a failure blindly. A corrupted state is an
@@ -372,7 +374,7 @@ func (s *Store) SettleContext(ctx context.Context, key string, charged, actual r
 	case actual < charged:
 		s.deny.drop(rk)
 	default:
-		s.deny.charged(rk, w.state, w.at, w.sent)
+		s.deny.charged(rk, w.state, w.at, w.sent, w.recv)
 	}
 	return d, settled, nil
 }

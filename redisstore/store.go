@@ -302,6 +302,7 @@ func (s *Store) decide(ctx context.Context, key string, cost ratelimit.Units, lo
 	}
 	look = look && s.p.CountRefused
 	reply, err := s.run(ctx, rk, cost, floor, look)
+	recv := time.Now()
 	if err != nil {
 		if isStateError(err) {
 			// The server answered: it is up, but the key cannot be used.
@@ -319,7 +320,7 @@ func (s *Store) decide(ctx context.Context, key string, cost ratelimit.Units, lo
 		if d.Allowed {
 			s.deny.forget(rk)
 		} else {
-			s.deny.remember(rk, state, at, now, gen)
+			s.deny.remember(rk, state, at, now, recv, gen)
 		}
 	}
 	return d, err
