@@ -17,7 +17,10 @@ import (
 // answered, be one Redis's answer want allows: refused by both, at the same
 // instant, for the same rule, with a wait and a reset never shorter and a
 // Remaining never higher than Redis's.
-func requireCachedRefusal(t *testing.T, want, got ratelimit.Decision, msgAndArgs ...any) {
+func requireCachedRefusal(t interface {
+	require.TestingT
+	Helper()
+}, want, got ratelimit.Decision, msgAndArgs ...any) {
 	t.Helper()
 	require.False(t, want.Allowed, msgAndArgs...)
 	require.False(t, got.Allowed, msgAndArgs...)

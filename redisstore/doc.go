@@ -1,6 +1,8 @@
 // Package redisstore is a keyed rate limiter whose state lives in Redis:
 // one allowance per key shared by every process that uses the same Redis,
-// with exactly the decisions of the in-process [ratelimit.Store].
+// with exactly the decisions of the in-process [ratelimit.Store] (but for
+// the refusals its deny cache answers without asking Redis, which may
+// report a longer wait: see [WithDenyCache]).
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
 //	s, err := redisstore.New(rdb, ratelimit.GCRA{Rate: ratelimit.PerMinute(100), Burst: 100})

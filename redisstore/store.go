@@ -36,7 +36,10 @@ var (
 // Store is a keyed rate limiter whose per-key state lives in Redis, so that
 // every process sharing the Redis sees one allowance per key. For every rule
 // [ratelimit.New] accepts it gives, field for field, the Decision the
-// in-process limiter gives on the same trace at the same instants.
+// in-process limiter gives on the same trace at the same instants; a
+// refusal answered by its deny cache is refused alike, but may report a
+// longer RetryAfter and ResetAfter and a lower Remaining (see
+// [WithDenyCache]).
 //
 // Each check is one script call (EVALSHA), atomic on the server: the script
 // reads the key's state, decides with exact integer arithmetic, writes the
