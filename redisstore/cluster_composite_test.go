@@ -113,7 +113,7 @@ func TestClusterCompositePrefix(t *testing.T) {
 	requests := []string{"acme /a", "acme /b", "initech /a"}
 	accepted, refused := 0, 0
 	for _, prefix := range prefixes {
-		c, err := NewComposite(rdb, []Layer{customer, route}, WithHashTag(firstField), WithPrefix(prefix))
+		c, err := NewComposite(rdb, []Layer{customer, route}, WithHashTag(firstField), WithPrefix(prefix), WithTimeout(5*time.Second))
 		oneSlot := true
 		for _, req := range requests {
 			if cl.slot(t, layerKey(t, prefix, req, 0)) != cl.slot(t, layerKey(t, prefix, req, 1)) {
@@ -139,7 +139,7 @@ func TestClusterCompositePrefix(t *testing.T) {
 
 	// A prefix's own tag holds every key, a Global layer's with the rest.
 	global := Layer{Layer: ratelimit.Layer{Rule: ratelimit.GCRA{Rate: ratelimit.PerSecond(100), Burst: 100, Name: "global"}, Key: func(string) string { return "all" }}, Global: true}
-	tagged, err := NewComposite(rdb, []Layer{global, customer, route}, WithPrefix(testPrefix()+"{one}:"))
+	tagged, err := NewComposite(rdb, []Layer{global, customer, route}, WithPrefix(testPrefix()+"{one}:"), WithTimeout(5*time.Second))
 	require.NoError(t, err)
 	for _, req := range requests {
 		for i := range 3 {
@@ -152,7 +152,7 @@ func TestClusterCompositePrefix(t *testing.T) {
 
 	// Keys the cluster refuses as CROSSSLOT at run time: refused, fail
 	// open or not.
-	broken, err := NewComposite(rdb, []Layer{customer, route}, WithHashTag(firstField), WithPrefix(testPrefix()))
+	broken, err := NewComposite(rdb, []Layer{customer, route}, WithHashTag(firstField), WithPrefix(testPrefix()), WithTimeout(5*time.Second))
 	require.NoError(t, err)
 	for i := range broken.layers {
 		broken.layers[i].head = "rl{" + broken.layers[i].head
