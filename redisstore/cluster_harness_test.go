@@ -7,6 +7,7 @@ import (
 	"net"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -86,12 +87,12 @@ func (c *testCluster) awaitReady(ctx context.Context) error {
 		for i, n := range c.nodes {
 			cl := n.client(nil)
 			info, err := cl.ClusterInfo(ctx).Result()
-			var slots []redis.ClusterSlot
+			var shards []redis.ClusterShard
 			if err == nil {
-				slots, err = cl.ClusterSlots(ctx).Result()
+				shards, err = cl.ClusterShards(ctx).Result()
 			}
 			cl.Close()
-			view := fmt.Sprint(slots)
+			view := slotMap(shards)
 			switch {
 			case err != nil:
 				last = fmt.Sprintf("node %s: %v", n.addr(), err)
@@ -118,6 +119,21 @@ func (c *testCluster) awaitReady(ctx context.Context) error {
 		case <-time.After(20 * time.Millisecond): // polling real servers' readiness
 		}
 	}
+}
+
+// slotMap describes which master serves which slots, in an order that
+// does not depend on the node asked.
+func slotMap(shards []redis.ClusterShard) string {
+	var parts []string
+	for _, sh := range shards {
+		for _, n := range sh.Nodes {
+			if n.Role == "master" {
+				parts = append(parts, fmt.Sprintf("%v:%s:%d", sh.Slots, n.IP, n.Port))
+			}
+		}
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, " ")
 }
 
 // client returns a new Cluster client of c, with opts adjusted by edit.

@@ -84,28 +84,6 @@ func TestDenyCacheOtherSpender(t *testing.T) {
 	}
 }
 
-// busyFirst is a client hook that, before the client's first script, has
-// Redis busy itself for a while on another connection: the first check's
-// request then reaches the script long after it was sent, as on a slow
-// network or behind a busy server.
-type busyFirst struct {
-	busy func()
-	done atomic.Bool
-}
-
-func (h *busyFirst) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *busyFirst) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-func (h *busyFirst) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if name := cmd.Name(); (name == "evalsha" || name == "eval") && !h.done.Swap(true) {
-			h.busy()
-		}
-		return next(ctx, cmd)
-	}
-}
-
 // busyScript spins in Redis until its TIME has moved on ARGV[1] µs.
 var busyScript = redis.NewScript(`
 local t0 = redis.call('TIME')
@@ -133,9 +111,15 @@ func TestDenyCacheServerClock(t *testing.T) {
 	defer other.Close()
 	hooked := shared.client(nil)
 	defer hooked.Close()
-	hooked.AddHook(&busyFirst{busy: func() {
-		require.NoError(t, busyScript.Run(ctx, other, nil, 30_000).Err())
-	}})
+	// Before the first check's script, Redis busies itself for 30 ms on
+	// another connection: that check reaches its script long after it was
+	// sent, as on a slow network or behind a busy server.
+	var busied atomic.Bool
+	hooked.AddHook(beforeScript(func(redis.Cmder) {
+		if !busied.Swap(true) {
+			require.NoError(t, busyScript.Run(ctx, other, nil, 30_000).Err())
+		}
+	}))
 	cached, err := New(hooked, rule, WithPrefix(prefix), WithTimeout(5*time.Second))
 	require.NoError(t, err)
 
