@@ -345,14 +345,3 @@ func liveCheck(t *testing.T, key string, check func(context.Context, string, rat
 	assert.Less(t, time.Since(start), liveMargin+slack, "a check waited past its deadline")
 	return d, err
 }
-
-// setupCheck runs one check of key with a deadline of clusterSetup, for a
-// drill's setup, before anything is broken: the drill's own short deadline
-// would turn a check that a loaded machine merely delays into the failure
-// policy's answer, failing a correct build.
-func setupCheck(t *testing.T, key string, check func(context.Context, string, ratelimit.Units) (ratelimit.Decision, error)) (ratelimit.Decision, error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), clusterSetup)
-	defer cancel()
-	return check(ctx, key, ratelimit.Unit)
-}

@@ -108,7 +108,7 @@ func (s *Store) op(ctx context.Context, rk string, floor int64, args ...any) (op
 		if isStateError(err) {
 			br.success(probe)
 			s.invalid.Add(1)
-			return opReply{}, fmt.Errorf("%w: %v", ratelimit.ErrInvalidState, err)
+			return opReply{}, fmt.Errorf("%w: redis key %q: %v", ratelimit.ErrInvalidState, clipKey(rk), err)
 		}
 		br.failure(time.Now(), probe, s.o.failures, s.o.pause)
 		return opReply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
