@@ -86,7 +86,7 @@ func TestFailurePolicies(t *testing.T) {
 
 					// Healthy: Redis decides.
 					for _, s := range []*Store{open, closed, fallback} {
-						d, err := timed(t, s, "k")
+						d, err := setupCheck(t, "k", s.CheckContext)
 						require.NoError(t, err)
 						require.True(t, d.Allowed)
 						require.Equal(t, int64(2), d.Remaining)
