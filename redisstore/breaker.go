@@ -20,7 +20,14 @@ type breaker struct {
 
 // allow reports whether a check may try Redis, and whether it is a probe.
 func (b *breaker) allow(now time.Time, pause time.Duration) (probe, ok bool) {
-	until := b.openUntil.Load()
+	return b.allowRead(b.openUntil.Load(), now, pause)
+}
+
+// allowRead is allow for a check that read the circuit as open until
+// until (0: closed), which other checks may have changed since: of the
+// checks that read the same until past its pause, only the first to move
+// it on becomes the probe.
+func (b *breaker) allowRead(until int64, now time.Time, pause time.Duration) (probe, ok bool) {
 	if until == 0 {
 		return false, true
 	}

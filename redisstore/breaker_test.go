@@ -39,3 +39,28 @@ func TestCircuitBounded(t *testing.T) {
 	n.failure(now, false, 1, time.Hour)
 	assert.Same(t, &c.one, c.byAddr("more"))
 }
+
+// TestBreakerOneProbe: when an open circuit's pause has passed, of the
+// checks that read it so at once, exactly one probes Redis; the others,
+// and checks that read it after, fail fast until the probe answers.
+func TestBreakerOneProbe(t *testing.T) {
+	var b breaker
+	now := time.Now()
+	b.failure(now.Add(-time.Hour), false, 1, time.Minute)
+	require.True(t, b.open())
+	// Three checks read the circuit before any of them moves it on.
+	read := b.openUntil.Load()
+	lets := 0
+	for i := range 3 {
+		probe, ok := b.allowRead(read, now, time.Second)
+		assert.Equal(t, ok, probe, "check %d", i)
+		if ok {
+			lets++
+		}
+	}
+	assert.Equal(t, 1, lets, "checks let through to probe a dead Redis")
+	_, ok := b.allow(now, time.Second)
+	assert.False(t, ok, "a check after the probe was let through")
+	_, ok = b.allow(now.Add(time.Second), time.Second)
+	assert.True(t, ok, "no probe once the probe's pause has passed")
+}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratelimit"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -82,4 +83,98 @@ func TestClusterComposite(t *testing.T) {
 	d, err = untagged.Check("acme /a", ratelimit.Unit)
 	require.ErrorIs(t, err, ErrCrossSlot)
 	require.False(t, d.Allowed)
+}
+
+// TestClusterCompositePrefix: a prefix that moves Redis's hash tag is
+// judged as Redis judges it. For every prefix of up to four characters
+// from '{', '}' and 'a', NewComposite on a Cluster client accepts it
+// exactly when every layer's key of each request lands in one slot, as the
+// cluster computes slots (CLUSTER KEYSLOT), and refuses it with
+// ErrCrossSlot otherwise (an unmatched '{', or an empty "{}", takes the
+// layer's part of the key into the tag). A prefix with a tag of its own
+// puts every key in one slot, a Global layer's too. And a script that gets
+// CROSSSLOT nonetheless is refused with ErrCrossSlot, never failed open.
+func TestClusterCompositePrefix(t *testing.T) {
+	cl := startCluster(t)
+	rdb := cl.client(t, nil)
+	customer := Layer{Layer: ratelimit.Layer{Rule: ratelimit.GCRA{Rate: ratelimit.PerSecond(4), Burst: 5, Name: "customer"}, Key: firstField}}
+	route := Layer{Layer: ratelimit.Layer{Rule: ratelimit.FixedWindow{Limit: 2, Window: time.Second, Name: "route"}}}
+	prefixes := []string{""}
+	for n, from := 0, 0; n < 4; n++ {
+		to := len(prefixes)
+		for _, p := range prefixes[from:to] {
+			for _, c := range "{}a" {
+				prefixes = append(prefixes, p+string(c))
+			}
+		}
+		from = to
+	}
+	prefixes = append(prefixes, "rl{", "rl{}", "rl{}x:", "rl{app}:", "{app}", "ratelimit:")
+	requests := []string{"acme /a", "acme /b", "initech /a"}
+	accepted, refused := 0, 0
+	for _, prefix := range prefixes {
+		c, err := NewComposite(rdb, []Layer{customer, route}, WithHashTag(firstField), WithPrefix(prefix), WithTimeout(5*time.Second))
+		oneSlot := true
+		for _, req := range requests {
+			if cl.slot(t, layerKey(t, prefix, req, 0)) != cl.slot(t, layerKey(t, prefix, req, 1)) {
+				oneSlot = false
+			}
+		}
+		if oneSlot {
+			require.NoError(t, err, "prefix %q: its layers share a slot", prefix)
+			accepted++
+			_, err := c.Check(requests[0], ratelimit.Unit)
+			require.NoError(t, err, "prefix %q", prefix)
+		} else {
+			require.ErrorIs(t, err, ErrCrossSlot, "prefix %q: its layers are in different slots", prefix)
+			require.ErrorContains(t, err, "prefix")
+			refused++
+		}
+		// One layer never spans slots.
+		_, err = NewComposite(rdb, []Layer{route}, WithPrefix(prefix))
+		require.NoError(t, err, "prefix %q, one layer", prefix)
+	}
+	t.Logf("%d prefixes accepted, %d refused", accepted, refused)
+	require.NotZero(t, refused)
+
+	// A prefix's own tag holds every key, a Global layer's with the rest.
+	global := Layer{Layer: ratelimit.Layer{Rule: ratelimit.GCRA{Rate: ratelimit.PerSecond(100), Burst: 100, Name: "global"}, Key: func(string) string { return "all" }}, Global: true}
+	tagged, err := NewComposite(rdb, []Layer{global, customer, route}, WithPrefix(testPrefix()+"{one}:"), WithTimeout(5*time.Second))
+	require.NoError(t, err)
+	for _, req := range requests {
+		for i := range 3 {
+			require.Equal(t, cl.slot(t, "one"), cl.slot(t, tagged.Key(i, req)))
+		}
+		d, err := tagged.Check(req, ratelimit.Unit)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+	}
+
+	// Keys the cluster refuses as CROSSSLOT at run time: refused, fail
+	// open or not.
+	broken, err := NewComposite(rdb, []Layer{customer, route}, WithHashTag(firstField), WithPrefix(testPrefix()), WithTimeout(5*time.Second))
+	require.NoError(t, err)
+	for i := range broken.layers {
+		broken.layers[i].head = "rl{" + broken.layers[i].head
+	}
+	d, err := broken.Check(requests[0], ratelimit.Unit)
+	require.ErrorIs(t, err, ErrCrossSlot)
+	require.NotErrorIs(t, err, ErrUnavailable)
+	require.False(t, d.Allowed, "failed open on CROSSSLOT")
+	p, err := broken.Peek(requests[0], ratelimit.Unit)
+	require.ErrorIs(t, err, ErrCrossSlot)
+	require.False(t, p.Allowed, "a peek failed open on CROSSSLOT")
+}
+
+// layerKey is layer i's Redis key for req under prefix, as a Composite on a
+// single-node client (which refuses no prefix) names it.
+func layerKey(t *testing.T, prefix, req string, i int) string {
+	t.Helper()
+	single := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer single.Close()
+	customer := Layer{Layer: ratelimit.Layer{Rule: ratelimit.GCRA{Rate: ratelimit.PerSecond(4), Burst: 5, Name: "customer"}, Key: firstField}}
+	route := Layer{Layer: ratelimit.Layer{Rule: ratelimit.FixedWindow{Limit: 2, Window: time.Second, Name: "route"}}}
+	c, err := NewComposite(single, []Layer{customer, route}, WithHashTag(firstField), WithPrefix(prefix))
+	require.NoError(t, err)
+	return c.Key(i, req)
 }

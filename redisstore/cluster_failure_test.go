@@ -67,7 +67,7 @@ func TestClusterMasterLost(t *testing.T) {
 	for name, s := range stores {
 		for _, key := range append(append([]string{}, dead[name]...), live[name]...) {
 			for i := range 4 {
-				d, err := timed(t, s, key)
+				d, err := setupCheck(t, key, s.CheckContext)
 				require.NoError(t, err)
 				require.Equal(t, i < 3, d.Allowed, "%s %s check %d", name, key, i)
 			}
@@ -172,10 +172,10 @@ func TestClusterCircuitPerMaster(t *testing.T) {
 	}
 	for _, key := range liveKeys {
 		for range 3 {
-			_, err := timed(t, s, key)
+			_, err := setupCheck(t, key, s.CheckContext)
 			require.NoError(t, err)
 		}
-		d, err := timed(t, s, key)
+		d, err := setupCheck(t, key, s.CheckContext)
 		require.NoError(t, err)
 		require.False(t, d.Allowed, "spent")
 	}
@@ -229,7 +229,7 @@ func TestClusterFullCoverage(t *testing.T) {
 			liveKey = key
 		}
 	}
-	d, err := timed(t, s, liveKey)
+	d, err := setupCheck(t, liveKey, s.CheckContext)
 	require.NoError(t, err)
 	require.True(t, d.Allowed)
 
@@ -292,7 +292,7 @@ func TestClusterCompositeMasterLost(t *testing.T) {
 		}
 		for _, req := range append(append([]string{}, dead[name]...), live[name]...) {
 			for i := range 3 {
-				d, err := check(c, req)
+				d, err := setupCheck(t, req, c.CheckContext)
 				require.NoError(t, err)
 				require.Equal(t, i < 2, d.Allowed, "%s %s check %d", name, req, i)
 			}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,8 +24,8 @@ type testCluster struct {
 	nodes []*server
 }
 
-// startCluster starts a three-master cluster and waits until every node
-// reports cluster_state:ok. Like the single-node tests it fails when
+// startCluster starts a three-master cluster and waits until it is ready
+// (see awaitReady). Like the single-node tests it fails when
 // redis-server or redis-cli is missing, unless the opt-out is set.
 func startCluster(t testing.TB) *testCluster {
 	t.Helper()
@@ -51,33 +52,88 @@ func startClusterCoverage(t testing.TB, fullCoverage bool) *testCluster {
 		}
 		c.nodes = append(c.nodes, s)
 	}
+	// Every step below waits for readiness, never a fixed time, within one
+	// generous deadline: a loaded machine makes a correct cluster slow,
+	// not broken.
+	ctx, cancel := context.WithTimeout(context.Background(), clusterSetup)
+	defer cancel()
 	args := []string{"--cluster", "create"}
 	for _, n := range c.nodes {
 		args = append(args, n.addr())
 	}
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	if out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput(); err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for _, n := range c.nodes {
-		cl := n.client(nil)
-		for {
-			info, err := cl.ClusterInfo(context.Background()).Result()
-			if err == nil && strings.Contains(info, "cluster_state:ok") {
-				break
-			}
-			if time.Now().After(deadline) {
-				cl.Close()
-				t.Fatalf("cluster node %s not ok: %v %q", n.addr(), err, info)
-			}
-			time.Sleep(20 * time.Millisecond) // polling a real server's readiness
-		}
-		cl.Close()
+	if err := c.awaitReady(ctx); err != nil {
+		t.Fatal(err)
 	}
 	return c
+}
+
+// clusterSetup bounds a cluster's setup: starting the nodes aside, joining
+// them and waiting until every node agrees that the cluster is whole.
+const clusterSetup = 60 * time.Second
+
+// awaitReady waits, within ctx, until every node reports cluster_state:ok
+// with all 16384 slots assigned and every node known, and all nodes
+// report the same slot map: only then does a client that loads the map
+// from any node route every key where it belongs.
+func (c *testCluster) awaitReady(ctx context.Context) error {
+	var last string
+	for {
+		ready := true
+		var want string
+		for i, n := range c.nodes {
+			cl := n.client(nil)
+			info, err := cl.ClusterInfo(ctx).Result()
+			var shards []redis.ClusterShard
+			if err == nil {
+				shards, err = cl.ClusterShards(ctx).Result()
+			}
+			cl.Close()
+			view := slotMap(shards)
+			switch {
+			case err != nil:
+				last = fmt.Sprintf("node %s: %v", n.addr(), err)
+			case !strings.Contains(info, "cluster_state:ok"), !strings.Contains(info, "cluster_slots_assigned:16384"),
+				!strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(len(c.nodes))):
+				last = fmt.Sprintf("node %s: %q", n.addr(), info)
+			case i > 0 && view != want:
+				last = fmt.Sprintf("node %s maps the slots %s, node %s %s", n.addr(), view, c.nodes[0].addr(), want)
+			default:
+				if i == 0 {
+					want = view
+				}
+				continue
+			}
+			ready = false
+			break
+		}
+		if ready {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the cluster was not ready within %v: %s", clusterSetup, last)
+		case <-time.After(20 * time.Millisecond): // polling real servers' readiness
+		}
+	}
+}
+
+// slotMap describes which master serves which slots, in an order that
+// does not depend on the node asked.
+func slotMap(shards []redis.ClusterShard) string {
+	var parts []string
+	for _, sh := range shards {
+		for _, n := range sh.Nodes {
+			if n.Role == "master" {
+				parts = append(parts, fmt.Sprintf("%v:%s:%d", sh.Slots, n.IP, n.Port))
+			}
+		}
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, " ")
 }
 
 // client returns a new Cluster client of c, with opts adjusted by edit.
@@ -92,7 +148,7 @@ func (c *testCluster) client(t testing.TB, edit func(*redis.ClusterOptions)) *re
 	}
 	cl := redis.NewClusterClient(o)
 	t.Cleanup(func() { cl.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), clusterSetup)
 	defer cancel()
 	if err := cl.ForEachShard(ctx, func(ctx context.Context, sh *redis.Client) error { return sh.Ping(ctx).Err() }); err != nil {
 		t.Fatal(err)
@@ -189,7 +245,7 @@ func startClusterNode(dir string, fullCoverage bool) (*server, error) {
 	s.cmd, s.done = cmd, done
 	select {
 	case <-ready:
-	case <-time.After(10 * time.Second):
+	case <-time.After(clusterSetup):
 		s.kill()
 		return nil, fmt.Errorf("cluster node on port %d did not start", port)
 	}

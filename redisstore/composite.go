@@ -74,6 +74,7 @@ type Composite struct {
 	o        options
 	marginMs int64
 	cluster  bool // the client routes keys by slot
+	oneSlot  bool // the prefix's own hash tag puts every key in one slot
 	guard    bool // the client may not stop at a context's deadline
 	script   *redis.Script
 }
@@ -91,7 +92,11 @@ type compLayer struct {
 // Redis rdb talks to. Each rule is validated as by [New]. On a
 // [redis.ClusterClient] (or a [redis.Ring], which also spreads keys by
 // hash), a Global layer beside any other layer is refused with an error
-// naming the layers: their keys could never share a slot.
+// naming the layers: their keys could never share a slot; so is, for two
+// layers or more, a prefix whose '{' would make the layers' keys' hash
+// tags differ (see [WithPrefix]). A prefix with a whole tag of its own puts
+// every key in one slot, and then any layout, Global layers included, is
+// built.
 func NewComposite(rdb redis.UniversalClient, layers []Layer, opts ...Option) (*Composite, error) {
 	if rdb == nil {
 		return nil, fmt.Errorf("%w: nil client", ratelimit.ErrInvalidOption)
@@ -138,11 +143,44 @@ func NewComposite(rdb redis.UniversalClient, layers []Layer, opts ...Option) (*C
 		}
 	}
 	if c.cluster {
-		if err := clusterLayout(layers); err != nil {
-			return nil, err
+		tag, split := prefixTag(o.prefix)
+		switch {
+		case split && len(layers) > 1:
+			return nil, fmt.Errorf("%w: the prefix %q has a '{' that Redis Cluster reads as the start of the keys' hash tag, "+
+				"which then takes in each layer's own part of its key: the layers' keys would never share a slot. "+
+				"Use a prefix without '{', or one with a whole tag of its own (such as \"{rl}:\") to put every key in one slot",
+				ErrCrossSlot, o.prefix)
+		case tag != "":
+			c.oneSlot = true // every key in the prefix's slot: any layout
+		default:
+			if err := clusterLayout(layers); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return c, nil
+}
+
+// prefixTag tells how Redis Cluster (or a Ring, which hashes alike) reads
+// the hash tag of a key that starts with prefix and ends with the store's
+// own tag in braces, with no brace in between: Redis hashes the part
+// between the key's first '{' and the first '}' after it, if that part is
+// not empty, and else the whole key. A prefix without '{' leaves the
+// store's own tag to be the key's. A prefix with a tag of its own ("{x}")
+// makes it every key's, so that all keys share its slot: tag is that
+// tag. A prefix with a '{' and no '}' after it, or with "{}", makes the
+// key's tag (or the whole key) take in the layer's part of the key, which
+// differs from layer to layer: split.
+func prefixTag(prefix string) (tag string, split bool) {
+	i := strings.IndexByte(prefix, '{')
+	if i < 0 {
+		return "", false
+	}
+	j := strings.IndexByte(prefix[i+1:], '}')
+	if j <= 0 {
+		return "", true
+	}
+	return prefix[i+1 : i+1+j], false
 }
 
 // clusterLayout refuses layers that could not share a Cluster slot.
@@ -215,7 +253,7 @@ func (c *Composite) keys(key string, cost ratelimit.Units) ([]string, error) {
 	for i := range c.layers {
 		var t string
 		keys[i], t = c.key(i, key)
-		if c.cluster && c.lm.Takes(i, cost) {
+		if c.cluster && !c.oneSlot && c.lm.Takes(i, cost) {
 			if tag != "" && t != tag {
 				return nil, fmt.Errorf("%w: key %q: layer %d's key %s", ErrCrossSlot, clipKey(key), i, keys[i])
 			}
@@ -223,6 +261,14 @@ func (c *Composite) keys(key string, cost ratelimit.Units) ([]string, error) {
 		}
 	}
 	return keys, nil
+}
+
+// isCrossSlot reports Redis Cluster's refusal of a script whose keys are
+// in different slots: a configuration error, which no failure policy may
+// answer for (fail open would admit every request).
+func isCrossSlot(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "CROSSSLOT")
 }
 
 func hash16(s string) string {
@@ -307,8 +353,11 @@ func (c *Composite) decide(ctx context.Context, key string, cost ratelimit.Units
 	}
 	reply, err := c.run(ctx, keys, args)
 	if err != nil {
-		if isScriptError(err) {
+		if isStateError(err) {
 			return c.refused(), ratelimit.Decision{}, fmt.Errorf("%w: key %q: %v", ratelimit.ErrInvalidState, clipKey(key), err)
+		}
+		if isCrossSlot(err) {
+			return c.refused(), ratelimit.Decision{}, fmt.Errorf("%w: key %q: %v", ErrCrossSlot, clipKey(key), err)
 		}
 		d, err := c.degraded(cost, fmt.Errorf("%w: %w", ErrUnavailable, err))
 		return d, ratelimit.Decision{}, err

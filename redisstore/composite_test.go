@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -367,4 +368,50 @@ func TestCompositeObserver(t *testing.T) {
 	require.ErrorIs(t, err, ErrUnavailable)
 	require.ErrorIs(t, err, ratelimit.ErrDegraded)
 	require.Equal(t, []string{"failed enforced"}, failed.got)
+}
+
+// TestCompositeRaisesNowToTheLatestLayer: a process whose clock runs behind
+// a state another process wrote decides every layer at that state's
+// latest instant, as the in-process Composite would (each layer clamps to
+// the one instant of them all): one layer's key is shared by every
+// request (a global limit) and was last written 10 s ahead, the other's is
+// fresh.
+func TestCompositeRaisesNowToTheLatestLayer(t *testing.T) {
+	rdb := needRedis(t)
+	ctx := context.Background()
+	layers := []Layer{
+		{Layer: ratelimit.Layer{Rule: ratelimit.GCRA{Rate: ratelimit.PerSecond(10), Burst: 5}, Key: func(string) string { return "all" }}},
+		{Layer: ratelimit.Layer{Rule: ratelimit.SlidingCounter{Limit: 3, Window: time.Second}}},
+	}
+	prefix := testPrefix()
+	ahead := ratelimit.NewManualClock(unixNow + 10*time.Second)
+	behind := ratelimit.NewManualClock(unixNow)
+	a, err := NewComposite(rdb, layers, WithClock(ahead), WithPrefix(prefix))
+	require.NoError(t, err)
+	b, err := NewComposite(rdb, layers, WithClock(behind), WithPrefix(prefix))
+	require.NoError(t, err)
+	d, err := a.Check("x", ratelimit.Unit)
+	require.NoError(t, err)
+	require.Equal(t, unixNow+10*time.Second, d.At)
+
+	lm, err := ratelimit.NewLayeredMachine([]ratelimit.Layer{layers[0].Layer, layers[1].Layer})
+	require.NoError(t, err)
+	for i := range 4 {
+		states := make([][]byte, 2)
+		for l := range states {
+			v, err := rdb.Get(ctx, b.Key(l, "y")).Result()
+			if err == nil {
+				states[l] = []byte(v)
+			}
+		}
+		want, _, _, err := lm.Step(states, behind.Now(), ratelimit.Unit, true)
+		require.NoError(t, err)
+		got, err := b.Check("y", ratelimit.Unit)
+		require.NoError(t, err, "check %d", i)
+		assert.Equal(t, want, got, "check %d", i)
+		assert.Equal(t, unixNow+10*time.Second, got.At, "check %d: not raised to the shared layer's instant", i)
+		st, err := rdb.Get(ctx, b.Key(1, "y")).Result()
+		require.NoError(t, err)
+		assert.True(t, strings.HasPrefix(st, strconv.FormatInt(int64(unixNow+10*time.Second), 10)+" "), "check %d: layer 1 written at %q", i, st)
+	}
 }

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,28 +12,48 @@ import (
 // The deny cache answers, without a round trip, a request that Redis would
 // refuse: a client far over its limit then costs nothing on the server.
 //
-// Why it is never wrong. When Redis refuses a key, the store keeps the
-// key's state as the script left it (what it read, with the refusal's
+// Why its refusals are Redis's. When Redis refuses a key, the store keeps
+// the key's state as the script left it (what it read, with the refusal's
 // instant as the key's latest) and the instant the script decided at.
-// Nothing another process does can make that key admit sooner: checks only
-// spend, and a refused check changes nothing but the key's latest instant.
-// So at a later instant, a request that the kept state refuses (the rule's
-// Machine decides, on that state, without committing) is refused by Redis
-// too, whatever else has happened meanwhile. The instant is estimated so
-// that the estimate is never early: with a client clock it is that clock's
-// reading, which is what Redis would be told; with the server's clock it
-// is the instant Redis decided at plus the local time elapsed since the
-// request was sent, which is at least the time elapsed since Redis decided
-// (the reply's travel only makes the estimate later, and so ends a cached
-// refusal early, never late). Once the kept state would admit, the request
-// goes to Redis and the entry is dropped.
+// Nothing another process checks can make that key admit sooner: checks
+// only spend, and a refused check changes nothing but the key's latest
+// instant. So at a later instant, a request that the kept state refuses
+// (the rule's Machine decides, on that state, without committing) is
+// refused by Redis too, whatever else has been checked meanwhile.
+//
+// Which instant. With a client clock it is that clock's reading, which is
+// what Redis would be told. With the server's clock Redis's time now is not
+// known exactly: Redis decided at its instant at some moment between when
+// the request was sent and when its reply came back, so its time now is at
+// least that instant plus the local time since the reply came back (the
+// earliest) and at most that instant plus the time since the request was
+// sent (the latest). The refusal is decided at the latest, so that it is
+// one Redis makes whenever in that span it decides; the Decision is
+// reported from the earliest (its At, and RetryAfter and ResetAfter
+// lengthened by the span), so that a client that waits RetryAfter out is
+// never early, and At never runs ahead of an answer Redis gives after.
+//
+// What others may have spent. Another process may have been admitted on
+// the key since the refusal, at most what the kept state could admit by
+// the latest instant: Redis then refuses the same request for longer. The
+// Decision is therefore that of the worst case, the kept state with all
+// it could admit spent at the latest instant (spent then, it ages out
+// last): its RetryAfter and ResetAfter are never shorter than Redis's, and
+// its Remaining (0) never higher. When the kept state could have admitted
+// nothing since, nobody could have spent, and the Decision is exactly
+// Redis's (for the server's clock, as if Redis's time were the earliest).
+// Once the kept state would admit the request at the latest instant, the
+// request goes to Redis and the entry is dropped.
 //
 // Where it does not hold: a key whose state is taken back or cleared
 // behind the cache's back admits sooner in Redis than the cache knows, and
-// the cache keeps refusing until its own instant. A refund or a reset made
-// through this store drops the key's entry (see drop), but one made by
+// the cache keeps refusing until its own instant; a settlement charged by
+// another process can put the key in debt beyond what the kept state
+// could admit, and Redis then refuses longer than the cache says. A refund
+// or a reset made through this store drops the key's entry (see drop), and
+// a charge made through it replaces the entry (see charged), but those of
 // another process, or a Redis that lost the key to eviction or a restart,
-// is not seen here. [WithDenyCache](0) turns it off.
+// are not seen here. [WithDenyCache](0) turns it off.
 //
 // A check in flight while this process refunds or resets its key may carry
 // back a refusal Redis made before the refund: the generation makes remember
@@ -52,6 +73,7 @@ type denied struct {
 	latest int64     // the latest instant state records
 	at     int64     // the instant the script decided at, ns
 	sent   time.Time // when the request was sent, by the local monotonic clock
+	recv   time.Time // when its reply came back, by the same clock
 }
 
 // maxCachedState bounds the state a refusal keeps (a sliding log's can be
@@ -65,10 +87,14 @@ func newDenyCache(max int) *denyCache {
 	return &denyCache{max: max, entries: make(map[string]denied)}
 }
 
-// answer returns the Decision Redis would give cost for the Redis key rk
-// now, if a cached refusal shows that Redis would refuse it; ok is false
-// otherwise (and a refusal that no longer refuses is dropped). clock is the
-// store's client clock, or nil for the server's.
+// answer returns, for cost on the Redis key rk now, a refusal Redis would
+// make, if a cached refusal shows that Redis would refuse it; ok is false
+// otherwise (and a refusal that no longer refuses is dropped). clock is
+// the store's client clock, or nil for the server's. The refusal is
+// decided at the latest instant Redis's time can be, and the Decision is
+// the worst case's from the earliest (see the top of this file): Allowed
+// is Redis's, RetryAfter and ResetAfter never shorter, Remaining never
+// higher.
 //
 // A refusal answered here is one Redis would have made, and Redis would
 // have recorded its instant as the key's latest: the cached state records
@@ -82,16 +108,34 @@ func (c *denyCache) answer(m *ratelimit.Machine, clock ratelimit.Clock, rk strin
 	if !found {
 		return ratelimit.Decision{}, false, 0
 	}
-	var now time.Duration
+	var late, early time.Duration
 	if clock != nil {
-		now = clock.Now()
+		late = clock.Now()
 	} else {
-		now = time.Duration(e.at) + time.Since(e.sent)
+		late = time.Duration(e.at) + time.Since(e.sent)
+		early = time.Duration(e.at) + time.Since(e.recv)
 	}
-	d, next, err := m.Step(e.state, now, cost, true)
+	d, next, err := m.Step(e.state, late, cost, true)
 	if err != nil || d.Allowed {
 		c.forget(rk)
 		return ratelimit.Decision{}, false, e.latest
+	}
+	if x := admissible(m, next, late, cost, d.Remaining); x > 0 {
+		// Another process may have spent it: answer as if it had.
+		if _, drained, err := m.Step(next, late, x, true); err == nil {
+			if w, _, err := m.Step(drained, late, cost, false); err == nil && !w.Allowed {
+				d = w
+			}
+		}
+	}
+	// On the server's clock d is decided at late (or at an instant a cached
+	// answer recorded, if later): report it from early. A client clock's
+	// reading, clamped to the state's latest instant, is Redis's instant.
+	if clock == nil && d.At > early {
+		shift := d.At - early
+		d.At = early
+		d.RetryAfter = saturatingAdd(d.RetryAfter, shift)
+		d.ResetAfter = saturatingAdd(d.ResetAfter, shift)
 	}
 	e.state = next
 	e.latest = latestOf(next)
@@ -101,6 +145,32 @@ func (c *denyCache) answer(m *ratelimit.Machine, clock ratelimit.Clock, rk strin
 	}
 	c.mu.Unlock()
 	return d, true, 0
+}
+
+// admissible returns the largest cost, in milli-units, that the state
+// admits at now, for a state that refuses cost there and whose refusal
+// reports remaining whole units: from remaining units up to a unit more,
+// below cost.
+func admissible(m *ratelimit.Machine, state []byte, now time.Duration, cost ratelimit.Units, remaining int64) ratelimit.Units {
+	lo := ratelimit.Units(remaining) * ratelimit.Unit // admitted, or 0
+	hi := min(lo+ratelimit.Unit-1, cost-1)            // the largest that may be
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		if d, _, err := m.Step(state, now, mid, false); err == nil && d.Allowed {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo
+}
+
+// saturatingAdd is a + b for b >= 0, at most the largest Duration.
+func saturatingAdd(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // latestOf returns the latest instant an encoded state records: its first
@@ -117,8 +187,9 @@ func latestOf(state []byte) int64 {
 }
 
 // remember keeps Redis's refusal of rk, made at the instant at, leaving
-// state, for a request sent at sent, while the cache was at generation gen.
-func (c *denyCache) remember(rk string, state string, at int64, sent time.Time, gen uint64) {
+// state, for a request sent at sent whose reply came back at recv, while
+// the cache was at generation gen.
+func (c *denyCache) remember(rk string, state string, at int64, sent, recv time.Time, gen uint64) {
 	if len(state) > maxCachedState {
 		return
 	}
@@ -135,15 +206,16 @@ func (c *denyCache) remember(rk string, state string, at int64, sent time.Time, 
 			break
 		}
 	}
-	c.entries[rk] = denied{state: []byte(state), latest: latestOf([]byte(state)), at: at, sent: sent}
+	c.entries[rk] = denied{state: []byte(state), latest: latestOf([]byte(state)), at: at, sent: sent, recv: recv}
 }
 
 // charged replaces rk's cached refusal, if any, by the state a
 // settlement's charge wrote, computed at the instant at Redis read for a
-// request sent at sent: the key spends more than the cached state says,
-// and answers must be Redis's. It makes remember ignore the refusals of
-// checks sent before, which carry a state from before the charge.
-func (c *denyCache) charged(rk string, state []byte, at int64, sent time.Time) {
+// request sent at sent whose reply came back at recv: the key spends more
+// than the cached state says, and answers must be Redis's. It makes
+// remember ignore the refusals of checks sent before, which carry a state
+// from before the charge.
+func (c *denyCache) charged(rk string, state []byte, at int64, sent, recv time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.gen.Add(1)
@@ -154,7 +226,7 @@ func (c *denyCache) charged(rk string, state []byte, at int64, sent time.Time) {
 		delete(c.entries, rk)
 		return
 	}
-	c.entries[rk] = denied{state: state, latest: latestOf(state), at: at, sent: sent}
+	c.entries[rk] = denied{state: state, latest: latestOf(state), at: at, sent: sent, recv: recv}
 }
 
 // forget drops rk's cached refusal, if any.

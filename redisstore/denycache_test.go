@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -13,7 +14,8 @@ import (
 // TestDenyCacheSavesRoundTrips: a key hammered at 100 times its limit from
 // one process reaches Redis only for what it is admitted and once per
 // retry period for what it is refused, and every refusal answered locally
-// is the one Redis gives at the same instant.
+// is one Redis gives at the same instant, with a RetryAfter never shorter
+// (see requireCachedRefusal).
 func TestDenyCacheSavesRoundTrips(t *testing.T) {
 	rdb := needRedis(t)
 	for name, rule := range map[string]ratelimit.Rule{
@@ -42,10 +44,10 @@ func TestDenyCacheSavesRoundTrips(t *testing.T) {
 					refused++
 				}
 				if cached.Stats().LocalDenials > before {
-					// Answered without Redis: Redis answers the same.
+					// Answered without Redis: Redis refuses too.
 					want, err := plain.Check("hammer", ratelimit.Unit)
 					require.NoError(t, err)
-					require.Equal(t, want, d, "request %d at %v", i, clk.Now())
+					requireCachedRefusal(t, want, d, "request %d at %v", i, clk.Now())
 				}
 				clk.Advance(time.Millisecond)
 			}
@@ -90,13 +92,72 @@ func TestDenyCacheOff(t *testing.T) {
 func TestDenyCacheDropOutdatesInFlightRefusals(t *testing.T) {
 	c := newDenyCache(10)
 	sent := c.generation()
-	c.remember("k", "5 0 3000", 5, time.Now(), sent)
+	c.remember("k", "5 0 3000", 5, time.Now(), time.Now(), sent)
 	require.Equal(t, int64(5), c.floor("k"))
 	inFlight := c.generation()
 	c.drop("k")
 	assert.Zero(t, c.floor("k"), "drop kept the entry")
-	c.remember("k", "5 0 3000", 5, time.Now(), inFlight)
+	c.remember("k", "5 0 3000", 5, time.Now(), time.Now(), inFlight)
 	assert.Zero(t, c.floor("k"), "a refusal from before the drop was cached")
-	c.remember("k", "6 0 3000", 6, time.Now(), c.generation())
+	c.remember("k", "6 0 3000", 6, time.Now(), time.Now(), c.generation())
 	assert.Equal(t, int64(6), c.floor("k"), "a refusal from after the drop was not cached")
+}
+
+// TestDenyCacheFloor: with a client clock, a refusal the deny cache
+// answered at an instant is one Redis would have recorded as the key's
+// latest: when the clock then steps back, a check sent to Redis, a peek
+// and a reset all go on from that instant, as they would had Redis made
+// the refusal itself, never from the earlier reading.
+func TestDenyCacheFloor(t *testing.T) {
+	rdb := needRedis(t)
+	ctx := context.Background()
+	rule := ratelimit.GCRA{Rate: ratelimit.PerSecond(10), Burst: 5} // a unit per 100 ms
+	m, err := ratelimit.NewMachine(rule)
+	require.NoError(t, err)
+	t0 := unixNow
+	for _, op := range []string{"check", "peek", "reset"} {
+		clk := ratelimit.NewManualClock(t0)
+		s, err := New(rdb, rule, WithClock(clk), WithPrefix(testPrefix()))
+		require.NoError(t, err)
+		for range 5 {
+			_, err := s.Check("k", ratelimit.Unit)
+			require.NoError(t, err)
+		}
+		d, err := s.Check("k", 2*ratelimit.Unit)
+		require.NoError(t, err)
+		require.False(t, d.Allowed, "refused by Redis at t0")
+		clk.Set(t0 + 150*time.Millisecond)
+		local := s.Stats().LocalDenials
+		d, err = s.Check("k", 2*ratelimit.Unit)
+		require.NoError(t, err)
+		require.False(t, d.Allowed)
+		require.Equal(t, local+1, s.Stats().LocalDenials, "refused by the cache at t0 + 150 ms")
+		floor := t0 + 150*time.Millisecond
+
+		clk.Set(t0 + 50*time.Millisecond) // the clock steps back
+		state, err := rdb.Get(ctx, s.Key("k")).Result()
+		require.NoError(t, err)
+		switch op {
+		case "check":
+			// The cached state admits one unit at its instant: the check
+			// goes to Redis, which decides at that instant too.
+			want, _, err := m.Step([]byte(state), floor, ratelimit.Unit, true)
+			require.NoError(t, err)
+			require.True(t, want.Allowed)
+			d, err = s.Check("k", ratelimit.Unit)
+			require.NoError(t, err)
+			assert.Equal(t, want, d)
+		case "peek":
+			want, _, err := m.Step([]byte(state), floor, ratelimit.Unit, false)
+			require.NoError(t, err)
+			d, err = s.Peek("k", ratelimit.Unit)
+			require.NoError(t, err)
+			assert.Equal(t, want, d)
+		case "reset":
+			require.NoError(t, s.Reset("k"))
+			got, err := rdb.Get(ctx, s.Key("k")).Result()
+			require.NoError(t, err)
+			assert.Equal(t, i64(int64(floor)), got, "the reset kept the key's clamp on time, but not the cache's")
+		}
+	}
 }

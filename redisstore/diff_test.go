@@ -97,7 +97,8 @@ func drawActual(t *rapid.T, charged, capacity ratelimit.Units) ratelimit.Units {
 // TestSameDecisionsAsInProcess runs one trace against the Redis store and
 // against an in-process single-key limiter per key, on one ManualClock, and
 // requires every Decision, and every amount a refund gives back, to be the
-// same: checks, peeks, refunds (at instants checks admitted at, and at
+// same (a refusal the deny cache answers instead of Redis: refused alike,
+// with a wait never shorter; see requireCachedRefusal): checks, peeks, refunds (at instants checks admitted at, and at
 // others), settlements (charging into debt, past its bound, or refunding)
 // and resets; the checks after a settlement are what show that the
 // scripts accept a debt and decide on it exactly. Times run from 0 to MaxTime with leaps of years and
@@ -135,11 +136,15 @@ func TestSameDecisionsAsInProcess(t *testing.T) {
 			key := rapid.SampledFrom(keys).Draw(t, "key")
 			cost := drawCost(t, p.Capacity)
 			want, werr := limiter(key, true).Check(cost)
+			before := s.Stats().LocalDenials
 			got, gerr := s.Check(key, cost)
 			require.NoError(t, werr)
 			require.NoError(t, gerr)
 			checks++
-			if want != got {
+			if s.Stats().LocalDenials > before {
+				// The deny cache's refusal: Redis's, or a longer wait.
+				requireCachedRefusal(t, want, got, "check %d at %d, key %q, cost %d", checks, clk.Now(), key, cost)
+			} else if want != got {
 				t.Fatalf("check %d at %d, key %q, cost %d:\n in-process %+v\n redis      %+v", checks, clk.Now(), key, cost, want, got)
 			}
 			if got.Allowed {

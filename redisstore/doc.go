@@ -1,6 +1,8 @@
 // Package redisstore is a keyed rate limiter whose state lives in Redis:
 // one allowance per key shared by every process that uses the same Redis,
-// with exactly the decisions of the in-process [ratelimit.Store].
+// with exactly the decisions of the in-process [ratelimit.Store] (but for
+// the refusals its deny cache answers without asking Redis, which may
+// report a longer wait: see [WithDenyCache]).
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
 //	s, err := redisstore.New(rdb, ratelimit.GCRA{Rate: ratelimit.PerMinute(100), Burst: 100})
@@ -90,8 +92,11 @@
 // Cluster all the keys of one script must share a slot: layers whose keys
 // share a hash tag ([WithHashTag]) work anywhere, while a global key beside
 // per-customer keys cannot, and is refused when the Composite is built on
-// a Cluster client (see [Layer]). As in process, a Composite never spends
-// a refusal, CountRefused or not.
+// a Cluster client (see [Layer]), as is a prefix whose '{' would move the
+// keys' hash tag apart (see [WithPrefix]); a script that Redis refuses as
+// CROSSSLOT all the same is refused with [ErrCrossSlot], never answered by
+// the failure policy. As in process, a Composite never spends a refusal,
+// CountRefused or not.
 //
 // # After the fact
 //
@@ -134,8 +139,8 @@
 // a reset drops the key from this store's deny cache, and a settlement's
 // charge updates its cached refusal; another process's deny cache may
 // keep refusing the key until its own cached refusal runs out, and after
-// a charge there may report a shorter RetryAfter than Redis would (see
-// [WithDenyCache]).
+// a charge into debt there may report a shorter RetryAfter than Redis
+// would (see [WithDenyCache]).
 //
 // # Leases
 //
@@ -238,8 +243,15 @@
 // ([WithCircuit]) stops trying Redis, so that checks no longer wait out a
 // deadline each, and lets one check probe Redis after a pause; checks
 // resume by themselves once it answers. A key whose stored state is
-// corrupted is denied with an error matching [ratelimit.ErrInvalidState],
-// whatever the policy; [Store.Reset] (or deleting the key) resets it.
+// corrupted (a value no check or settlement under the rule could have
+// written, or a key of another type, such as a hash or a list, that
+// something else wrote under the store's name) is denied with an error
+// matching [ratelimit.ErrInvalidState], whatever the policy, by a Store, a
+// Composite and a Leased alike; its peeks, refunds and settlements fail
+// with that error and write nothing. Redis answered, so it is not a
+// failure: it never counts against the circuit breaker nor in
+// [Stats].Failures. [Store.Reset] or [Composite.Reset] (or deleting the
+// key) resets it.
 //
 // In Redis Cluster a lost master fails only the checks of keys in its
 // slots: the other masters' keys are decided as before (with

@@ -86,7 +86,7 @@ func TestFailurePolicies(t *testing.T) {
 
 					// Healthy: Redis decides.
 					for _, s := range []*Store{open, closed, fallback} {
-						d, err := timed(t, s, "k")
+						d, err := setupCheck(t, "k", s.CheckContext)
 						require.NoError(t, err)
 						require.True(t, d.Allowed)
 						require.Equal(t, int64(2), d.Remaining)
@@ -193,4 +193,18 @@ func TestSharedDeadline(t *testing.T) {
 	assert.NotSame(t, a, c)
 	d, _ = c.Deadline()
 	assert.Equal(t, t0.Add(1100*time.Millisecond), d)
+}
+
+// setupTimeout bounds a drill's checks before anything is broken: the
+// drill's own short deadline would turn a check that a loaded machine
+// merely delays into the failure policy's answer, failing a correct build.
+const setupTimeout = 30 * time.Second
+
+// setupCheck runs one check of key with a deadline of setupTimeout, for a
+// drill's setup.
+func setupCheck(t *testing.T, key string, check func(context.Context, string, ratelimit.Units) (ratelimit.Decision, error)) (ratelimit.Decision, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+	defer cancel()
+	return check(ctx, key, ratelimit.Unit)
 }

@@ -165,8 +165,9 @@ func (l *Leased) Check(key string, cost ratelimit.Units) (ratelimit.Decision, er
 // whole units rounded down (what this replica knows: other replicas may
 // have spent Redis's part since, and time may have refilled it); ResetAfter
 // the answer's, less the time since, as if the lease were all used;
-// RetryAfter and Delay 0. A refusal always comes from Redis (or its deny
-// cache), for the request's own cost, and is exact.
+// RetryAfter and Delay 0. A refusal always comes from Redis, for the
+// request's own cost, and is exact, or from its deny cache (see
+// [WithDenyCache]).
 func (l *Leased) CheckContext(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
 	c := int64(cost)
 	if c <= 0 || c > int64(l.s.p.Capacity) || l.closed.Load() {

@@ -801,3 +801,39 @@ func TestLeaseKeysBounded(t *testing.T) {
 	assert.NotZero(t, leaseOf(l, "c"), "an idle key made room")
 	assert.LessOrEqual(t, l.Stats().Keys, 2)
 }
+
+// TestSlidingCounterLeaseGivesBackNextWindow: a sliding counter's lease
+// ended in the window after the one it was spent in still gives its rest
+// back (the previous window's count weighs on the estimate there, and the
+// refund lightens it, as ratelimit.Store.Refund does); only two windows on
+// is there nothing to give back, and no round trip is made for it.
+func TestSlidingCounterLeaseGivesBackNextWindow(t *testing.T) {
+	rule := ratelimit.SlidingCounter{Limit: 100, Window: time.Minute}
+	for _, windows := range []int{1, 2} {
+		clk := ratelimit.NewManualClock(unixNow)
+		rs := newReplicas(t, 1, rule, LeaseOptions{Max: 30 * ratelimit.Unit, Hold: time.Hour}, WithClock(clk), WithPrefix(testPrefix()))
+		l := rs[0].l
+		for range 10 {
+			d, err := l.Check("k", ratelimit.Unit)
+			require.NoError(t, err)
+			require.True(t, d.Allowed)
+		}
+		ls := leaseOfLease(l, "k")
+		require.NotNil(t, ls, "the key holds a lease")
+		rest := ratelimit.Units(ls.k - ls.used.Load())
+		require.NotZero(t, rest)
+		clk.Advance(time.Duration(windows) * time.Minute)
+		before := rs[0].calls.n.Load()
+		require.NoError(t, l.Close())
+		st := l.Stats()
+		if windows == 1 {
+			assert.NotZero(t, st.Returned, "the rest of a lease spent in the previous window was written off")
+			assert.Equal(t, before+2, rs[0].calls.n.Load(), "the give-back reads and writes")
+		} else {
+			assert.Zero(t, st.Returned)
+			assert.Equal(t, before, rs[0].calls.n.Load(), "a give-back that returns nothing was sent")
+		}
+		assert.Equal(t, rest, st.Returned+st.Unreturned, "%d windows on", windows)
+		closeReplicas(rs)
+	}
+}

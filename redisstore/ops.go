@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -104,6 +105,11 @@ func (s *Store) op(ctx context.Context, rk string, floor int64, args ...any) (op
 	}
 	reply, err := runScript(ctx, s.rdb, opsScript, s.guard, []string{rk}, append([]any{now}, args...))
 	if err != nil {
+		if isStateError(err) {
+			br.success(probe)
+			s.invalid.Add(1)
+			return opReply{}, fmt.Errorf("%w: redis key %q: %v", ratelimit.ErrInvalidState, clipKey(rk), err)
+		}
 		br.failure(time.Now(), probe, s.o.failures, s.o.pause)
 		return opReply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
@@ -253,6 +259,7 @@ func (s *Store) RefundContext(ctx context.Context, key string, cost ratelimit.Un
 func (s *Store) update(ctx context.Context, key, rk string, compute func(state []byte, now time.Duration) (next []byte, px int64, err error)) (written, error) {
 	sent := time.Now()
 	r, err := s.op(ctx, rk, s.floor(rk), "r")
+	recv := time.Now()
 	for attempt := 0; ; attempt++ {
 		var state []byte
 		if err == nil {
@@ -274,13 +281,14 @@ func (s *Store) update(ctx context.Context, key, rk string, compute func(state [
 		if string(next) == string(state) {
 			return written{}, nil // nothing to write
 		}
-		w := written{state: next, at: r.instant, sent: sent}
+		w := written{state: next, at: r.instant, sent: sent, recv: recv}
 		sent = time.Now()
 		if px > 0 {
 			r, err = s.op(ctx, rk, s.floor(rk), "p", string(state), string(next), strconv.FormatInt(px, 10))
 		} else {
 			r, err = s.op(ctx, rk, s.floor(rk), "w", string(state), string(next))
 		}
+		recv = time.Now()
 		if err == nil && r.done {
 			return w, nil
 		}
@@ -288,12 +296,12 @@ func (s *Store) update(ctx context.Context, key, rk string, compute func(state [
 }
 
 // written is the state an update wrote (nil for none), computed at the
-// instant at that Redis read, for a request sent at sent by the local
-// monotonic clock.
+// instant at that Redis read, for a request sent at sent whose reply came
+// back at recv, by the local monotonic clock.
 type written struct {
-	state []byte
-	at    int64
-	sent  time.Time
+	state      []byte
+	at         int64
+	sent, recv time.Time
 }
 
 // Settle is SettleContext with a background context.
@@ -332,10 +340,10 @@ func (s *Store) Settle(key string, charged, actual ratelimit.Units, at time.Dura
 // that much); a refund keeps the key's expiry, which covers a state that
 // is fresh no later. A refund drops the key's refusal from
 // this store's deny cache; a charge replaces a refusal the cache holds by
-// the settled state, so that its answers stay Redis's, field for field.
-// Other processes' caches know of neither: a charge only makes refusals
-// last longer, so theirs stay refusals, but may report an earlier
-// RetryAfter than Redis would (see [WithDenyCache]). Failures are
+// the settled state, so that its answers know of the debt. Other
+// processes' caches know of neither: a charge only makes refusals last
+// longer, so theirs stay refusals, but may report an earlier RetryAfter
+// than Redis would (see [WithDenyCache]). Failures are
 // RefundContext's: a failure after the write was sent leaves it unknown
 // whether the settlement was made (the settled cost is then 0 with the
 // error); do not retry such a failure blindly. A corrupted state is an
@@ -366,21 +374,34 @@ func (s *Store) SettleContext(ctx context.Context, key string, charged, actual r
 	case actual < charged:
 		s.deny.drop(rk)
 	default:
-		s.deny.charged(rk, w.state, w.at, w.sent)
+		s.deny.charged(rk, w.state, w.at, w.sent, w.recv)
 	}
 	return d, settled, nil
 }
 
 // expiryMs is the expiry a check sets for a state that is as good as a
 // fresh key's after reset: reset in whole ms, rounded up, plus the margin
-// marginMs.
+// marginMs, saturating at the largest int64 rather than overflowing.
 func expiryMs(reset time.Duration, marginMs int64) int64 {
-	return ceilMs(reset) + marginMs
+	ms := ceilMs(reset)
+	if marginMs > math.MaxInt64-ms {
+		return math.MaxInt64
+	}
+	return ms + marginMs
 }
 
-// ceilMs is d in whole ms, rounded up.
+// ceilMs is d in whole ms, rounded up, for any d >= 0 (0 for d <= 0): the
+// quotient and remainder never overflow, where adding a millisecond less
+// one before dividing would for the last millisecond of int64.
 func ceilMs(d time.Duration) int64 {
-	return (int64(d) + int64(time.Millisecond) - 1) / int64(time.Millisecond)
+	if d <= 0 {
+		return 0
+	}
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond != 0 {
+		ms++
+	}
+	return ms
 }
 
 // Reset is ResetContext with a background context.
@@ -436,6 +457,12 @@ func (c *Composite) op(ctx context.Context, key string, cost ratelimit.Units, ar
 	}
 	reply, err := runScript(ctx, c.rdb, opsScript, c.guard, send, append([]any{now}, args...))
 	if err != nil {
+		if isStateError(err) {
+			return nil, opReply{}, fmt.Errorf("%w: key %q: %v", ratelimit.ErrInvalidState, clipKey(key), err)
+		}
+		if isCrossSlot(err) {
+			return nil, opReply{}, fmt.Errorf("%w: key %q: %v", ErrCrossSlot, clipKey(key), err)
+		}
 		return nil, opReply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	r, err := parseOp(reply, len(send))

@@ -26,13 +26,14 @@
 --          replaced by the state of a fresh key that keeps the key's clamp
 --          on time, its latest instant and nothing else, expiring after the
 --          margin (a check on such a state would set that expiry too); a
---          key whose state is not well formed has no clamp to keep, and is
---          deleted. ARGV[4] is an instant the store used for the keys
---          without telling Redis (its deny cache's), '0' if none: the clamp
---          kept is at least that.
+--          key whose state is not well formed, or of another type than a
+--          string, has no clamp to keep, and is deleted. ARGV[4] is an
+--          instant the store used for the keys without telling Redis (its
+--          deny cache's), '0' if none: the clamp kept is at least that.
 --
 -- Returns {1 if done else 0, the instant (before clamping), then each
--- key's state or '' as read}; 'w' done and 'z' return no states. A 'w'
+-- key's state or '' as read}; 'w' done and 'z' return no states. A key
+-- of another type than a string is, but for 'z', an error reply. A 'w'
 -- that was not done returns what a read would, for the next attempt.
 
 local function later(a, b)
@@ -45,8 +46,17 @@ if now == '' then
   now = string.format('%d%09d', tonumber(tm[1]), tonumber(tm[2]) * 1000)
 end
 local mode = ARGV[2]
-local cur = {}
-for i = 1, #KEYS do cur[i] = redis.call('GET', KEYS[i]) end
+-- A key that holds another type than a string (a hash, a list, ...) is a
+-- corrupted state: a reset deletes it, anything else is refused.
+local cur, wrong = {}, {}
+for i = 1, #KEYS do
+  local v = redis.pcall('GET', KEYS[i])
+  if type(v) == 'table' then
+    if mode ~= 'z' then return redis.error_reply('RATELIMIT invalid state: ' .. tostring(v.err)) end
+    v, wrong[i] = '', true
+  end
+  cur[i] = v
+end
 
 if mode == 'w' or mode == 'p' then
   local k = mode == 'p' and 3 or 2
@@ -73,7 +83,7 @@ elseif mode == 'z' then
     if cur[i] then
       -- The latest instant, if it is a canonical decimal within MaxTime;
       -- a state that is not well formed keeps no clamp.
-      local last = string.match(cur[i], '^%d+')
+      local last = not wrong[i] and string.match(cur[i], '^%d+')
       if last and (#last == 1 or string.byte(last, 1) ~= 48) and not later(last, '4611686018427387904') then
         if later(ARGV[4], last) then last = ARGV[4] end
         redis.call('SET', KEYS[i], last, 'PX', ARGV[3])

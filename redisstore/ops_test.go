@@ -281,7 +281,7 @@ func TestOpsWhenRedisFails(t *testing.T) {
 			require.NoError(t, err)
 			fallback, err := New(rdb, drillRule, WithTimeout(drillTimeout), WithFallback(local))
 			require.NoError(t, err)
-			d, err := s.Check("k", ratelimit.Unit)
+			d, err := setupCheck(t, "k", s.CheckContext)
 			require.NoError(t, err)
 			if drill == "hang" {
 				srv.signal(syscall.SIGSTOP)

@@ -61,6 +61,15 @@ func (o *options) validate() error {
 // WithPrefix sets the prefix of every Redis key the store writes; the
 // default is "ratelimit:". Stores with different rules never share keys
 // whatever their prefixes (see [Store.Key]).
+//
+// In Redis Cluster (and on a [redis.Ring]) a '{' in the prefix moves the
+// keys' hash tag, which Redis reads from the key's first '{' to the next
+// '}'. A prefix with a whole tag of its own, such as "{rl}:", puts every
+// key in that tag's slot, on one master. A '{' with no '}' after it in the
+// prefix, or an empty "{}", makes the tag take in the rest of the key: a
+// Store's keys (one per check) still work, each in a slot of its own, but
+// a Composite's layers would be in different slots, so [NewComposite]
+// refuses such a prefix with [ErrCrossSlot] on those clients.
 func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
 
 // WithClock makes the store decide at the times c reads, nanoseconds since
@@ -120,25 +129,51 @@ func WithCircuit(failures int, pause time.Duration) Option {
 
 // WithDenyCache sets how many keys' refusals the store keeps, to answer
 // without a round trip a request that Redis would refuse; the default is
-// 10,000, and n <= 0 turns it off. A request is answered from the cache
-// only when the key's state, as Redis read it when it refused, still
-// refuses it at the instant Redis would decide at now (never earlier), so
-// the answer is the one Redis would give, RetryAfter counted down to the
-// same instant, unless the key's state was taken back or cleared behind
-// the store's back since: a refund, settlement or reset made by another
-// process (this store's own [Store.Refund], [Store.Reset] and refunding
-// [Store.Settle] drop the key's entry, and a charging Settle replaces it
-// by the settled state), or a Redis that lost the key (eviction, a restart
-// without persistence). The cache then keeps refusing requests its cached
-// state refuses, at most until that state would admit them (the RetryAfter
-// of the refusal Redis made, counted from then), although Redis would
-// admit them sooner. A charge settled by another process only makes Redis
-// refuse longer: the cache's refusals stay refusals, with a RetryAfter
-// that may be shorter than Redis's, and once its state admits, the request
-// goes to Redis. Turn it off if those matter more than the round trips
-// saved.
-// A rule with CountRefused has no deny cache: each of its refusals spends,
-// so each goes to Redis.
+// 10,000, and n <= 0 turns it off. A rule with CountRefused has no deny
+// cache: each of its refusals spends, so each goes to Redis.
+//
+// What a cached answer is. The cache keeps the key's state as Redis's last
+// refusal left it. A request is refused from the cache only if that state
+// refuses it at the latest instant Redis's time can be now; checks by any
+// process only spend, so Redis, whose state holds at least as much spent,
+// refuses it too: Allowed is always Redis's. With a client clock that
+// instant is the clock's reading. On the server's clock Redis's time is
+// known only to lie between the instant of that refusal plus the local
+// time since its reply came back (the earliest) and plus the time since
+// its request was sent (the latest): the refusal is decided at the latest
+// and reported from the earliest (its At, and RetryAfter and ResetAfter
+// counted from there), so that its At never runs ahead of an answer Redis
+// gives after it, and a client that waits its RetryAfter out is never
+// early.
+//
+// What may differ from Redis's answer at the same instant. Other processes
+// may have been admitted on the key since the cached refusal, up to what
+// the kept state could admit; the cache cannot see how much. A cached
+// refusal therefore reports the worst case, as if all of that had been
+// spent at the latest instant: its RetryAfter and ResetAfter are never
+// shorter than Redis's and its Remaining is 0, never higher. They are
+// Redis's exactly when the kept state could have admitted nothing since
+// (so that nobody could have spent), and otherwise may be longer, by up to
+// what the worst case adds (for a bucket, the time to earn the request's
+// cost; for a window, until its count ages out). On the server's clock
+// RetryAfter and ResetAfter are, besides, counted from the earliest
+// instant: longer than Redis's by at most the round trip of the refusal
+// Redis made. A client that waits out the RetryAfter Redis gave never
+// meets the cache; one that comes back early is told the longest wait
+// Redis could tell it.
+//
+// Where a cached refusal can be wrong: when the key's state was taken
+// back or cleared behind the store's back since: a refund, settlement or
+// reset made by another process (this store's own [Store.Refund],
+// [Store.Reset] and refunding [Store.Settle] drop the key's entry, and a
+// charging Settle replaces it by the settled state), or a Redis that lost
+// the key (eviction, a restart without persistence). The cache then keeps
+// refusing requests its kept state refuses, at most until that state would
+// admit them, although Redis would admit them sooner. A charge settled by
+// another process can put the key in debt beyond what the kept state could
+// admit: Redis then refuses for longer than the cached RetryAfter, and
+// once the kept state admits, the request goes to Redis, which refuses it.
+// Turn the cache off if those matter more than the round trips saved.
 func WithDenyCache(n int) Option { return func(o *options) { o.denyCache = n } }
 
 // WithObserver tells o of every check's outcome (see [ratelimit.Observer]):

@@ -292,7 +292,8 @@ func TestRangeCheckEdges(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := ratelimit.NewManualClock(tc.start)
-			paths := newPathStores(t, rdb, tc.rule, WithClock(clk), WithPrefix(testPrefix()))
+			// No deny cache: every step is the script's.
+			paths := newPathStores(t, rdb, tc.rule, WithClock(clk), WithPrefix(testPrefix()), WithDenyCache(0))
 			local, err := ratelimit.New(tc.rule, ratelimit.WithClock(clk))
 			require.NoError(t, err)
 			for i, st := range tc.steps {

@@ -175,27 +175,38 @@ func TestSettleConcurrent(t *testing.T) {
 	t.Logf("%d milli-units spent, %d settlements conflicted", spent.Load(), conflicts.Load())
 }
 
-// interloper is a client hook that runs before each compare-and-set the
-// ops script is sent for (mode 'w' or 'p'), as a check from another
-// process landing between a read and its write would.
+// beforeScript is a client hook that calls itself with every script
+// command (EVAL or EVALSHA) before the client sends it.
+type beforeScript func(cmd redis.Cmder)
+
+func (h beforeScript) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h beforeScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h beforeScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+			h(cmd)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// interloper runs before each compare-and-set the ops script is sent for
+// (mode 'w' or 'p'), as a check from another process landing between a
+// read and its write would; add its hook to a client.
 type interloper struct {
 	before func()
 	writes atomic.Int64
 }
 
-func (h *interloper) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *interloper) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-func (h *interloper) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		if name := cmd.Name(); (name == "evalsha" || name == "eval") && len(args) > 5 && (args[5] == "w" || args[5] == "p") {
+func (h *interloper) hook() redis.Hook {
+	return beforeScript(func(cmd redis.Cmder) {
+		if args := cmd.Args(); len(args) > 5 && (args[5] == "w" || args[5] == "p") {
 			h.writes.Add(1)
 			h.before()
 		}
-		return next(ctx, cmd)
-	}
+	})
 }
 
 // TestSettleConflict: a settlement whose key another process changes
@@ -220,7 +231,7 @@ func TestSettleConflict(t *testing.T) {
 	}}
 	hooked := shared.client(nil)
 	defer hooked.Close()
-	hooked.AddHook(h)
+	hooked.AddHook(h.hook())
 	s, err := New(hooked, rule, WithClock(clk), WithPrefix(prefix), WithDenyCache(0))
 	require.NoError(t, err)
 	a, err := s.Check("k", 3*ratelimit.Unit)

@@ -36,7 +36,10 @@ var (
 // Store is a keyed rate limiter whose per-key state lives in Redis, so that
 // every process sharing the Redis sees one allowance per key. For every rule
 // [ratelimit.New] accepts it gives, field for field, the Decision the
-// in-process limiter gives on the same trace at the same instants.
+// in-process limiter gives on the same trace at the same instants; a
+// refusal answered by its deny cache is refused alike, but may report a
+// longer RetryAfter and ResetAfter and a lower Remaining (see
+// [WithDenyCache]).
 //
 // Each check is one script call (EVALSHA), atomic on the server: the script
 // reads the key's state, decides with exact integer arithmetic, writes the
@@ -302,8 +305,9 @@ func (s *Store) decide(ctx context.Context, key string, cost ratelimit.Units, lo
 	}
 	look = look && s.p.CountRefused
 	reply, err := s.run(ctx, rk, cost, floor, look)
+	recv := time.Now()
 	if err != nil {
-		if isScriptError(err) {
+		if isStateError(err) {
 			// The server answered: it is up, but the key cannot be used.
 			br.success(probe)
 			s.invalid.Add(1)
@@ -319,7 +323,7 @@ func (s *Store) decide(ctx context.Context, key string, cost ratelimit.Units, lo
 		if d.Allowed {
 			s.deny.forget(rk)
 		} else {
-			s.deny.remember(rk, state, at, now, gen)
+			s.deny.remember(rk, state, at, now, recv, gen)
 		}
 	}
 	return d, err
@@ -463,10 +467,18 @@ func str(reply []any, i int) (string, bool) {
 	return v, ok
 }
 
-// isScriptError reports an error the script itself raised.
-func isScriptError(err error) bool {
+// isStateError reports an error that says the key cannot be used, not that
+// Redis failed: one the script itself raised (a state that is not well
+// formed), or WRONGTYPE, a key that holds a hash, list, set, sorted set or
+// stream where a state belongs. Either is a corrupted state: the server
+// answered, so it counts as a success for the circuit breaker.
+func isStateError(err error) bool {
 	var re redis.Error
-	return errors.As(err, &re) && strings.Contains(err.Error(), "RATELIMIT ")
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return strings.Contains(msg, "RATELIMIT ") || strings.HasPrefix(msg, "WRONGTYPE")
 }
 
 // clipKey shortens a key (or state) for an error message.
