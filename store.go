@@ -254,8 +254,8 @@ type keyed interface {
 //     each layer's key in exactly one shard), agree on the latest time any
 //     returns, and raiseShard that instant in every shard locked;
 //  3. acquire each key's entry in its locked shard;
-//  4. stepAt(commit=false) on every entry and, if all admit, stepAt
-//     (commit=true) on every entry;
+//  4. stepAt(stepLook) on every entry and, if all admit, stepAt
+//     (stepCheck) on every entry;
 //  5. unlockShard every shard locked.
 //
 // Entries acquired stay in the store until their shard is unlocked: a later
@@ -298,10 +298,10 @@ type keyedStore interface {
 	// that is not pinned (more keys in one shard at once than its share of
 	// MaxKeys).
 	acquire(k storeKey, now int64) bool
-	// stepAt runs the rule's step on k's acquired entry, with its shard
-	// locked. A look (commit false) at a key the store does not hold steps
-	// a fresh state, adding nothing.
-	stepAt(k storeKey, now, cost int64, commit bool) Decision
+	// stepAt runs the rule's step of mode m on k's acquired entry, with its
+	// shard locked. A look at a key the store does not hold steps a fresh
+	// state, adding nothing.
+	stepAt(k storeKey, now, cost int64, m stepMode) Decision
 
 	// The parts a rule set ([Plans]) needs to move keys between stores,
 	// each with k's shard locked:
@@ -549,7 +549,7 @@ func (c *storeCore[S, A]) check(key string, cost Units) (Decision, error) {
 			ev = sh.evictions()
 		}
 	}
-	d := c.alg.step(p, now, int64(cost), true)
+	d := c.alg.step(p, now, int64(cost), stepCheck)
 	sh.release()
 	if c.obs != nil {
 		if ev.n|ev.lossy != 0 {
@@ -645,16 +645,19 @@ func (c *storeCore[S, A]) acquire(k storeKey, now int64) bool {
 	return true
 }
 
-func (c *storeCore[S, A]) stepAt(k storeKey, now, cost int64, commit bool) Decision {
+func (c *storeCore[S, A]) stepAt(k storeKey, now, cost int64, m stepMode) Decision {
 	t := &c.shards[k.h&c.mask].t
 	s := t.Lookup(k.key, k.tag)
 	if s == nil {
 		// Only a look (Peek) steps a key it has not acquired: a key the
 		// store does not hold is a fresh one.
 		var fresh S
-		return c.alg.step(&fresh, now, cost, false)
+		if m.commits() {
+			m = stepPeek
+		}
+		return c.alg.step(&fresh, now, cost, m)
 	}
-	return c.alg.step(s, now, cost, commit)
+	return c.alg.step(s, now, cost, m)
 }
 
 func (c *storeCore[S, A]) id() uint64 { return c.ident }

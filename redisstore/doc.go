@@ -92,7 +92,8 @@
 // share a hash tag ([WithHashTag]) work anywhere, while a global key beside
 // per-customer keys cannot, and is refused when the Composite is built on
 // a Cluster client (see [Layer]). As in process, a Composite never spends
-// a refusal, CountRefused or not.
+// a refusal, CountRefused or not, and reports one on the keys as they
+// stand.
 //
 // # After the fact
 //
