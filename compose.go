@@ -60,6 +60,11 @@ type Layer struct {
 // above a shadow layer's capacity goes to its OnShadow and does not stop
 // the request.
 //
+// All layers decide at one instant: the clock's reading, raised to the
+// latest instant any check has decided at in the shards that hold the
+// request's layer keys (the clamp a [Store] applies per shard; see its
+// Time section).
+//
 // A Composite is safe for concurrent use and linearizable, starts no
 // goroutines and needs no Close. Each layer costs what its store costs per
 // key (see [Store]); a Check takes one lock per layer. The zero Composite

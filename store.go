@@ -99,8 +99,25 @@ func WithPreallocation() Option {
 
 // Store is a keyed limiter: one allowance per key, every key under the same
 // rule, for any of the rules. Check has exactly the single-key
-// semantics of [Limiter.Check] for each key while the store holds it; a key
-// it does not hold starts full, as a fresh key does.
+// semantics of [Limiter.Check] for each key while the store holds it (for
+// a clock that steps back, see Time below); a key it does not hold starts
+// full, as a fresh key does.
+//
+// Time. A check reads the clock once, before it takes the lock of its
+// key's shard, and decides at the later of that reading and the latest
+// instant any check of the shard has decided at, so that no key sees time
+// go back. A single-key limiter ([New]) and a store in Redis clamp per key
+// instead, to the key's own latest instant: keeping each key's instant
+// would cost 8 bytes a key, only for a clock that misbehaves. The two
+// decide alike, field for field, unless the clock steps back below the
+// shard's latest instant (a [ManualClock] set back, a clock that is not
+// monotonic). Then every key of the shard is decided at that instant until
+// the clock passes it again, so a key whose own latest check was earlier,
+// or that is checked for the first time, is decided later than alone, by
+// at most the step. Which keys share a shard is up to a seeded hash; with
+// [WithShards](1) all do. [SystemClock] never steps back: with it the only
+// difference is for checks that race for a shard's lock, whose readings
+// may reach it a few nanoseconds out of order.
 //
 // A Store is safe for concurrent use, and checks on one key are
 // linearizable. It starts no goroutines and needs no Close. The zero Store
