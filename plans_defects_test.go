@@ -91,22 +91,18 @@ func TestPlansResetDropsReplacedStores(t *testing.T) {
 			d, err := p.Check("k", 8*ratelimit.Unit)
 			require.NoError(t, err)
 			require.Equal(t, int64(2), d.Remaining)
+			// Each round replaces the rule (20, then 10 again) with the key
+			// spent, and resets it before its next check.
 			for _, m := range []ratelimit.Migration{ratelimit.MigrateProportional, ratelimit.MigrateAsIs, ratelimit.MigrateAdditive} {
-				require.NoError(t, p.Update(set(20), m))
-				p.Reset("k")
-				d, err = p.Check("k", ratelimit.Unit)
-				require.NoError(t, err)
-				assert.Equal(t, int64(19), d.Remaining, "%v: the reset key starts fresh under the new rule", m)
-				// Spend again under this rule for the next round's Update.
-				_, err = p.Check("k", 7*ratelimit.Unit)
-				require.NoError(t, err)
-				require.NoError(t, p.Update(set(10), m))
-				p.Reset("k")
-				d, err = p.Check("k", ratelimit.Unit)
-				require.NoError(t, err)
-				assert.Equal(t, int64(9), d.Remaining, "%v: back on the old rule, fresh again", m)
-				_, err = p.Check("k", 7*ratelimit.Unit)
-				require.NoError(t, err)
+				for _, burst := range []int64{20, 10} {
+					require.NoError(t, p.Update(set(burst), m))
+					p.Reset("k")
+					d, err = p.Check("k", ratelimit.Unit)
+					require.NoError(t, err)
+					assert.Equal(t, burst-1, d.Remaining, "%v, burst %d: the reset key starts fresh under the new rule", m, burst)
+					_, err = p.Check("k", 7*ratelimit.Unit)
+					require.NoError(t, err)
+				}
 			}
 		})
 	}
