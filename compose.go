@@ -272,11 +272,20 @@ type layerTurn struct {
 // needs room. It is a look-then-commit rather than spend-then-refund, so no
 // algorithm needs an inverse.
 func tryLayers(layers []compositeLayer, enforced int, clock Clock, key string, cost int64, budget time.Duration) attempt {
+	return tryLayersOut(layers, enforced, clock, key, cost, budget, nil)
+}
+
+// tryLayersOut is tryLayers that also appends every enforced layer's
+// Decision to *out, if out is not nil (see appendLayers).
+func tryLayersOut(layers []compositeLayer, enforced int, clock Clock, key string, cost int64, budget time.Duration, out *[]Decision) attempt {
 	var buf [inlineLayers]layerTurn
 	turns := prepareTurns(layers, key, cost, buf[:0])
 
 	now := lockTurns(layers, turns, clock)
 	a := decideLocked(layers, turns, enforced, now, cost, budget)
+	if out != nil && a.err == nil {
+		*out = appendLayers(layers, turns, now, a.committed, *out)
+	}
 	unlockTurns(layers, turns)
 	if a.err == nil {
 		reportShadows(layers, turns, enforced, &a)

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"sort"
@@ -59,9 +60,8 @@ func noRelease() {}
 //
 // Memory. A key with nothing in flight holds no memory: its entry goes when
 // its last slot is released. A key in progress costs an entry (a small
-// struct, a channel and a map slot) and 16 bytes a slot held: about 300
-// bytes for a key holding one slot, its Release included, measured at a
-// million keys; and its key string (a key longer than
+// struct, a channel and a map slot) and 16 bytes a slot held, its Release
+// included; and its key string (a key longer than
 // [MaxKeyLen] is kept as its digest, as a [Store] keeps it), so memory
 // follows what is in progress, not how many keys have been seen. Slots
 // that MaxHold took back are dropped when their key is next used, and in a
@@ -195,7 +195,11 @@ func (f *InFlight) AcquireContext(ctx context.Context, key string) (Release, Dec
 // rate's, with rate's Decision and no slot taken (a cost that rate can
 // never admit is one, matching [ErrInvalidCost] or
 // [ErrCostExceedsCapacity]); ctx's, if it ends before the turn comes; and
-// an error for a nil rate.
+// an error for a nil rate. The one error that comes with a slot is rate's
+// matching [ErrDegraded] when its failure policy admitted (a Redis store
+// failing open, or its fallback): that Decision decides the rate, never
+// the slot, so the slot is taken as for any admission, and the Release
+// must be called as for one; a degraded refusal takes none.
 func (f *InFlight) AcquireWith(ctx context.Context, key string, rate KeyedLimiter, cost Units) (Release, Decision, error) {
 	if isNil(rate) {
 		return noRelease, f.pol.decision(), errNilRate
@@ -298,7 +302,10 @@ func (f *InFlight) acquire(ctx context.Context, key string, rate KeyedLimiter, c
 		return noRelease, d, nil
 	}
 
-	var d Decision
+	var (
+		d       Decision
+		rateErr error // rate's, for an admission its failure policy made
+	)
 	if rate != nil {
 		// rate is asked without the shard's lock: the turn alone keeps
 		// the free slot free.
@@ -309,9 +316,13 @@ func (f *InFlight) acquire(ctx context.Context, key string, rate KeyedLimiter, c
 		} else {
 			d, err = rate.Check(key, cost)
 		}
-		if err != nil || !d.Allowed {
+		// An admission rate's failure policy made (an error matching
+		// ErrDegraded, Allowed set) decides the rate and takes a slot
+		// like any other: a request goes on only with one.
+		if !d.Allowed || (err != nil && !errors.Is(err, ErrDegraded)) {
 			return noRelease, d, err
 		}
+		rateErr = err
 		now = sh.tl.lock(clampTime(f.clock.Now()))
 	}
 	until := int64(MaxTime)
@@ -328,7 +339,7 @@ func (f *InFlight) acquire(ctx context.Context, key string, rate KeyedLimiter, c
 		d.Remaining = free - 1
 		d.At = time.Duration(now)
 	}
-	return func() { f.release(sh, e, id) }, d, nil
+	return func() { f.release(sh, e, id) }, d, rateErr
 }
 
 // expire drops the slots past their MaxHold at now, with the shard

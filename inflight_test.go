@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strconv"
 	"strings"
@@ -470,4 +471,46 @@ type failingRate struct{ err error }
 
 func (r failingRate) Check(string, ratelimit.Units) (ratelimit.Decision, error) {
 	return ratelimit.Decision{}, r.err
+}
+
+// TestInFlightDegradedRate: a rate limiter whose backend failed and whose
+// failure policy admits (an error matching ErrDegraded, Allowed set)
+// decides the rate, never the slot: the admission takes a slot, comes with
+// the error and a Release that gives the slot back, and once the slots are
+// taken the next request is refused without asking the rate. A degraded
+// refusal takes none.
+func TestInFlightDegradedRate(t *testing.T) {
+	f := newInFlight(t, ratelimit.InFlightLimit{Limit: 2})
+	ctx := context.Background()
+	open := degradedRate{ratelimit.Decision{Allowed: true, Limit: 5, Remaining: 4}}
+	var held []ratelimit.Release
+	for i := range 2 {
+		release, d, err := f.AcquireWith(ctx, "k", open, ratelimit.Unit)
+		require.ErrorIs(t, err, ratelimit.ErrDegraded, "acquisition %d", i)
+		assert.True(t, d.Allowed)
+		assert.Equal(t, int64(4), d.Remaining, "the degraded Decision decides the rate")
+		held = append(held, release)
+	}
+	assert.Equal(t, int64(2), f.InUse("k"))
+	release, d, err := f.AcquireWith(ctx, "k", open, ratelimit.Unit)
+	require.NoError(t, err, "no free slot: the rate is not asked")
+	assert.False(t, d.Allowed)
+	release()
+	for _, r := range held {
+		r()
+	}
+	assert.Zero(t, f.InUse("k"))
+
+	closed := degradedRate{ratelimit.Decision{Limit: 5, RetryAfter: time.Second}}
+	release, d, err = f.AcquireWith(ctx, "k", closed, ratelimit.Unit)
+	require.ErrorIs(t, err, ratelimit.ErrDegraded)
+	assert.False(t, d.Allowed)
+	release()
+	assert.Zero(t, f.InUse("k"), "a degraded refusal takes no slot")
+}
+
+type degradedRate struct{ d ratelimit.Decision }
+
+func (r degradedRate) Check(string, ratelimit.Units) (ratelimit.Decision, error) {
+	return r.d, fmt.Errorf("%w: backend down", ratelimit.ErrDegraded)
 }

@@ -95,12 +95,13 @@ func newAtomicMeter(alg *gcraAlgo, leak *leakyAlgo, o *options) *atomicGCRA {
 // twice.
 //
 // Contention. Checks of one key from every core each write the word, so
-// its cache line moves between cores at every admission: about 95 ns a
-// check on 2 cores against 57 ns from one goroutine (bench's BenchmarkPace).
-// Two remedies were measured on 2 cores and not kept: loading the word
+// its cache line moves between cores at every admission: a check from
+// every core costs more than one from one goroutine (bench's
+// BenchmarkPace; docs/performance.md has the figures). Two remedies were
+// tried and not kept: loading the word
 // with an atomic add of 0 (taking the line for writing at once, rather
 // than shared and then for the CAS) left the parallel cost where it was
-// and cost 5 ns a check from one goroutine; spinning for a while after a
+// and slowed a check from one goroutine; spinning for a while after a
 // lost CAS, so that the other core keeps the line for a few checks, made
 // it no faster. What would is a check that does not write the shared word
 // on every admission (allowance drawn by each core in batches, say),

@@ -387,6 +387,13 @@ func (p *Plans) Wait(ctx context.Context, key string, cost Units) (Decision, err
 // if an Update replaces it before the attempt holds its locks; ctx may name
 // the key's plan. The error is a cost error, checked against key's plan.
 func (p *Plans) try(ctx context.Context, key string, cost Units, budget time.Duration) (attempt, error) {
+	return p.tryOut(ctx, key, cost, budget, nil)
+}
+
+// tryOut is try that also appends the Decision of every enforced layer of
+// the key's plan to *out, if out is not nil (see appendLayers), with the
+// plan's name for a rule that has none.
+func (p *Plans) tryOut(ctx context.Context, key string, cost Units, budget time.Duration, out *[]Decision) (attempt, error) {
 	for {
 		g := p.gen.Load()
 		bp := p.plan(ctx, g, key)
@@ -394,8 +401,17 @@ func (p *Plans) try(ctx context.Context, key string, cost Units, budget time.Dur
 			bp.name.fill(&d)
 			return attempt{d: d}, err
 		}
-		if a, ok := p.tryIn(g, bp, key, int64(cost), budget); ok {
+		from := 0
+		if out != nil {
+			from = len(*out)
+		}
+		if a, ok := p.tryIn(g, bp, key, int64(cost), budget, out); ok {
 			a.changed = g.done
+			if out != nil {
+				for i := from; i < len(*out); i++ {
+					bp.name.fill(&(*out)[i])
+				}
+			}
 			bp.name.fill(&a.d)
 			bp.name.fill(&a.tooSlow)
 			bp.name.fill(&a.shadow)
@@ -471,7 +487,7 @@ type source struct {
 // move with what they spent. A budget of peekOnly makes the attempt a look
 // (Plans.Peek): it records no instant and spends nothing, though a key
 // that moved is still moved.
-func (p *Plans) tryIn(g *planGen, bp *builtPlan, key string, cost int64, budget time.Duration) (attempt, bool) {
+func (p *Plans) tryIn(g *planGen, bp *builtPlan, key string, cost int64, budget time.Duration, out *[]Decision) (attempt, bool) {
 	layers := bp.comp.layers
 	var buf [inlineLayers]layerTurn
 	turns := prepareTurns(layers, key, cost, buf[:0])
@@ -486,6 +502,9 @@ func (p *Plans) tryIn(g *planGen, bp *builtPlan, key string, cost int64, budget 
 		return a, true
 	}
 	a := decideLocked(layers, turns, bp.comp.enforced, now, cost, budget)
+	if out != nil && a.err == nil {
+		*out = appendLayers(layers, turns, now, a.committed, *out)
+	}
 	unlockAll(locks)
 	if a.err == nil {
 		reportShadows(layers, turns, bp.comp.enforced, &a)

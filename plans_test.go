@@ -193,7 +193,7 @@ func (pm *planModel) step(key, plan string, now, cost int64) ratelimit.Decision 
 }
 
 // TestPlansMatchModel: random traces of checks, plan moves and rule
-// changes at random instants, for all six algorithms mixed, against a
+// changes at random instants, for all seven algorithms mixed, against a
 // reference model that applies each migration policy exactly.
 func TestPlansMatchModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {

@@ -17,7 +17,8 @@ import (
 // Sizing defaults and limits of a [Store].
 const (
 	// DefaultMaxKeys is the bound of a store built without [WithMaxKeys]:
-	// one million keys, about 41 to 51 MB for the bucket rules (see [Store]),
+	// one million keys, one slot each (see [Store]; docs/performance.md
+	// measures a slot's bytes),
 	// enough for the distinct clients a busy service sees in a while, small
 	// enough that a flood of made-up keys cannot take the process down.
 	DefaultMaxKeys = 1_000_000
@@ -70,27 +71,30 @@ func WithMaxKeys(n int) Option {
 // rounded up to a power of two, but never so many that a shard would get
 // fewer than 256 of the store's keys. More shards mean less waiting on a
 // lock between goroutines, and a shorter tail when many new keys arrive (a
-// check rarely waits for a shard whose holder the machine has interrupted:
-// docs/tail.md measures 256 shards of a million keys against 8). Each shard
-// is bounded by its share of MaxKeys, and keys do not spread evenly, so
-// with many shards eviction starts before the store as a whole is full: at
-// about 95% of a million keys with 256 shards, 99% or more with 8. Each
-// shard costs about 240 bytes from the start
-// (15 MB for 65536 shards); its array of keys is allocated as keys arrive.
+// check rarely waits for a shard whose holder the machine has
+// interrupted). Each shard is bounded by its share of MaxKeys, and keys do
+// not spread evenly, so with many shards eviction starts before the store
+// as a whole is full, the sooner the more shards (docs/tail.md measures
+// both, 256 shards of a million keys against 8). Each shard costs its
+// lock, its counters and an empty directory from the start, whether or not
+// it ever holds a key, so 65536 shards cost megabytes before the first
+// check; its arrays of keys are allocated as keys arrive.
 // [New] ignores this option.
 func WithShards(n int) Option {
 	return func(o *options) { o.store.shards, o.store.shardsSet = n, true }
 }
 
 // WithPreallocation makes a [Store] allocate, when it is built, the memory
-// for its whole bound (about 1.3 slots per key: 45 MB for a million keys of
-// the 16-byte states) instead of segment by segment as keys arrive, so
-// that no Check allocates as the store fills, nor once it is full, as new
-// keys take the place of old ones: nothing for the garbage collector to do
-// on the store's account, and no Check waits for a segment's growth or
-// split (see [Store]; docs/tail.md has the latencies). The memory is
-// taken whether or not keys ever come, so size the bound with it
-// (WithMaxKeys(1<<40) would ask for about 45 TB). Each
+// for its whole bound (each segment sized for its share of the bound and
+// three standard deviations more) instead of segment by segment as keys
+// arrive, so that hardly any Check allocates as the store fills or once it
+// is full, as new keys take the place of old ones: only a segment whose
+// keys stray past that slack grows, rarely, near the bound. That leaves
+// the garbage collector almost nothing to do on the store's account, and
+// hardly any Check waits for a segment's growth or split (see [Store];
+// docs/tail.md has the memory and the latencies). The memory is taken
+// whether or not keys ever come, so size the bound with it: it grows in
+// proportion to the bound, however large. Each
 // store of a [Plans] or [Composite] built with it preallocates too, a
 // whole bound each. [New] and [NewInFlight] ignore this option.
 func WithPreallocation() Option {
@@ -137,8 +141,8 @@ func WithPreallocation() Option {
 // rule's state inline (16 bytes for the token bucket, GCRA, the leaky
 // bucket, the fixed window and the sliding counter, 24 for a sliding
 // counter whose Limit is over 2,147,483; a sliding log's state also points
-// at its log): 40.6 to 41.6 bytes a key for the 16-byte states and 48.7 to
-// 50.6 for the 24-byte one, measured at 1M and 1.4M keys.
+// at its log), and the slack of an open-addressed table (docs/performance.md
+// measures the bytes per key).
 // A shard's table is a directory of segments, each an array of at most 32
 // KiB allocated as keys arrive: a segment grows by about 1/8 at a time and
 // splits in two when it would pass 32 KiB, so that no check copies more than
@@ -173,7 +177,8 @@ type StoreStats struct {
 // NewStore validates rule and the options and returns a [Store] for it. A
 // malformed rule is an error matching [ErrInvalidRule], an option out of
 // range one matching [ErrInvalidOption]. The store holds no keys and
-// allocates its tables as keys arrive.
+// allocates its tables as keys arrive, or, with [WithPreallocation], all at
+// once now.
 func NewStore(rule Rule, opts ...Option) (*Store, error) {
 	if isNil(rule) {
 		return nil, nilRuleError("rule")
@@ -475,8 +480,8 @@ func (sh *storeShard[S]) release() {
 }
 
 // insertSpins bounds a check's spinning on an insertion (see
-// storeShard.hold): 2^17 tries, 70 to 130 µs on the machine docs/tail.md
-// was measured on, longer than a growth, split or sweep of a segment takes.
+// storeShard.hold): 2^17 tries, meant to last longer than a growth, split
+// or sweep of a segment takes (docs/tail.md measures both).
 // Then it parks: the insertion's goroutine may have been descheduled.
 const insertSpins = 1 << 17
 

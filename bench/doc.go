@@ -18,7 +18,8 @@
 // for all. This library is measured with [ratelimit.SystemClock], as every
 // peer reads the system clock too.
 //
-//   - ratelimit.* : this library's six rules; GCRA-frac, TokenBucket-frac
+//   - ratelimit.* : six of this library's seven rules (all but SubWindow);
+//     GCRA-frac, TokenBucket-frac
 //     and LeakyBucket-frac are those rules at a rate (7 per 3 µs, or 7 per
 //     3 h) that is not a whole number of nanoseconds per milli-unit (the
 //     single-key GCRA and token bucket then keep a fraction of a

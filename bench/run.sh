@@ -4,7 +4,6 @@
 #   docs/performance.txt            every pass's raw output (Go benchmark format)
 #   docs/performance-benchstat.txt  benchstat's summary of it
 #   docs/performance.md             the tables, goals and conditions
-#   docs/performance-summary.md     one compact table, for the README
 #   docs/performance.svg            the bar charts
 #
 # from the working tree (bench/go.mod replaces the library with ..).
@@ -14,7 +13,7 @@
 # hits one pass of everything rather than every sample of one subject, and
 # ratios are taken within each pass. Each pass runs the subjects in its own
 # shuffled order (BENCH_ORDER), so no subject always follows the same one.
-# About 8 to 15 minutes on 2 cores, depending on what else runs there.
+# It prints how long the passes took.
 #
 # Environment: PASSES (default 6, at least 6 for benchstat), BENCHTIME
 # (default 300ms per benchmark), BENCH (a -bench regexp, default all),
@@ -81,7 +80,6 @@ echo "== $passes passes in $((SECONDS - start)) s"
 cp "$raw" "$out/performance.txt"
 go build -o "$tmp/benchstat" golang.org/x/perf/cmd/benchstat
 (cd "$out" && "$tmp/benchstat" -ignore pass,load -row .fullname@alpha performance.txt >performance-benchstat.txt)
-go run ./cmd/table -in "$out/performance.txt" -out "$out/performance.md" -summary "$tmp/summary.md"
-cp "$tmp/summary.md" "$out/performance-summary.md"
+go run ./cmd/table -in "$out/performance.txt" -out "$out/performance.md"
 go run ./cmd/chart -in "$out/performance.txt" -out "$out/performance.svg"
-echo "== wrote $out/performance.md, performance-summary.md, performance.svg, performance.txt, performance-benchstat.txt"
+echo "== wrote $out/performance.md, performance.svg, performance.txt, performance-benchstat.txt"

@@ -127,7 +127,10 @@ func TestClientNeverRetriesPastTheDeadline(t *testing.T) {
 func TestClientMaxRetryDelay(t *testing.T) {
 	cc, clk, n := retrying(t, ratelimit.GCRA{Rate: ratelimit.PerSecond(1), Burst: 1},
 		grpclimit.WithMaxRetryDelay(999*time.Millisecond))
-	ctx := context.Background() // no deadline: only the cap stops the wait
+	// The call's deadline (10 s) is far beyond the delay (1 s): only the cap
+	// stops the wait, and a wait the cap fails to stop ends with the
+	// deadline rather than hanging.
+	ctx := testCtx(t)
 	_, _, err := say(ctx, cc, "alice")
 	require.NoError(t, err)
 	_, _, err = say(ctx, cc, "alice")

@@ -52,7 +52,9 @@
 //	ratelimit: "<name>";r=<Remaining>;t=<ResetAfter in seconds, rounded up>
 //
 // with the same values as httplimit's RateLimit-Policy and RateLimit HTTP
-// fields for the same Decision (the name is the rule's Name, or "default").
+// fields for the same Decision (the name is the rule's Name, or "default"):
+// a [ratelimit.Composite] or a [ratelimit.Plans] plan of layers, asked with
+// CheckLayers, lists every enforced layer in both, as httplimit does.
 // A denied call has not run its handler, so its header is sent just before
 // its status; a client reads it with grpc.Header. A call refused for a
 // cost above the capacity carries ratelimit-policy alone.

@@ -25,22 +25,18 @@ func policyName(d ratelimit.Decision) string {
 	return d.Policy
 }
 
-// fields returns the ratelimit-policy and ratelimit metadata for d, as
-// seen elapsed after the decision was made (an admitted call's Delay, which
-// it has waited out).
-func fields(d ratelimit.Decision, elapsed time.Duration) metadata.MD {
+// fields returns the ratelimit-policy and ratelimit metadata for d and its
+// layers (see checker.ask), as seen elapsed after the decision was made
+// (an admitted call's Delay, which it has waited out).
+func fields(d ratelimit.Decision, layers []ratelimit.Decision, elapsed time.Duration) metadata.MD {
 	return metadata.MD{
-		PolicyField: {policyValue(d)},
-		LimitField:  {limitValue(d, elapsed)},
+		PolicyField: {string(httplimit.AppendPolicyList(make([]byte, 0, 64), d, layers))},
+		LimitField:  {string(httplimit.AppendLimitList(make([]byte, 0, 64), d, layers, elapsed))},
 	}
 }
 
-// limitValue is the ratelimit field, as httplimit sends it.
-func limitValue(d ratelimit.Decision, elapsed time.Duration) string {
-	return string(httplimit.AppendLimitField(make([]byte, 0, len(d.Policy)+40), d, elapsed))
-}
-
-// policyValue is the ratelimit-policy field, as httplimit sends it.
+// policyValue is the ratelimit-policy field of d's rule alone, as httplimit
+// sends it.
 func policyValue(d ratelimit.Decision) string {
 	return string(httplimit.AppendPolicyField(make([]byte, 0, len(d.Policy)+40), d))
 }

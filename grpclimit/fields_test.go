@@ -65,6 +65,34 @@ func TestFieldsMatchHTTP(t *testing.T) {
 	}
 }
 
+// TestFieldsMatchHTTPComposite: a composite lists every enforced layer in
+// the metadata, as httplimit does in its fields.
+func TestFieldsMatchHTTPComposite(t *testing.T) {
+	layers := []ratelimit.Layer{
+		{Rule: ratelimit.GCRA{Rate: ratelimit.PerSecond(2), Burst: 2, Name: "burst"}},
+		{Rule: ratelimit.FixedWindow{Limit: 5, Window: time.Hour, Name: "hourly"}},
+		{Rule: ratelimit.FixedWindow{Limit: 1, Window: time.Hour, Name: "trial"}, Shadow: true},
+	}
+	hclk, gclk := ratelimit.NewManualClock(0), ratelimit.NewManualClock(0)
+	hlim, err := ratelimit.Compose(layers, ratelimit.WithClock(hclk))
+	require.NoError(t, err)
+	glim, err := ratelimit.Compose(layers, ratelimit.WithClock(gclk))
+	require.NoError(t, err)
+	h := httplimit.Middleware(hlim, httplimit.WithKey(func(*http.Request) (string, error) { return "k", nil }))(
+		http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	cc, _ := serve(t, limited(glim, byAPIKey))
+	ctx := testCtx(t)
+	for i := range 4 {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, "/", nil))
+		_, md, err := say(ctx, cc, "k")
+		assert.Equal(t, rec.Code == http.StatusOK, err == nil, "#%d", i)
+		assert.Equal(t, rec.Header().Values("RateLimit-Policy"), md.Get(grpclimit.PolicyField), "#%d", i)
+		assert.Equal(t, rec.Header().Values("RateLimit"), md.Get(grpclimit.LimitField), "#%d", i)
+		assert.Equal(t, []string{`"burst";q=2;w=1, "hourly";q=5;w=3600`}, md.Get(grpclimit.PolicyField), "#%d", i)
+	}
+}
+
 // drain waits for done, moving clk to each sleeper's instant meanwhile.
 func drain(t *testing.T, ctx context.Context, clk *ratelimit.ManualClock, done chan struct{}) {
 	t.Helper()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -126,7 +127,15 @@ type checker struct {
 	config
 	lim     ratelimit.KeyedLimiter
 	withCtx ratelimit.ContextChecker // lim, if it takes a context
+	layered layered                  // lim, if it tells its layers' Decisions
 	clock   ratelimit.Clock          // the clock a Delay is waited out on
+}
+
+// layered is a keyed limiter that tells every enforced layer's Decision,
+// as [ratelimit.Composite] and [ratelimit.Plans] do: it is asked with
+// CheckLayers, so that the fields list every limit, as httplimit's do.
+type layered interface {
+	CheckLayers(ctx context.Context, key string, cost ratelimit.Units, maxDelay time.Duration, dst []ratelimit.Decision) (ratelimit.Decision, []ratelimit.Decision, error)
 }
 
 func newChecker(lim ratelimit.KeyedLimiter, opts []Option) *checker {
@@ -144,6 +153,7 @@ func newChecker(lim ratelimit.KeyedLimiter, opts []Option) *checker {
 		}
 	}
 	c.withCtx, _ = lim.(ratelimit.ContextChecker)
+	c.layered, _ = lim.(layered)
 	if cl, ok := lim.(clocked); ok {
 		if clk := cl.Clock(); clk != nil {
 			c.clock = clk
@@ -215,15 +225,21 @@ func StreamServerInterceptor(lim ratelimit.KeyedLimiter, opts ...Option) grpc.St
 	}
 }
 
-// ask asks the limiter, with ctx if it takes one.
-func (c *checker) ask(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
-	if c.withCtx != nil {
-		return c.withCtx.CheckContext(ctx, key, cost)
+// ask asks the limiter, with ctx if it takes one; a layered limiter also
+// returns every enforced layer's Decision.
+func (c *checker) ask(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, []ratelimit.Decision, error) {
+	switch {
+	case c.layered != nil:
+		return c.layered.CheckLayers(ctx, key, cost, 0, nil)
+	case c.withCtx != nil:
+		d, err := c.withCtx.CheckContext(ctx, key, cost)
+		return d, nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return ratelimit.Decision{}, err
+		return ratelimit.Decision{}, nil, err
 	}
-	return c.lim.Check(key, cost)
+	d, err := c.lim.Check(key, cost)
+	return d, nil, err
 }
 
 // admit decides whether a call may go on. It returns the call's key ("" if
@@ -260,7 +276,7 @@ func (c *checker) admit(ctx context.Context, method string) (string, metadata.MD
 // request's Delay. It returns the metadata to send and the error to end
 // the call (or refuse the message) with.
 func (c *checker) spend(ctx, actx context.Context, method, key string, cost ratelimit.Units) (metadata.MD, error) {
-	d, err := c.ask(actx, key, cost)
+	d, layers, err := c.ask(actx, key, cost)
 	if err != nil {
 		switch {
 		case errors.Is(err, ratelimit.ErrCostExceedsCapacity):
@@ -280,14 +296,14 @@ func (c *checker) spend(ctx, actx context.Context, method, key string, cost rate
 		}
 	}
 	if !d.Allowed {
-		return fields(d, 0), refusal(d)
+		return fields(d, layers, 0), refusal(d)
 	}
 	if d.Delay > 0 {
 		if err := ratelimit.Sleep(ctx, c.clock, d.Delay); err != nil {
 			return nil, status.FromContextError(err).Err()
 		}
 	}
-	return fields(d, d.Delay), nil
+	return fields(d, layers, d.Delay), nil
 }
 
 // refusal is the status error for a call over its limit: ResourceExhausted

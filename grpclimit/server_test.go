@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratekit/ratelimit"
 	"github.com/ratekit/ratelimit/grpclimit"
@@ -567,4 +568,42 @@ func TestMessageCostLimiterErrors(t *testing.T) {
 			assert.Equal(t, tc.want, status.Code(err), "%v", err)
 		})
 	}
+}
+
+// counting is a keyed limiter that counts the checks that reach its store.
+type counting struct {
+	store  *ratelimit.Store
+	checks atomic.Int64
+}
+
+func (c *counting) Check(key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	c.checks.Add(1)
+	return c.store.Check(key, cost)
+}
+
+// TestMessageCostZeroIsFree: a message whose cost is 0 is free and
+// unchecked: it reaches the handler, even with the key's allowance spent,
+// and never reaches the limiter.
+func TestMessageCostZeroIsFree(t *testing.T) {
+	store, _ := newStore(t, ratelimit.GCRA{Rate: ratelimit.PerHour(1), Burst: 1, Name: "chat"})
+	lim := &counting{store: store}
+	cost := func(_ context.Context, _ string, msg any) (ratelimit.Units, error) {
+		if msg.(*wrapperspb.StringValue).GetValue() == "free" {
+			return 0, nil
+		}
+		return ratelimit.Unit, nil
+	}
+	cc, _ := serve(t, limited(lim, byAPIKey, grpclimit.WithMessageCost(cost)))
+	ctx := testCtx(t)
+
+	cs := mustChat(t, ctx, cc, "alice") // spends the whole allowance
+	for range 5 {
+		got, err := roundTrip(cs, "free")
+		require.NoError(t, err)
+		assert.Equal(t, "free", got)
+	}
+	assert.Equal(t, int64(1), lim.checks.Load(), "only the stream's opening was checked")
+	_, err := roundTrip(cs, "paid")
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
+	assert.Equal(t, int64(2), lim.checks.Load())
 }

@@ -193,12 +193,11 @@ func TestDeniedBytes(t *testing.T) {
 }
 
 // TestDeniedAllocs pins the allocations of a refusal with the default
-// DeniedHandler, so that a client over its limit stays cheap to refuse.
+// DeniedHandler to at most two, so that a client over its limit stays
+// cheap to refuse: its fields, Retry-After and body share one.
 func TestDeniedAllocs(t *testing.T) {
 	if raceEnabled() {
-		// sync.Pool drops items at random under the race detector, and
-		// encoding/json keeps its encoders in one: the count varies.
-		t.Skip("allocations of the JSON body vary under -race")
+		t.Skip("the race detector's instrumentation allocates")
 	}
 	store, err := ratelimit.NewStore(ratelimit.GCRA{Rate: ratelimit.PerHour(1), Burst: 1, Name: "api"})
 	require.NoError(t, err)
@@ -212,7 +211,7 @@ func TestDeniedAllocs(t *testing.T) {
 		h.ServeHTTP(w, r)
 	})
 	require.Equal(t, http.StatusTooManyRequests, w.code)
-	assert.LessOrEqual(t, allocs, 7.0)
+	assert.LessOrEqual(t, allocs, 2.0)
 }
 
 // discardWriter keeps the header map and the status, and drops the body.

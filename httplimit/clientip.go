@@ -62,7 +62,12 @@ type ClientIP struct {
 	// IPv6Prefix is how many leading bits of an IPv6 client address make its
 	// key. One subscriber is usually given a whole /64, so keying by the full
 	// address would hand every subscriber 2^64 allowances. 0 means 64; other
-	// values are clamped to 1..128. IPv4 addresses are always keyed whole.
+	// values are clamped to 1..128. Providers that give a subscriber a /56
+	// or a /48 let one client change its /64 at will: 56 (the grouping
+	// express-rate-limit uses) or 48 closes that, at the price of keying
+	// together the subscribers of a provider that hands out /64s from one
+	// /56. IPv4 addresses, IPv4-mapped ones included, are always keyed
+	// whole.
 	IPv6Prefix int
 }
 

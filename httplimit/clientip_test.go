@@ -179,10 +179,32 @@ func TestClientIPKey(t *testing.T) {
 		{"IPv6 whole", 128, "[2001:db8:1:2:3:4:5:6]:1", "ip:2001:db8:1:2:3:4:5:6/128"},
 		{"clamped above", 500, "[2001:db8:1:2:3:4:5:6]:1", "ip:2001:db8:1:2:3:4:5:6/128"},
 		{"clamped below", -3, "[2001:db8:1:2:3:4:5:6]:1", "ip:::/1"},
+		{"IPv6 by /56, as express groups", 56, "[2001:db8:1:2ff:3:4:5:6]:1", "ip:2001:db8:1:200::/56"},
+		{"IPv6 by /56, the next /56", 56, "[2001:db8:1:300::1]:1", "ip:2001:db8:1:300::/56"},
+		{"IPv6 by /32", 32, "[2001:db8:1:2::1]:1", "ip:2001:db8::/32"},
+		{"IPv6 by /1", 1, "[ffff::1]:1", "ip:8000::/1"},
+		{"IPv4-mapped is IPv4, by /64", 0, "[::ffff:198.51.100.7]:1", "ip:198.51.100.7"},
+		{"IPv4-mapped is IPv4, by /56", 56, "[::ffff:198.51.100.7]:1", "ip:198.51.100.7"},
+		{"IPv4-mapped is IPv4, by /128", 128, "[::ffff:198.51.100.7]:1", "ip:198.51.100.7"},
+		{"IPv4-mapped bare", 56, "::ffff:198.51.100.7", "ip:198.51.100.7"},
+		{"IPv4-compatible is IPv6", 56, "[::198.51.100.7]:1", "ip:::/56"},
+		{"zone dropped", 56, "[fe80::1%eth0]:1", "ip:fe80::/56"},
+		// The prefix applies to a client found in a forwarded header too
+		// (after "|": the header's value, sent by the trusted 10.0.0.1),
+		// and a forwarded IPv4-mapped address is IPv4.
+		{"forwarded IPv6 by /64", 0, "|2001:db8:1:2ff::9", "ip:2001:db8:1:2ff::/64"},
+		{"forwarded IPv6 by /56", 56, "|2001:db8:1:2ff::9", "ip:2001:db8:1:200::/56"},
+		{"forwarded IPv6 with port by /56", 56, "|[2001:db8:1:2ff::9]:443", "ip:2001:db8:1:200::/56"},
+		{"forwarded IPv4-mapped by /56", 56, "|::ffff:203.0.113.7", "ip:203.0.113.7"},
+		{"forwarded IPv4 by /56", 56, "|203.0.113.7", "ip:203.0.113.7"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			k, err := httplimit.ClientIP{IPv6Prefix: tt.prefix}.Key(request(tt.remote))
+			c, r := httplimit.ClientIP{IPv6Prefix: tt.prefix}, request(tt.remote)
+			if fwd, ok := strings.CutPrefix(tt.remote, "|"); ok {
+				c.TrustedProxies, r = proxies, request("10.0.0.1:80", "X-Forwarded-For", fwd)
+			}
+			k, err := c.Key(r)
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, k)
 		})
@@ -201,6 +223,16 @@ func TestIPv6Grouping(t *testing.T) {
 		httplimit.WithKey(httplimit.ClientIP{IPv6Prefix: 128}.Key))
 	assert.Equal(t, http.StatusOK, f.do(from("[2001:db8:1:2::1]:1")).Code)
 	assert.Equal(t, http.StatusOK, f.do(from("[2001:db8:1:2::2]:1")).Code)
+
+	// By /56: a subscriber's whole /56 shares one allowance; an
+	// IPv4-mapped peer shares its IPv4 address's.
+	f = newFixture(t, ratelimit.TokenBucket{Rate: ratelimit.PerHour(1), Burst: 1},
+		httplimit.WithKey(httplimit.ClientIP{IPv6Prefix: 56}.Key))
+	assert.Equal(t, http.StatusOK, f.do(from("[2001:db8:1:200::1]:1")).Code)
+	assert.Equal(t, http.StatusTooManyRequests, f.do(from("[2001:db8:1:2ff:ffff::1]:1")).Code, "same /56")
+	assert.Equal(t, http.StatusOK, f.do(from("[2001:db8:1:300::1]:1")).Code, "next /56")
+	assert.Equal(t, http.StatusOK, f.do(from("198.51.100.7:1")).Code)
+	assert.Equal(t, http.StatusTooManyRequests, f.do(from("[::ffff:198.51.100.7]:1")).Code, "IPv4-mapped is the IPv4 address")
 }
 
 // TestProxiesThroughMiddleware runs the proxy cases end to end: a spoofed

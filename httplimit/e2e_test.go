@@ -32,7 +32,12 @@ func serve(t *testing.T, h http.Handler) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		assert.NoError(t, srv.Shutdown(ctx))
-		assert.ErrorIs(t, <-done, http.ErrServerClosed)
+		select {
+		case err := <-done:
+			assert.ErrorIs(t, err, http.ErrServerClosed)
+		case <-ctx.Done():
+			t.Error("the server never stopped")
+		}
 	})
 	return "http://" + ln.Addr().String()
 }

@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 
 	"github.com/ratekit/ratelimit"
@@ -34,14 +35,23 @@ import (
 // the Decision's RetryAfter is 0), and the [DeniedHandler]'s answer. An
 // admitted request carries rate's fields, or none without rate.
 //
-// InFlight panics if lim is nil, as Middleware does for its limiter, and
-// the function it returns panics for a nil handler.
+// A rate limiter whose backend failed answers with an error matching
+// [ratelimit.ErrDegraded] and the Decision its failure policy made (a Redis
+// store failing open, or its fallback): that Decision decides the rate, as
+// it does in Middleware, and never the slot. An admission so decided takes
+// a slot like any other (see [ratelimit.InFlight.AcquireWith]), and a
+// request is forwarded only with one.
+//
+// InFlight panics if lim is nil, or if rate is a nil pointer of a limiter
+// type (a *ratelimit.Store left nil after NewStore failed; a nil interface
+// means no rate limit), as Middleware does for its limiter, and the
+// function it returns panics for a nil handler.
 func InFlight(lim *ratelimit.InFlight, rate ratelimit.KeyedLimiter, opts ...Option) func(http.Handler) http.Handler {
 	if lim == nil {
 		panic("httplimit: InFlight given a nil *ratelimit.InFlight; pass the limiter that ratelimit.NewInFlight returned, after checking its error")
 	}
-	if isNil(rate) {
-		rate = nil
+	if rate != nil && isNil(rate) {
+		panic(fmt.Sprintf("httplimit: InFlight given a nil rate limiter (%T); pass the limiter that ratelimit.NewStore or ratelimit.Compose returned, after checking their error, or a nil interface for no rate limit", rate))
 	}
 	wrap := Middleware(&slotLimiter{lim: lim, rate: rate}, opts...)
 	return func(next http.Handler) http.Handler {
@@ -109,18 +119,23 @@ func (l *slotLimiter) CheckContext(ctx context.Context, key string, cost ratelim
 	} else {
 		rel, d, err = l.lim.AcquireWith(ctx, key, l.rate, cost)
 	}
-	if s, ok := ctx.Value(heldSlotKey{}).(*heldSlot); ok && s.rel == nil {
+	s, ok := ctx.Value(heldSlotKey{}).(*heldSlot)
+	if ok && s.rel == nil {
 		s.rel = rel
 	} else {
 		rel() // no request to hold it for: never keep a slot nobody releases
 	}
+	// An admission rate's failure policy made comes with its slot and
+	// its error (ErrDegraded), which Middleware reports and forwards.
 	return d, err
 }
 
 // Clock is the clock a leaky bucket's Delay is waited out on: rate's.
 func (l *slotLimiter) Clock() ratelimit.Clock {
-	if c, ok := l.rate.(clocked); ok {
-		return c.Clock()
+	if l.rate != nil {
+		if c, ok := l.rate.(clocked); ok {
+			return c.Clock()
+		}
 	}
 	return l.lim.Clock()
 }

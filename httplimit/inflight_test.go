@@ -148,7 +148,11 @@ func TestInFlightMiddleware(t *testing.T) {
 func TestInFlightMiddlewareReleasesOnPanic(t *testing.T) {
 	s := newSlotServer(t, 1, nil)
 	q := s.start(client1, "panic")
-	<-s.entered
+	select {
+	case <-s.entered:
+	case <-time.After(testWait):
+		t.Fatal("the request never reached the handler")
+	}
 	s.finish(q)
 	assert.Zero(t, s.lim.InUse("ip:192.0.2.1"), "a panicking handler gives its slot back")
 	s.finish(s.hold(client1))
@@ -221,4 +225,48 @@ func TestInFlightMiddlewareNil(t *testing.T) {
 	lim, err := ratelimit.NewInFlight(ratelimit.InFlightLimit{Limit: 1})
 	require.NoError(t, err)
 	assert.Panics(t, func() { httplimit.InFlight(lim, nil)(nil) })
+}
+
+// TestInFlightMiddlewareDegradedRate: a rate limiter whose backend is down
+// and whose failure policy admits (a Redis store failing open, or its
+// fallback) decides the rate, never the slot: with 2 slots, 20 concurrent
+// requests of one client put 2 in progress and refuse the rest.
+func TestInFlightMiddlewareDegradedRate(t *testing.T) {
+	admitted := ratelimit.Decision{Allowed: true, Limit: 5, Remaining: 4, Window: time.Second, ResetAfter: 200 * time.Millisecond}
+	s := newSlotServer(t, 2, degraded{admitted})
+	a := s.hold(client1)
+	b := s.hold(client1)
+	for range 18 {
+		w := s.answered(client1)
+		assert.Equal(t, http.StatusTooManyRequests, w.Code)
+		assert.Equal(t, "conc", jsonBody(t, w)["policy"])
+	}
+	assert.Equal(t, int64(2), s.lim.InUse("ip:192.0.2.1"))
+	ok := s.finish(a)
+	assert.Equal(t, http.StatusOK, ok.Code)
+	assert.Equal(t, `"default";r=4;t=1`, ok.Header().Get("RateLimit"), "the degraded Decision decides the rate")
+	s.finish(b)
+	assert.Zero(t, s.lim.Len(), "every slot given back")
+
+	// A degraded refusal (fail closed) refuses, taking no slot.
+	refused := ratelimit.Decision{Limit: 5, Window: time.Second, RetryAfter: 1500 * time.Millisecond, ResetAfter: time.Second}
+	s = newSlotServer(t, 2, degraded{refused})
+	w := s.answered(client1)
+	assert.Equal(t, http.StatusTooManyRequests, w.Code)
+	assert.Equal(t, "2", w.Header().Get("Retry-After"))
+	assert.Zero(t, s.lim.Len())
+}
+
+// TestInFlightMiddlewareNilRate: a rate limiter that is a nil pointer (a
+// *ratelimit.Store left nil after NewStore failed) is a mistake in the
+// program, refused when the middleware is built, as Middleware refuses
+// one; a nil interface means no rate limit.
+func TestInFlightMiddlewareNilRate(t *testing.T) {
+	lim, err := ratelimit.NewInFlight(ratelimit.InFlightLimit{Limit: 1})
+	require.NoError(t, err)
+	assert.PanicsWithValue(t,
+		"httplimit: InFlight given a nil rate limiter (*ratelimit.Store); pass the limiter that ratelimit.NewStore or ratelimit.Compose returned, after checking their error, or a nil interface for no rate limit",
+		func() { httplimit.InFlight(lim, (*ratelimit.Store)(nil)) })
+	assert.Panics(t, func() { httplimit.InFlight(lim, (*ratelimit.Composite)(nil)) })
+	assert.NotPanics(t, func() { httplimit.InFlight(lim, nil) })
 }

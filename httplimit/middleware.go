@@ -23,9 +23,26 @@
 //	RateLimit: "<name>";r=<Remaining>;t=<ResetAfter in seconds, rounded up>
 //
 // from the request's [ratelimit.Decision], unless the Decision is an
-// in-flight limit's, which is not a quota over time (see [InFlight]). The name is the rule's Name, or
-// "default" for an unnamed rule. The policy is the Decision's Limit over its
-// Window: for a window algorithm the Limit and the window; for a token
+// in-flight limit's, which is not a quota over time (see [InFlight]). The
+// values are structured-field Lists (RFC 9651) of one item per limit: a
+// limiter of several layers, a [ratelimit.Composite] or a [ratelimit.Plans]
+// plan of Layers, lists every enforced layer, in layer order, in both
+// fields (shadow layers are not listed), so that a client sees its
+// per-second and its per-day allowance together:
+//
+//	RateLimit-Policy: "burst";q=20;w=2, "daily";q=10000;w=86400
+//	RateLimit: "burst";r=19;t=1, "daily";r=9999;t=86400
+//
+// It asks such a limiter with its CheckLayers method; each layer's r and t
+// are that layer's own, as it stands after the request (a layer that a
+// refused request was not spent in shows what it has left). Give the
+// layers distinct Names, which is what tells them apart. Under
+// [WithShadowMode], and for other limiters, the one Decision is listed.
+// [WithPartitionKey] adds the draft's pk parameter to every item.
+//
+// The name is the rule's Name, or "default" for an unnamed rule. The
+// policy is the Decision's Limit over its Window: for a window algorithm
+// the Limit and the window; for a token
 // bucket or GCRA the Burst, and for a leaky bucket the Capacity, over the
 // time to earn that whole capacity back at the rule's rate. The field
 // carries whole seconds, so:
@@ -52,6 +69,24 @@
 // its oldest entry expires, seconds before the last one does. Clients
 // should honour Retry-After, which the draft says takes precedence, and can
 // read t as the longest they might have to wait for a full allowance.
+//
+// # Misconfiguration
+//
+// The middleware warns, once per process and never per request, about
+// configurations that make clients share a limit without anyone noticing:
+// requests that carry X-Forwarded-For or Forwarded but are keyed by the
+// address of the peer that sent them (no proxy trusted, so every client
+// behind a proxy shares the proxy's limit), and one client address taking
+// most requests from many user agents. See [WithWarnings], which also
+// turns them off.
+//
+// # Client addresses
+//
+// The default key is [ClientIP]{}.Key: the immediate peer's address, IPv4
+// whole, IPv6 by its /64 (the block one subscriber is usually given), and
+// IPv4-mapped IPv6 addresses as the IPv4 addresses they carry. Set
+// ClientIP.IPv6Prefix for another grouping (express-rate-limit groups by
+// /56) and ClientIP.TrustedProxies behind a reverse proxy.
 //
 // # Logging, shadow mode and tests
 //
@@ -81,7 +116,6 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/ratekit/ratelimit"
 	"github.com/ratekit/ratelimit/internal/wide"
@@ -223,6 +257,15 @@ type config struct {
 	// countOnly chooses the responses that count (WithCountOnly); nil:
 	// all of them.
 	countOnly func(status int) bool
+	// defaultDenied: denied is deny, whose body refuse builds itself.
+	defaultDenied bool
+	pk            *partition // WithPartitionKey; nil: no pk
+	// warn receives the misconfiguration warnings (WithWarnings); nil
+	// with warnSet: none.
+	warn    *slog.Logger
+	warnSet bool
+	// memo keeps the RateLimit-Policy values made (see memoPolicy).
+	memo *policyMemos
 }
 
 // WithKey sets how requests are keyed. The default is [ClientIP]{}.Key: the
@@ -329,11 +372,12 @@ func WithShadowMode(report ratelimit.ShadowFunc) Option {
 // limiter, from the request itself (a claim of its verified credentials,
 // say) rather than from its key: the limiter is asked with
 // [ratelimit.ContextWithPlan]. It needs a limiter that takes a context
-// ([ratelimit.ContextChecker]); Plans does. It does not reach a limiter
-// asked with CheckWithin ([WithMaxDelay]), which takes no context. Without
-// it a Plans limiter puts
-// each key on the plan its plan function names. The RateLimit-Policy field
-// names the plan's rule, or the plan when the rule has no name.
+// ([ratelimit.ContextChecker]); Plans does, and with [WithMaxDelay] too,
+// since it is asked with CheckLayers, which takes the context. It does not
+// reach another limiter asked with CheckWithin ([WithMaxDelay]), which
+// takes no context. Without it a Plans limiter puts each key on the plan
+// its plan function names. The RateLimit-Policy field names the plan's
+// rule, or the plan when the rule has no name.
 func WithPlan(f func(*http.Request) string) Option {
 	return func(c *config) { c.plan = f }
 }
@@ -344,6 +388,27 @@ func WithPlan(f func(*http.Request) string) Option {
 // agreement) to every response that carries the RateLimit fields.
 func WithLegacyHeaders() Option {
 	return func(c *config) { c.legacy = true }
+}
+
+// WithPartitionKey adds the draft's partition key parameter, pk, to every
+// item of the RateLimit-Policy and RateLimit fields: a short keyed hash of
+// the request's key (the first 8 bytes of its HMAC-SHA256 under secret, as
+// a structured-field Byte Sequence, such as pk=:3q2+7wAAAAE=:), so that
+// clients that share a quota (behind one address, or on one API key) can
+// tell that they do, and clients on different keys can tell that they do
+// not, without the key itself being revealed. The same secret on every
+// replica gives a key the same pk everywhere; without it, pk could not be
+// told from a digest of a guessable key such as an address. It is off by
+// default.
+//
+// WithPartitionKey panics if secret is empty: a hash without a secret
+// would let anyone confirm a guessed key.
+func WithPartitionKey(secret []byte) Option {
+	if len(secret) == 0 {
+		panic("httplimit: WithPartitionKey with an empty secret; give a random secret of 32 bytes, the same on every replica")
+	}
+	p := newPartition(secret)
+	return func(c *config) { c.pk = p }
 }
 
 // WithMaxDelay caps how long an admitted request may wait for its turn
@@ -385,7 +450,10 @@ func WithMaxDelay(d time.Duration) Option {
 // Likewise the function it returns panics for a nil handler.
 //
 // For each request the key and the cost are computed, and lim decides. The
-// middleware asks in the most exact form lim offers: CheckWithin when
+// middleware asks in the most exact form lim offers: CheckLayers, with the
+// request's context and the [WithMaxDelay] cap, if lim has it, as a
+// [ratelimit.Composite] and a [ratelimit.Plans] do (outside shadow mode),
+// so that the fields list every layer; CheckWithin when
 // [WithMaxDelay] is set and lim has it (see there); otherwise CheckContext
 // with the request's context if lim is a [ratelimit.ContextChecker], so that
 // a limiter that waits on a network gives up with the request; otherwise
@@ -417,8 +485,11 @@ func WithMaxDelay(d time.Duration) Option {
 // RateLimit fields, when its key comes from [ClientIP.Key] or [HeaderKey]
 // and has been made recently: the last keys [AddrKey] and [SecretKey] made
 // are kept for reuse in a bounded table of 1024 entries. A key made afresh
-// costs one more, and a refusal with the default [DeniedHandler] about
-// seven (its body is JSON).
+// costs one more. A refusal with the default [DeniedHandler] costs one
+// too: its fields, Retry-After and JSON body share it (two for a policy
+// name of more than about 20 bytes). The RateLimit-Policy value of a rule
+// is made once and kept (the last few rules' values), since it changes
+// only with the rule.
 func Middleware(lim ratelimit.KeyedLimiter, opts ...Option) func(http.Handler) http.Handler {
 	if isNil(lim) {
 		panic(fmt.Sprintf("httplimit: Middleware given a nil limiter (%T); pass the limiter that ratelimit.NewStore or ratelimit.Compose returned, after checking their error", lim))
@@ -426,7 +497,6 @@ func Middleware(lim ratelimit.KeyedLimiter, opts ...Option) func(http.Handler) h
 	c := config{
 		key:     ClientIP{}.Key,
 		cost:    FixedCost(ratelimit.Unit),
-		denied:  deny,
 		onError: FailOpen,
 	}
 	for _, o := range opts {
@@ -434,9 +504,16 @@ func Middleware(lim ratelimit.KeyedLimiter, opts ...Option) func(http.Handler) h
 			o(&c)
 		}
 	}
+	if c.denied == nil {
+		c.denied, c.defaultDenied = deny, true
+	}
 	if c.logger == nil {
 		c.logger = slog.Default()
 	}
+	if !c.warnSet {
+		c.warn = c.logger
+	}
+	c.memo = new(policyMemos)
 	refund := c.refunderOf(lim)
 	if c.shadow {
 		// ShadowKeyed keeps the forms lim offers: CheckContext, and
@@ -445,8 +522,12 @@ func Middleware(lim ratelimit.KeyedLimiter, opts ...Option) func(http.Handler) h
 	}
 	base := handler{config: c, lim: lim, clock: ratelimit.SystemClock(), errs: newErrorLog(), refund: refund}
 	base.withCtx, _ = lim.(ratelimit.ContextChecker)
+	base.layered, _ = lim.(layered)
 	if c.maxDelay > 0 {
 		base.within, _ = lim.(withinChecker)
+	}
+	if c.warn != nil {
+		base.watch = newWatch(c.warn)
 	}
 	if cl, ok := lim.(clocked); ok {
 		if clk := cl.Clock(); clk != nil {
@@ -493,15 +574,27 @@ type handler struct {
 	config
 	lim     ratelimit.KeyedLimiter
 	withCtx ratelimit.ContextChecker // lim, if it takes a context
+	layered layered                  // lim, if it tells its layers' Decisions
 	within  withinChecker            // lim, if it has CheckWithin and maxDelay > 0
+	watch   *watch                   // the misconfiguration checks; nil: off
 	clock   ratelimit.Clock          // the clock a Delay is waited out on
 	errs    *errorLog
 	next    http.Handler
 	refund  refunder // lim's Refund, for WithCountOnly; nil: every request counts
 }
 
-// ask asks the limiter, in the most exact form it offers.
-func (h *handler) ask(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+// ask asks the limiter, in the most exact form it offers; a layered
+// limiter appends its layers' Decisions to layers.
+func (h *handler) ask(ctx context.Context, key string, cost ratelimit.Units, layers []ratelimit.Decision) (ratelimit.Decision, []ratelimit.Decision, error) {
+	if h.layered != nil {
+		return h.layered.CheckLayers(ctx, key, cost, h.maxDelay, layers)
+	}
+	d, err := h.askOne(ctx, key, cost)
+	return d, nil, err
+}
+
+// askOne asks a limiter that does not tell its layers.
+func (h *handler) askOne(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
 	switch {
 	case h.within != nil:
 		if err := ctx.Err(); err != nil {
@@ -535,11 +628,26 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.badCost(w, r, key, 0, nil, err)
 		return
 	}
+	if h.watch != nil && h.watch.sampled() {
+		h.watch.observe(r, key)
+	}
 	ctx := r.Context()
 	if h.plan != nil {
 		ctx = ratelimit.ContextWithPlan(ctx, h.plan(r))
 	}
-	d, err := h.ask(ctx, key, cost)
+	var lent *[8]ratelimit.Decision
+	var layers []ratelimit.Decision
+	if h.layered != nil {
+		lent = layerBufs.Get().(*[8]ratelimit.Decision)
+		defer layerBufs.Put(lent)
+		layers = lent[:0]
+	}
+	d, layers, err := h.ask(ctx, key, cost, layers)
+	var pk *[pkLen]byte
+	if h.pk != nil {
+		sum := h.pk.sum(key)
+		pk = &sum
+	}
 	if err != nil {
 		switch {
 		case errors.Is(err, ratelimit.ErrInvalidCost) || errors.Is(err, ratelimit.ErrCostExceedsCapacity):
@@ -558,17 +666,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if h.within == nil && d.Allowed && h.maxDelay > 0 && d.Delay > h.maxDelay {
+	if h.within == nil && h.layered == nil && d.Allowed && h.maxDelay > 0 && d.Delay > h.maxDelay {
 		d = h.overCap(d, cost)
 	}
 	if !d.Allowed {
-		setFields(w.Header(), d, h.legacy, 0)
-		setHeaders(w.Header(), "Retry-After", strconv.FormatInt(max(1, ceilDiv(d.RetryAfter, time.Second)), 10),
-			"Cache-Control", "no-store")
 		if h.logAll {
 			h.logger.LogAttrs(r.Context(), slog.LevelInfo, "httplimit: rate limited", limitAttrs(r, key, d)...)
 		}
-		h.denied(w, r, d)
+		h.refuse(w, r, d, layers, pk)
 		return
 	}
 	if d.Shadowed && h.logAll {
@@ -582,7 +687,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	setFields(w.Header(), d, h.legacy, d.Delay)
+	h.setFields(w.Header(), d, layers, pk, d.Delay)
 	if h.refund != nil {
 		h.serveCounted(w, r, key, cost, d)
 		return
@@ -765,148 +870,6 @@ func setHeaders(h http.Header, kv ...string) {
 		vals[i] = kv[2*i+1]
 		h[kv[2*i]] = vals[i : i+1 : i+1]
 	}
-}
-
-// defaultPolicy names the policy of a rule without a Name, as the draft's
-// own examples do.
-const defaultPolicy = "default"
-
-func policyName(d ratelimit.Decision) string {
-	if d.Policy == "" {
-		return defaultPolicy
-	}
-	return d.Policy
-}
-
-// maxSFInt is the largest Integer a structured field (RFC 9651) may carry.
-const maxSFInt = 999_999_999_999_999
-
-// setFields sets the RateLimit-Policy and RateLimit fields (and the legacy
-// ones) for d, as seen elapsed after the decision was made. The header map
-// is written directly under the canonical names, and both values and the
-// two one-element slices holding them share one allocation (see
-// fieldValues), so that an admitted request's fields cost one allocation.
-func setFields(h http.Header, d ratelimit.Decision, legacy bool, elapsed time.Duration) {
-	if d.Window <= 0 {
-		return // an in-flight limit's: not a quota over time (see InFlight)
-	}
-	var stack [len(largeFields{}.b) + 32]byte
-	buf := AppendPolicyField(stack[:0], d)
-	split := len(buf)
-	buf = AppendLimitField(buf, d, elapsed)
-	vals := fieldValues(buf, split)
-	h["Ratelimit-Policy"] = vals[0:1:1]
-	h["Ratelimit"] = vals[1:2:2]
-	if legacy {
-		reset := ceilDiv(max(0, d.ResetAfter-elapsed), time.Second)
-		h.Set("X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
-		h.Set("X-RateLimit-Remaining", strconv.FormatInt(d.Remaining, 10))
-		h.Set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
-	}
-}
-
-// smallFields and largeFields are one allocation each, holding the two
-// values of a response's RateLimit fields (b) and the slice elements that
-// carry them (vals): 128 bytes hold both values for names of up to about
-// 15 bytes whatever the numbers (more for shorter numbers), 256 bytes for
-// names of up to about 79. Longer ones take two allocations.
-type (
-	smallFields struct {
-		vals [2]string
-		b    [96]byte
-	}
-	largeFields struct {
-		vals [2]string
-		b    [224]byte
-	}
-)
-
-// fieldValues returns buf[:split] and buf[split:] as strings, in a slice
-// of two whose elements a header map may hold, in one allocation when buf
-// fits a field block. The strings point into the block's b, which is
-// written once, before they are made, and never again: they are as
-// immutable as any string, and keep the block alive while a header holds
-// either.
-func fieldValues(buf []byte, split int) []string {
-	var vals *[2]string
-	var b []byte
-	switch {
-	case len(buf) <= len(smallFields{}.b):
-		blk := new(smallFields)
-		vals, b = &blk.vals, blk.b[:]
-	case len(buf) <= len(largeFields{}.b):
-		blk := new(largeFields)
-		vals, b = &blk.vals, blk.b[:]
-	default:
-		both := string(buf)
-		return []string{both[:split], both[split:]}
-	}
-	n := copy(b, buf)
-	vals[0] = unsafe.String(&b[0], split)
-	vals[1] = unsafe.String(&b[split], n-split)
-	return vals[:]
-}
-
-// policyField is the RateLimit-Policy value for d's rule.
-func policyField(d ratelimit.Decision) string {
-	return string(AppendPolicyField(nil, d))
-}
-
-// AppendLimitField appends to buf the value of the RateLimit field for d,
-// as seen elapsed after the decision was made (an admitted request's Delay,
-// once waited out): "<policy>";r=<Remaining>;t=<seconds until the
-// allowance is whole, rounded up>. It is what the middleware sends, for
-// other protocols' middleware (such as gRPC metadata) to send the same.
-func AppendLimitField(buf []byte, d ratelimit.Decision, elapsed time.Duration) []byte {
-	buf = appendSFString(buf, policyName(d))
-	buf = append(buf, ";r="...)
-	buf = strconv.AppendInt(buf, min(max(0, d.Remaining), maxSFInt), 10)
-	buf = append(buf, ";t="...)
-	return strconv.AppendInt(buf, ceilDiv(max(0, d.ResetAfter-elapsed), time.Second), 10)
-}
-
-// AppendPolicyField appends to buf the value of the RateLimit-Policy field
-// for d's rule: "<policy>";q=<quota>;w=<window>, where w is the Window in
-// whole seconds, rounded up (a positive integer, as the field needs), and q
-// the quota the rule grants over w, Limit x w / Window rounded to the
-// nearest integer, so that q/w is the rule's rate (see the package doc).
-// The policy is the rule's Name, or "default".
-func AppendPolicyField(buf []byte, d ratelimit.Decision) []byte {
-	w := max(1, ceilDiv(d.Window, time.Second))
-	q := max(0, d.Limit)
-	if d.Window > 0 && d.Window != time.Duration(w)*time.Second {
-		n, r, ok := wide.MulDiv(uint64(q), uint64(w)*uint64(time.Second), uint64(d.Window))
-		if r >= uint64(d.Window)-r {
-			n++
-		}
-		q = maxSFInt
-		if ok && n < maxSFInt {
-			q = int64(n)
-		}
-	}
-	buf = appendSFString(buf, policyName(d))
-	buf = append(buf, ";q="...)
-	buf = strconv.AppendInt(buf, min(q, maxSFInt), 10)
-	buf = append(buf, ";w="...)
-	return strconv.AppendInt(buf, w, 10)
-}
-
-// appendSFString appends s as a structured-field String: quoted, with '"'
-// and '\' escaped; bytes outside printable ASCII, which a String cannot
-// carry, are replaced by '?'.
-func appendSFString(buf []byte, s string) []byte {
-	buf = append(buf, '"')
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '"' || c == '\\':
-			buf = append(buf, '\\', c)
-		case c < 0x20 || c > 0x7e:
-			buf = append(buf, '?')
-		default:
-			buf = append(buf, c)
-		}
-	}
-	return append(buf, '"')
 }
 
 // ceilDiv returns d/unit rounded up, for d >= 0.

@@ -460,7 +460,8 @@ func TestMaxDelayComposite(t *testing.T) {
 		w := f.do()
 		require.Equal(t, http.StatusTooManyRequests, w.Code, "round %d", round)
 		assert.Equal(t, "queue", jsonBody(t, w)["policy"], "the queue refuses, not the window")
-		assert.Equal(t, `"queue";q=100;w=1000`, w.Header().Get("RateLimit-Policy"))
+		assert.Equal(t, `"queue";q=100;w=1000, "burst";q=200;w=1`, w.Header().Get("RateLimit-Policy"),
+			"every layer is listed")
 		retry, err := strconv.Atoi(w.Header().Get("Retry-After"))
 		require.NoError(t, err)
 		assert.Equal(t, 9, retry, "the queue ends 9.99 s from now: in 8.99 s it waits 1 s")

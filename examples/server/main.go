@@ -22,7 +22,7 @@
 //
 // Usage:
 //
-//	go run ./examples/server [-addr 127.0.0.1:8080] [-trust 10.0.0.0/8,...] [-rules rules.json] [-password letmein]
+//	go run ./examples/server [-addr 127.0.0.1:8080] [-trust 10.0.0.0/8,...] [-rules rules.json] [-password letmein] [-work 0s]
 //
 // -rules reads the plans, and which API keys are on which plan, from a file
 // (examples/server/rules.json is one):
@@ -35,9 +35,18 @@
 //
 // -trust lists the networks of reverse proxies in front of the server; their
 // X-Forwarded-For is believed. By default nothing is trusted and clients are
-// keyed by the address they connect from. Try it:
+// keyed by the address they connect from.
 //
-//	for i in $(seq 25); do curl -s -o /dev/null -w '%{http_code} ' localhost:8080/quote; done
+// -work makes each quote take that long, so that quotes stay in progress
+// and their in-flight limit shows.
+//
+// Try it: 40 quotes in a row over one connection, more than the burst of 20
+// and the few the rate earns meanwhile, so the last ones get 429; then,
+// with -work 2s, 6 quotes at once, of which 4 may be in progress, so 2 get
+// 429; then a wrong password:
+//
+//	curl -s -o /dev/null -w '%{http_code} ' 'localhost:8080/quote?n=[1-40]'; echo
+//	curl --no-progress-meter -Z --parallel-immediate -o /dev/null -w '%{http_code} ' 'localhost:8080/quote?n=[1-6]'; echo
 //	curl -si -d password=guess localhost:8080/login
 package main
 
@@ -88,6 +97,7 @@ func run(ctx context.Context, args []string, logw io.Writer, ready func(net.Addr
 	trust := fs.String("trust", "", "comma-separated `networks` of trusted reverse proxies, such as 10.0.0.0/8")
 	rulesFile := fs.String("rules", "", "`file` of plans and the API keys on them (JSON); SIGHUP reads it again")
 	password := fs.String("password", "letmein", "the `password` POST /login accepts")
+	work := fs.Duration("work", 0, "how long each quote takes (`duration`), to see its in-flight limit")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -117,6 +127,9 @@ func run(ctx context.Context, args []string, logw io.Writer, ready func(net.Addr
 	a, err := newAPI(logger, proxies, rules, loginConfig{verify: passwordIs(*password), clock: ratelimit.SystemClock()})
 	if err != nil {
 		return err
+	}
+	if *work > 0 {
+		a.quoteWait = working(*work)
 	}
 	fmt.Fprintln(logw, "routes:")
 	for _, r := range *a.table.Load() {
@@ -329,6 +342,18 @@ func (a *api) reload(path string) {
 	a.table.Store(a.routes(rules.Rules))
 	a.logger.Info("rules reloaded", "file", path, "plans", len(rules.Rules.Plans), "keys", len(rules.Keys),
 		"limits", (*a.table.Load())[0].Limit)
+}
+
+// working returns a quoteWait that takes d, or until the client goes away.
+func working(d time.Duration) func(*http.Request) {
+	return func(r *http.Request) {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+		}
+	}
 }
 
 func (a *api) quote(w http.ResponseWriter, r *http.Request) {

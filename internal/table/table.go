@@ -23,9 +23,9 @@
 // bits below the top d, at most 7/8 full, that grows by about 1/8 at a
 // time (to fill an allocator size class) until it reaches segmentBytes; a
 // segment that full splits in two by its tags' next bit, each half sized
-// for its entries. So memory per key stays about 8/7 to 9/7 of a slot at
-// every size (1.19 to 1.23 measured from 0.1M to 2M keys, the segments
-// being at every stage of their growth), a table of a few keys is one
+// for its entries. So memory per key stays between 8/7 and 9/7 of a slot
+// at every size (the segments being at every stage of their growth), a
+// table of a few keys is one
 // small array, and neither growth nor a split copies more than one
 // segment. Arrays are allocated by the first insert; tables never shrink.
 //

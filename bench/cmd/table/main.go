@@ -28,7 +28,6 @@ func main() {
 	out := flag.String("out", "docs/performance.md", "markdown file to write")
 	chart := flag.String("chart", "performance.svg", "the chart's path, relative to the markdown file")
 	stat := flag.String("benchstat", "performance-benchstat.txt", "benchstat's output, relative to the markdown file")
-	short := flag.String("summary", "", "if set, also write a compact table (one row per subject) here, for the README")
 	flag.Parse()
 	set, err := results.ReadFile(*in)
 	if err != nil {
@@ -37,11 +36,6 @@ func main() {
 	md := render(set, *chart, *stat)
 	if err := os.WriteFile(*out, md, 0o644); err != nil {
 		log.Fatal(err)
-	}
-	if *short != "" {
-		if err := os.WriteFile(*short, summary(set), 0o644); err != nil {
-			log.Fatal(err)
-		}
 	}
 }
 
@@ -126,8 +120,8 @@ func render(s *results.Set, chart, stat string) []byte {
 	p("- The full per-pass output (ns/op, cpu-ns/op, B/op, allocs/op, admitted/op, and for the keyed ")
 	p("stores heap-B/key) is in [performance.txt](performance.txt), benchstat's summary of it in [%s](%s).\n", stat, stat)
 	if cmd := first(s, "command"); cmd != "" {
-		p("- Reproduce with `%s` from the repository root (about 15 minutes on 2 cores; it needs only Go, "+
-			"and fetches the peers and benchstat through the module proxy).\n", cmd)
+		p("- Reproduce with `%s` from the repository root: every benchmark once per pass, pass after pass; "+
+			"it needs only Go, and fetches the peers and benchstat through the module proxy.\n", cmd)
 	}
 	return b.Bytes()
 }
@@ -319,7 +313,8 @@ func singleTable(b *bytes.Buffer, s *results.Set) {
 	fmt.Fprintf(b, "floor-clock is one monotonic clock read (time.Since), which every limiter here needs at least "+
 		"once: its own × fastest peer is the least any limiter could reach on this machine. GCRA-frac is GCRA "+
 		"at a rate that is not a whole number of nanoseconds per thousandth of a request (7 per 3 µs), which "+
-		"takes the single-key limiter's mutex path instead of its lock-free one.\n")
+		"the single-key limiter's lock-free word still holds, as a fraction (TestSingleKeyPath pins which rates do); "+
+		"the -frac subjects measure what that fraction costs.\n")
 }
 
 func keyedTable(b *bytes.Buffer, s *results.Set) {
@@ -572,60 +567,4 @@ func verdict(met, n int) string {
 		return "no"
 	}
 	return fmt.Sprintf("%d of %d", met, n)
-}
-
-// summary renders the compact table for the README: one row per subject,
-// one column per scenario, medians only.
-func summary(s *results.Set) []byte {
-	var b bytes.Buffer
-	one, all := metric(s, "allowed"), metric(s, "parallel")
-	cols := []struct {
-		title           string
-		group, scenario string
-		unit            string
-	}{
-		{"Single key, " + unitName(one), "Single", "allowed", one},
-		{"Single key, all cores, " + unitName(all), "Single", "parallel", all},
-		{"1M keys, " + unitName(one), "Keyed", "serial", one},
-		{"1M keys, all cores, " + unitName(all), "Keyed", "parallel", all},
-		{"Heap B/key at 1M keys", "Keyed", "insert", "heap-B/key"},
-	}
-	fmt.Fprintf(&b, "| Per Check |")
-	for _, c := range cols {
-		fmt.Fprintf(&b, " %s |", c.title)
-	}
-	fmt.Fprintf(&b, "\n|---|%s\n", strings.Repeat("--:|", len(cols)))
-	var subjects []string
-	for _, g := range []string{"Single", "Keyed"} {
-		for _, subj := range s.Subjects(g) {
-			if !slices.Contains(subjects, subj) && subj != "ratelimit.GCRA-frac" {
-				subjects = append(subjects, subj)
-			}
-		}
-	}
-	// This library's rules first, then the other libraries, then the floors.
-	rank := func(subj string) int {
-		switch {
-		case strings.HasPrefix(subj, "ratelimit."):
-			return 0
-		case strings.HasPrefix(subj, "floor-"):
-			return 2
-		}
-		return 1
-	}
-	slices.SortStableFunc(subjects, func(a, b string) int {
-		if d := rank(a) - rank(b); d != 0 {
-			return d
-		}
-		return strings.Compare(a, b)
-	})
-	for _, subj := range subjects {
-		fmt.Fprintf(&b, "| %s |", name(subj))
-		for _, c := range cols {
-			v := s.Median(results.Key{Group: c.group, Scenario: c.scenario, Subject: subj}, c.unit)
-			fmt.Fprintf(&b, " %s |", num(v))
-		}
-		b.WriteString("\n")
-	}
-	return b.Bytes()
 }
