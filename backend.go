@@ -124,8 +124,9 @@ type Machine struct {
 
 // machineCore is a Machine's algorithm with its state type bound.
 type machineCore interface {
-	// step decides on an encoded algorithm state (the fields after last).
-	step(fields []int64, now, cost int64, commit bool, dst []byte) (Decision, []byte, error)
+	// step decides on an encoded algorithm state (the fields after last),
+	// appending the state after it to dst if m commits.
+	step(fields []int64, now, cost int64, m stepMode, dst []byte) (Decision, []byte, error)
 	// refund and settle are Machine.Refund's and Machine.Settle's, as step
 	// is Step's (see backendops.go).
 	refund(fields []int64, now, at, cost int64, dst []byte) (int64, []byte, error)
@@ -181,6 +182,28 @@ func (m *Machine) Span(cost Units) (ns, frac uint64) {
 // state that does not parse, or that the rule could not have produced, is
 // an error matching [ErrInvalidState], with a Decision that admits nothing.
 func (m *Machine) Step(state []byte, now time.Duration, cost Units, commit bool) (Decision, []byte, error) {
+	if commit {
+		return m.step(state, now, cost, stepCheck)
+	}
+	return m.step(state, now, cost, stepPeek)
+}
+
+// Look returns the Decision that a caller who never counts a refusal gets
+// for cost at now on a key whose state is state, changing nothing: what
+// [Limiter.Wait], CheckWithin and a [Composite]'s layers decide on. Such
+// a caller spends only what it admits, so a refusal is reported on the key
+// as it stands, and its RetryAfter is when this same request passes. It
+// is Step's Decision with commit false, but for a refusal under a rule
+// with CountRefused, which Step reports as the check that counts it would.
+// Its errors are Step's.
+func (m *Machine) Look(state []byte, now time.Duration, cost Units) (Decision, error) {
+	d, _, err := m.step(state, now, cost, stepLook)
+	return d, err
+}
+
+// step is Step and Look: a step of mode md, returning the new state if md
+// commits and state itself otherwise.
+func (m *Machine) step(state []byte, now time.Duration, cost Units, md stepMode) (Decision, []byte, error) {
 	if d, err := checkCost(cost, m.core.capacity(), m.core.policy()); err != nil {
 		return d, state, err
 	}
@@ -189,14 +212,14 @@ func (m *Machine) Step(state []byte, now time.Duration, cost Units, commit bool)
 		return m.core.policy().decision(), state, err
 	}
 	var dst []byte
-	if commit {
+	if md.commits() {
 		dst = strconv.AppendInt(make([]byte, 0, len(state)+24), t, 10)
 	}
-	d, next, err := m.core.step(fields, t, int64(cost), commit, dst)
+	d, next, err := m.core.step(fields, t, int64(cost), md, dst)
 	if err != nil {
 		return m.core.policy().decision(), state, err
 	}
-	if !commit {
+	if !md.commits() {
 		return d, state, nil
 	}
 	return d, next, nil
@@ -287,13 +310,13 @@ type codec[S any] interface {
 // machineOf is the machineCore of an algorithm A with state S.
 type machineOf[S any, A algorithm[S]] struct{ alg A }
 
-func (m machineOf[S, A]) step(fields []int64, now, cost int64, commit bool, dst []byte) (Decision, []byte, error) {
+func (m machineOf[S, A]) step(fields []int64, now, cost int64, md stepMode, dst []byte) (Decision, []byte, error) {
 	var s S
 	if err := m.alg.decodeAt(fields, &s, now); err != nil {
 		return Decision{}, nil, err
 	}
-	d := m.alg.step(&s, now, cost, commit)
-	if commit {
+	d := m.alg.step(&s, now, cost, md)
+	if md.commits() {
 		dst = m.alg.encode(dst, &s)
 	}
 	return d, dst, nil

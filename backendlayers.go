@@ -204,13 +204,15 @@ func (s *machineStore) policy() *policy              { return s.m.core.policy() 
 
 // stepAt steps the layer's state, validated by LayeredMachine.Step, so it
 // cannot fail.
-func (s *machineStore) stepAt(_ storeKey, now, cost int64, commit bool) Decision {
-	commit = commit && !s.frozen
-	d, next, err := s.m.Step(s.state, time.Duration(now), Units(cost), commit)
+func (s *machineStore) stepAt(_ storeKey, now, cost int64, m stepMode) Decision {
+	if s.frozen && m.commits() {
+		m = stepLook // a commit that a look makes is of an admitted request
+	}
+	d, next, err := s.m.step(s.state, time.Duration(now), Units(cost), m)
 	if err != nil {
 		panic(fmt.Sprintf("ratelimit: a validated state failed: %v", err))
 	}
-	if commit {
+	if m.commits() {
 		s.state = next
 	}
 	return d

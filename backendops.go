@@ -99,6 +99,6 @@ func (m machineOf[S, A]) settle(fields []int64, now, charged, actual int64, at t
 		return Decision{}, 0, nil, err
 	}
 	x := settleState(m.alg, &s, now, charged, actual, at)
-	d := m.alg.step(&s, now, charged, false)
+	d := m.alg.step(&s, now, charged, stepPeek)
 	return d, x, m.alg.encode(dst, &s), nil
 }

@@ -60,6 +60,11 @@ type Layer struct {
 // above a shadow layer's capacity goes to its OnShadow and does not stop
 // the request.
 //
+// All layers decide at one instant: the clock's reading, raised to the
+// latest instant any check has decided at in the shards that hold the
+// request's layer keys (the clamp a [Store] applies per shard; see its
+// Time section).
+//
 // A Composite is safe for concurrent use and linearizable, starts no
 // goroutines and needs no Close. Each layer costs what its store costs per
 // key (see [Store]); a Check takes one lock per layer. The zero Composite
@@ -77,6 +82,11 @@ type compositeLayer struct {
 	key    func(string) string
 	shadow bool
 	report ShadowFunc
+	// counts is set for a Store's own layer when it stands for the Store's
+	// Check, which counts a refusal that the rule counts (CountRefused):
+	// a Peek or a Settle through it then reports a refusal as that Check
+	// would. A Composite, a plan, Wait and CheckWithin never count one.
+	counts bool
 }
 
 // errNoRoom is returned if a store could not hold a key it was asked
@@ -358,7 +368,7 @@ func decideLocked(layers []compositeLayer, turns []layerTurn, enforced int, now,
 	for i := range turns {
 		t := &turns[i]
 		if t.err == nil && a.err == nil {
-			t.d = layers[i].store.stepAt(t.k, now, cost, false)
+			t.d = layers[i].store.stepAt(t.k, now, cost, stepLook)
 			if !layers[i].shadow && !t.d.Allowed {
 				admitted = false
 			}
@@ -378,7 +388,7 @@ func decideLocked(layers []compositeLayer, turns []layerTurn, enforced int, now,
 			for i := range turns {
 				t := &turns[i]
 				if t.err == nil && (!layers[i].shadow || t.d.Allowed) {
-					t.d = layers[i].store.stepAt(t.k, now, cost, true)
+					t.d = layers[i].store.stepAt(t.k, now, cost, stepCheck)
 				}
 			}
 			a.committed = true
@@ -397,7 +407,7 @@ func decideLocked(layers []compositeLayer, turns []layerTurn, enforced int, now,
 		var delay time.Duration
 		for i := range turns {
 			if turns[i].err == nil && (!layers[i].shadow || !view) {
-				delay = max(delay, layers[i].store.stepAt(turns[i].k, at, cost, false).Delay)
+				delay = max(delay, layers[i].store.stepAt(turns[i].k, at, cost, stepLook).Delay)
 			}
 		}
 		a.goOn += delay
@@ -447,7 +457,7 @@ func remainingNow(layers []compositeLayer, turns []layerTurn, now int64, view bo
 		}
 		r := t.d.Remaining
 		if t.d.Allowed {
-			if full := l.store.stepAt(t.k, now, l.store.capacity(), false); full.Allowed {
+			if full := l.store.stepAt(t.k, now, l.store.capacity(), stepLook); full.Allowed {
 				r = full.Limit
 			} else {
 				r = full.Remaining
@@ -472,7 +482,7 @@ func tooSlow(layers []compositeLayer, turns []layerTurn, now int64, over time.Du
 		}
 	}
 	l, t := &layers[slow], &turns[slow]
-	d := l.store.stepAt(t.k, now, l.store.capacity(), false) // denied: its queue is not empty
+	d := l.store.stepAt(t.k, now, l.store.capacity(), stepLook) // denied: its queue is not empty
 	d.Allowed, d.Delay, d.RetryAfter = false, 0, over
 	d.Remaining = remainingNow(layers, turns, now, true)
 	return d

@@ -52,7 +52,9 @@ type Decision struct {
 	// has spent its cost; a denied one has spent nothing, except under a
 	// rule that counts refusals as a penalty ([SlidingCounter] and
 	// [SubWindow] with CountRefused), where a denied Check spends its cost
-	// too and the other fields describe the key after that.
+	// too and the other fields describe the key after that. Callers that
+	// never count a refusal (Wait, CheckWithin, a [Composite], a plan)
+	// describe the key as it stands.
 	Allowed bool
 
 	// Shadowed reports that a limit in shadow mode would have denied this

@@ -141,7 +141,9 @@
 //   - Allowed: whether the request was admitted. An admitted request spends
 //     its cost; a refused one spends nothing, except under a rule that
 //     counts refusals on purpose (CountRefused of [SlidingCounter] and
-//     [SubWindow]), where the other fields then describe the key after it.
+//     [SubWindow]), where a Check's other fields then describe the key
+//     after it. Wait, CheckWithin, composites and plans never count a
+//     refusal, and describe the key as it stands.
 //   - Remaining: the largest cost, in whole units rounded down, that could
 //     be admitted at the same instant after this decision: 0 while the key
 //     is in debt (see [Settle]).

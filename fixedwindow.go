@@ -77,7 +77,7 @@ func (a *fwAlgo) at(s *fwState, now int64) (win, now2, count int64) {
 	return win, now, 0
 }
 
-func (a *fwAlgo) step(s *fwState, now, cost int64, commit bool) Decision {
+func (a *fwAlgo) step(s *fwState, now, cost int64, m stepMode) Decision {
 	win, now, count := a.at(s, now)
 	d := a.pol.decision()
 	d.At = time.Duration(now)
@@ -86,7 +86,7 @@ func (a *fwAlgo) step(s *fwState, now, cost int64, commit bool) Decision {
 	if count+cost <= a.capMilli { // both <= 1e18: no overflow
 		d.Allowed = true
 		count += cost
-		if commit {
+		if m.commits() {
 			*s = fwState{win: win, count: count}
 		}
 	} else {

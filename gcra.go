@@ -162,9 +162,9 @@ func compileGCRA(rule, name string, r Rate, burst int64) (*gcraAlgo, error) {
 	return &gcraAlgo{m}, nil
 }
 
-func (a *gcraAlgo) step(s *vtime, now, cost int64, commit bool) Decision {
+func (a *gcraAlgo) step(s *vtime, now, cost int64, m stepMode) Decision {
 	var d Decision
-	a.schedule(&d, s, now, cost, commit)
+	a.schedule(&d, s, now, cost, m.commits())
 	return d
 }
 

@@ -89,7 +89,7 @@ func appendLayers(layers []compositeLayer, turns []layerTurn, now int64, committ
 		d := t.d
 		if d.Allowed && !committed {
 			d.Delay = 0
-			if full := l.store.stepAt(t.k, now, l.store.capacity(), false); full.Allowed {
+			if full := l.store.stepAt(t.k, now, l.store.capacity(), stepLook); full.Allowed {
 				d.Remaining, d.ResetAfter = full.Limit, 0
 			} else {
 				d.Remaining, d.ResetAfter = full.Remaining, full.ResetAfter

@@ -78,9 +78,9 @@ func (b leakyBinding) newLimiter(o *options) Limiter {
 	return newAtomicMeter(&gcraAlgo{b.alg.meter}, b.alg, o)
 }
 
-func (a *leakyAlgo) step(s *vtime, now, cost int64, commit bool) Decision {
+func (a *leakyAlgo) step(s *vtime, now, cost int64, m stepMode) Decision {
 	var d Decision
-	a.decide(&d, s, now, cost, commit)
+	a.decide(&d, s, now, cost, m.commits())
 	return d
 }
 

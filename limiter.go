@@ -148,12 +148,12 @@ func nilRuleError(field string) error {
 // S is the per-key state: a small value whose zero value is a fresh key.
 type algorithm[S any] interface {
 	// step decides whether cost (in milli-units, 1 <= cost <= capacity) can
-	// be admitted at now (in ns, 0 <= now <= MaxTime). It updates *s only
-	// when commit is true, and then only when the request is admitted or
-	// the rule counts refused cost too (CountRefused); with commit false it
-	// is a pure look at what would happen. A now earlier than the state's
-	// own notion of time is clamped to it.
-	step(s *S, now, cost int64, commit bool) Decision
+	// be admitted at now (in ns, 0 <= now <= MaxTime). With m stepCheck it
+	// updates *s when the request is admitted or the rule counts refused
+	// cost too (CountRefused); the other modes are pure looks (see
+	// stepMode). A now earlier than the state's own notion of time is
+	// clamped to it.
+	step(s *S, now, cost int64, m stepMode) Decision
 	// fresh reports whether s at now is as good as the zero state, so that
 	// dropping it loses nothing.
 	fresh(s *S, now int64) bool
@@ -168,6 +168,35 @@ type algorithm[S any] interface {
 	// refunder gives back admitted cost (see refund.go).
 	refunder[S]
 }
+
+// stepMode is what a step does with a key's state, and how it reports a
+// refusal that the rule counts (CountRefused of [SlidingCounter] and
+// [SubWindow]). Only a check counts one; every other caller, a Wait, a
+// CheckWithin, a [Composite] or a plan, spends only what it admits, so its
+// refusal leaves the key as it was and its RetryAfter is when this same
+// request passes.
+type stepMode uint8
+
+const (
+	// stepCheck decides and records the outcome: an admitted cost and, under
+	// CountRefused, a refused one.
+	stepCheck stepMode = iota
+	// stepPeek decides as stepCheck would and changes nothing: a refusal the
+	// rule counts is reported as counted, as the check reports it (Peek and
+	// the Decision after a settlement, for a caller whose checks count).
+	stepPeek
+	// stepLook decides for a caller that never counts a refusal and changes
+	// nothing: a refusal is reported on the key as it stands. It differs
+	// from stepPeek only for a refusal under CountRefused.
+	stepLook
+)
+
+// commits reports whether the step records its outcome.
+func (m stepMode) commits() bool { return m == stepCheck }
+
+// counts reports whether a refusal the rule counts is counted, in the
+// state (stepCheck) or in the Decision alone (stepPeek).
+func (m stepMode) counts() bool { return m != stepLook }
 
 // policy is the part of every Decision that describes the rule rather than
 // the request: Limit, Policy and Window.
@@ -243,7 +272,7 @@ func (l *single[S, A]) Check(cost Units) (Decision, error) {
 		return d, err
 	}
 	now := l.tl.lock(clampTime(l.clock.Now()))
-	d := l.alg.step(&l.state, now, int64(cost), true)
+	d := l.alg.step(&l.state, now, int64(cost), stepCheck)
 	l.tl.unlock()
 	if l.obs != nil {
 		l.obs.Decided(d, cost, outcomeOf(&d))

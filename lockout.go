@@ -121,8 +121,8 @@ func (l *Lockout) Fail(key string) (d Decision, started bool) {
 	now := core.lockShard(i, clampTime(core.clock().Now()))
 	// Nothing else is pinned in the shard, so it always has room.
 	core.acquire(k, now)
-	before := core.stepAt(k, now, int64(Unit), false)
-	d = core.stepAt(k, now, int64(Unit), true)
+	before := core.stepAt(k, now, int64(Unit), stepPeek)
+	d = core.stepAt(k, now, int64(Unit), stepCheck)
 	core.unlockShard(i)
 	return d, before.Allowed && !d.Allowed
 }
@@ -220,7 +220,7 @@ func (a *lockAlgo) next(last int64) int64 {
 	return last * a.growth
 }
 
-func (a *lockAlgo) step(s *lockState, now, _ int64, commit bool) Decision {
+func (a *lockAlgo) step(s *lockState, now, _ int64, m stepMode) Decision {
 	d := a.pol.decision()
 	d.At = time.Duration(now)
 	if now < s.until {
@@ -232,9 +232,9 @@ func (a *lockAlgo) step(s *lockState, now, _ int64, commit bool) Decision {
 	// Within. It never holds Failures of them: the failure that makes
 	// Failures starts a block and clears it. So a look always admits one
 	// more, and a failure is always admitted into it.
-	f := a.log.step(&s.log, now, int64(Unit), commit)
+	f := a.log.step(&s.log, now, int64(Unit), m)
 	switch {
-	case !commit:
+	case !m.commits():
 		d.Allowed = true
 		if f.Allowed {
 			d.Remaining = f.Remaining + 1 // the look counted one failure more

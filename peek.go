@@ -41,7 +41,7 @@ func (l *single[S, A]) peek(cost Units) (Decision, error) {
 	l.tl.mu.Lock()
 	// Judged at the instant a Check would use, which a look does not
 	// record: a clock that went back stays clamped exactly as before.
-	d := l.alg.step(&l.state, max(now, l.tl.last), int64(cost), false)
+	d := l.alg.step(&l.state, max(now, l.tl.last), int64(cost), stepPeek)
 	l.tl.unlock()
 	return d, nil
 }
@@ -74,7 +74,7 @@ func (s *Store) Peek(key string, cost Units) (Decision, error) {
 	if d, err := checkCost(cost, s.core.capacity(), s.core.policy()); err != nil {
 		return d, err
 	}
-	layers := [1]compositeLayer{{store: s.core}}
+	layers := [1]compositeLayer{{store: s.core, counts: true}}
 	return peekLayers(layers[:], 1, s.core.clock(), key, int64(cost)), nil
 }
 
@@ -131,14 +131,19 @@ func peekLayers(layers []compositeLayer, enforced int, clock Clock, key string, 
 
 // peekLocked is decideLocked for a look: with every layer's shard locked
 // at now, the Decision an attempt would give cost, with nothing acquired
-// or changed. A key a store does not hold is stepped as a fresh one (see
-// keyedStore.stepAt).
+// or changed, or, for a Store's layer that counts refusals, the Decision
+// the Store's Check would give. A key a store does not hold is stepped as
+// a fresh one (see keyedStore.stepAt).
 func peekLocked(layers []compositeLayer, turns []layerTurn, enforced int, now, cost int64) Decision {
 	admitted := true
 	for i := range turns {
 		t := &turns[i]
 		if t.err == nil {
-			t.d = layers[i].store.stepAt(t.k, now, cost, false)
+			m := stepLook
+			if layers[i].counts {
+				m = stepPeek
+			}
+			t.d = layers[i].store.stepAt(t.k, now, cost, m)
 			if !layers[i].shadow && !t.d.Allowed {
 				admitted = false
 			}

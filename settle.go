@@ -58,7 +58,7 @@ func (l *single[S, A]) settle(charged, actual Units, at time.Duration) (Decision
 	}
 	now := l.tl.lock(clampTime(l.clock.Now()))
 	settled := settleState(l.alg, &l.state, now, int64(charged), int64(actual), at)
-	d := l.alg.step(&l.state, now, int64(charged), false)
+	d := l.alg.step(&l.state, now, int64(charged), stepPeek)
 	l.tl.unlock()
 	return d, Units(settled), nil
 }
@@ -141,7 +141,7 @@ func (s *Store) Settle(key string, charged, actual Units, at time.Duration) (Dec
 	if d, err := settleCosts(charged, actual, s.core.capacity(), s.core.policy()); err != nil {
 		return d, 0, err
 	}
-	layers := [1]compositeLayer{{store: s.core}}
+	layers := [1]compositeLayer{{store: s.core, counts: true}}
 	return settleLayers(layers[:], 1, s.core.clock(), key, int64(charged), int64(actual), at)
 }
 

@@ -39,9 +39,12 @@ import (
 // the limit. A window's count stops at Limit, refusals included, which
 // bounds the penalty carried into the next window to that of a window
 // filled by admitted requests (a count above Limit, a debt left by
-// [Store.Settle], takes no more). Checks that only look ([Store.Peek], the look
-// a [Composite] or a Wait takes before it commits) count nothing: Wait and
-// composites never spend a refusal.
+// [Store.Settle], takes no more). Only a check counts a refusal: the Check
+// of a limiter or a [Store] (and [Peek] and [Store.Peek] report a refusal
+// as that Check would, counting nothing). Wait, CheckWithin, a [Composite]
+// and a plan of a [Plans] never spend a refusal, and so report one on the
+// key as it stands: its RetryAfter is when this same request passes, as
+// for every rule.
 type SlidingCounter struct {
 	Limit        int64
 	Window       time.Duration
@@ -129,7 +132,7 @@ func (a *scAlgo) at(s *scState, now int64) (win, e, prev, cur int64) {
 	return win, now - win*a.w, prev, cur
 }
 
-func (a *scAlgo) step(s *scState, now, cost int64, commit bool) Decision {
+func (a *scAlgo) step(s *scState, now, cost int64, m stepMode) Decision {
 	win, e, prev, cur := a.at(s, now)
 	w, c := a.w, a.capMilli
 	d := a.pol.decision()
@@ -138,14 +141,14 @@ func (a *scAlgo) step(s *scState, now, cost int64, commit bool) Decision {
 	if room := c - cur - cost; room >= 0 && wide.MulCmp(uint64(prev), uint64(w-e), uint64(room), uint64(w)) <= 0 {
 		d.Allowed = true
 		cur += cost
-		if commit {
+		if m.commits() {
 			*s = scState{win: win, prev: prev, cur: cur}
 		}
 	} else {
-		if a.refused {
+		if a.refused && m.counts() {
 			// Up to the limit; a count above it, in debt, stays.
 			cur = max(cur, min(cur+cost, c))
-			if commit {
+			if m.commits() {
 				*s = scState{win: win, prev: prev, cur: cur}
 			}
 		}
@@ -205,10 +208,10 @@ func (a *scAlgo) fresh(s *scState, now int64) bool {
 	return prev == 0 && cur == 0
 }
 
-func (a *scCompactAlgo) step(s *scCompact, now, cost int64, commit bool) (d Decision) {
+func (a *scCompactAlgo) step(s *scCompact, now, cost int64, m stepMode) (d Decision) {
 	w := s.wide()
-	d = a.scAlgo.step(&w, now, cost, commit)
-	if commit {
+	d = a.scAlgo.step(&w, now, cost, m)
+	if m.commits() {
 		*s = w.compact()
 	}
 	return d

@@ -113,7 +113,7 @@ func (a *slAlgo) expired(s *slState, now int64) int {
 	return lo
 }
 
-func (a *slAlgo) step(s *slState, now, cost int64, commit bool) Decision {
+func (a *slAlgo) step(s *slState, now, cost int64, m stepMode) Decision {
 	d := a.pol.decision()
 	n := len(s.buf)
 	if n > 0 {
@@ -135,7 +135,7 @@ func (a *slAlgo) step(s *slState, now, cost int64, commit bool) Decision {
 		d.Allowed = true
 		d.Remaining = (a.capMilli - inside - cost) / int64(Unit)
 		d.ResetAfter = time.Duration(a.window) // the new entry is the newest
-		if commit {
+		if m.commits() {
 			s.admit(k, now, cost)
 		}
 		return d

@@ -25,7 +25,7 @@ func TestSlidingLogMemoryShrinks(t *testing.T) {
 	a := compileSlidingLog(t, SlidingLog{Limit: events, Window: time.Second})
 	var s slState
 	for i := range int64(events) {
-		d := a.step(&s, i, int64(Unit), true)
+		d := a.step(&s, i, int64(Unit), stepCheck)
 		require.True(t, d.Allowed)
 	}
 	require.Equal(t, events, len(s.buf))
@@ -34,7 +34,7 @@ func TestSlidingLogMemoryShrinks(t *testing.T) {
 
 	idle := int64(time.Hour)
 	assert.True(t, a.fresh(&s, idle), "nothing counts after the window: a store may drop the key")
-	d := a.step(&s, idle, int64(Unit), true)
+	d := a.step(&s, idle, int64(Unit), stepCheck)
 	require.True(t, d.Allowed)
 	assert.Equal(t, int64(events-1), d.Remaining)
 	assert.Equal(t, 1, len(s.buf))
@@ -54,7 +54,7 @@ func TestSlidingLogMemoryBound(t *testing.T) {
 		for range rapid.IntRange(1, 3000).Draw(t, "steps") {
 			now += rapid.OneOf(rapid.Int64Range(0, 3), rapid.Int64Range(0, 2*window)).Draw(t, "advance")
 			cost := rapid.OneOf(rapid.Just(int64(Unit)), rapid.Int64Range(1, limit*1000)).Draw(t, "cost")
-			if !a.step(&s, now, cost, true).Allowed {
+			if !a.step(&s, now, cost, stepCheck).Allowed {
 				continue
 			}
 			n := len(s.buf)
@@ -74,9 +74,9 @@ func TestSlidingLogMerge(t *testing.T) {
 	a := compileSlidingLog(t, SlidingLog{Limit: 1000, Window: time.Second})
 	var s slState
 	for range 1000 {
-		require.True(t, a.step(&s, 7, int64(Unit), true).Allowed)
+		require.True(t, a.step(&s, 7, int64(Unit), stepCheck).Allowed)
 	}
-	assert.False(t, a.step(&s, 7, 1, true).Allowed)
+	assert.False(t, a.step(&s, 7, 1, stepCheck).Allowed)
 	assert.Equal(t, 1, len(s.buf))
 }
 
@@ -109,15 +109,15 @@ func TestSlidingLogPeekAndDenialChangeNothing(t *testing.T) {
 			cost := rapid.OneOf(rapid.Just(int64(Unit)), rapid.Int64Range(1, limit*1000)).Draw(t, "cost")
 			before := snapshot(&s)
 			cp := s
-			peekCopy := a.step(&cp, now, cost, false)
-			peek := a.step(&s, now, cost, false)
+			peekCopy := a.step(&cp, now, cost, stepPeek)
+			peek := a.step(&s, now, cost, stepPeek)
 			require.Equal(t, before, snapshot(&s), "a peek writes nothing")
 			require.Equal(t, peek, peekCopy, "a copy looks the same")
 			if n := len(s.buf); n > 0 && now < s.at(n-1).t {
-				clamped := a.step(&s, s.at(n-1).t, cost, false)
+				clamped := a.step(&s, s.at(n-1).t, cost, stepPeek)
 				require.Equal(t, clamped, peek, "an earlier time is the newest entry's")
 			}
-			got := a.step(&s, now, cost, true)
+			got := a.step(&s, now, cost, stepCheck)
 			require.Equal(t, peek, got, "a peek predicts the commit")
 			if !got.Allowed {
 				require.Equal(t, before, snapshot(&s), "a denial writes nothing")
@@ -140,7 +140,7 @@ func TestSlidingLogRetryAfterExact(t *testing.T) {
 		for range rapid.IntRange(1, 300).Draw(t, "steps") {
 			now += rapid.Int64Range(0, window/3+1).Draw(t, "advance")
 			cost := rapid.OneOf(rapid.Just(int64(Unit)), rapid.Int64Range(1, limit*1000)).Draw(t, "cost")
-			d := a.step(&s, now, cost, true)
+			d := a.step(&s, now, cost, stepCheck)
 			if reset := int64(d.ResetAfter); reset > 0 {
 				require.False(t, a.fresh(&s, now+reset-1))
 				require.True(t, a.fresh(&s, now+reset))
@@ -150,8 +150,8 @@ func TestSlidingLogRetryAfterExact(t *testing.T) {
 			}
 			retry := int64(d.RetryAfter)
 			require.Positive(t, retry)
-			require.False(t, a.step(&s, now+retry-1, cost, false).Allowed, "denied 1 ns before RetryAfter")
-			require.True(t, a.step(&s, now+retry, cost, false).Allowed, "admitted at RetryAfter")
+			require.False(t, a.step(&s, now+retry-1, cost, stepPeek).Allowed, "denied 1 ns before RetryAfter")
+			require.True(t, a.step(&s, now+retry, cost, stepPeek).Allowed, "admitted at RetryAfter")
 		}
 	})
 }
@@ -170,7 +170,7 @@ func TestSlidingLogCumulativeWraps(t *testing.T) {
 		for range rapid.IntRange(1, 300).Draw(t, "steps") {
 			now += rapid.Int64Range(0, window/2+1).Draw(t, "advance")
 			cost := rapid.OneOf(rapid.Just(int64(Unit)), rapid.Int64Range(1, limit*1000)).Draw(t, "cost")
-			require.Equal(t, a.step(&plain, now, cost, true), a.step(&wrapping, now, cost, true))
+			require.Equal(t, a.step(&plain, now, cost, stepCheck), a.step(&wrapping, now, cost, stepCheck))
 		}
 	})
 }

@@ -103,8 +103,25 @@ func WithPreallocation() Option {
 
 // Store is a keyed limiter: one allowance per key, every key under the same
 // rule, for any of the rules. Check has exactly the single-key
-// semantics of [Limiter.Check] for each key while the store holds it; a key
-// it does not hold starts full, as a fresh key does.
+// semantics of [Limiter.Check] for each key while the store holds it (for
+// a clock that steps back, see Time below); a key it does not hold starts
+// full, as a fresh key does.
+//
+// Time. A check reads the clock once, before it takes the lock of its
+// key's shard, and decides at the later of that reading and the latest
+// instant any check of the shard has decided at, so that no key sees time
+// go back. A single-key limiter ([New]) and a store in Redis clamp per key
+// instead, to the key's own latest instant: keeping each key's instant
+// would cost 8 bytes a key, only for a clock that misbehaves. The two
+// decide alike, field for field, unless the clock steps back below the
+// shard's latest instant (a [ManualClock] set back, a clock that is not
+// monotonic). Then every key of the shard is decided at that instant until
+// the clock passes it again, so a key whose own latest check was earlier,
+// or that is checked for the first time, is decided later than alone, by
+// at most the step. Which keys share a shard is up to a seeded hash; with
+// [WithShards](1) all do. [SystemClock] never steps back: with it the only
+// difference is for checks that race for a shard's lock, whose readings
+// may reach it a few nanoseconds out of order.
 //
 // A Store is safe for concurrent use, and checks on one key are
 // linearizable. It starts no goroutines and needs no Close. The zero Store
@@ -259,8 +276,8 @@ type keyed interface {
 //     each layer's key in exactly one shard), agree on the latest time any
 //     returns, and raiseShard that instant in every shard locked;
 //  3. acquire each key's entry in its locked shard;
-//  4. stepAt(commit=false) on every entry and, if all admit, stepAt
-//     (commit=true) on every entry;
+//  4. stepAt(stepLook) on every entry and, if all admit, stepAt
+//     (stepCheck) on every entry;
 //  5. unlockShard every shard locked.
 //
 // Entries acquired stay in the store until their shard is unlocked: a later
@@ -303,10 +320,10 @@ type keyedStore interface {
 	// that is not pinned (more keys in one shard at once than its share of
 	// MaxKeys).
 	acquire(k storeKey, now int64) bool
-	// stepAt runs the rule's step on k's acquired entry, with its shard
-	// locked. A look (commit false) at a key the store does not hold steps
-	// a fresh state, adding nothing.
-	stepAt(k storeKey, now, cost int64, commit bool) Decision
+	// stepAt runs the rule's step of mode m on k's acquired entry, with its
+	// shard locked. A look at a key the store does not hold steps a fresh
+	// state, adding nothing.
+	stepAt(k storeKey, now, cost int64, m stepMode) Decision
 
 	// The parts a rule set ([Plans]) needs to move keys between stores,
 	// each with k's shard locked:
@@ -554,7 +571,7 @@ func (c *storeCore[S, A]) check(key string, cost Units) (Decision, error) {
 			ev = sh.evictions()
 		}
 	}
-	d := c.alg.step(p, now, int64(cost), true)
+	d := c.alg.step(p, now, int64(cost), stepCheck)
 	sh.release()
 	if c.obs != nil {
 		if ev.n|ev.lossy != 0 {
@@ -650,16 +667,19 @@ func (c *storeCore[S, A]) acquire(k storeKey, now int64) bool {
 	return true
 }
 
-func (c *storeCore[S, A]) stepAt(k storeKey, now, cost int64, commit bool) Decision {
+func (c *storeCore[S, A]) stepAt(k storeKey, now, cost int64, m stepMode) Decision {
 	t := &c.shards[k.h&c.mask].t
 	s := t.Lookup(k.key, k.tag)
 	if s == nil {
 		// Only a look (Peek) steps a key it has not acquired: a key the
 		// store does not hold is a fresh one.
 		var fresh S
-		return c.alg.step(&fresh, now, cost, false)
+		if m.commits() {
+			m = stepPeek
+		}
+		return c.alg.step(&fresh, now, cost, m)
 	}
-	return c.alg.step(s, now, cost, commit)
+	return c.alg.step(s, now, cost, m)
 }
 
 func (c *storeCore[S, A]) id() uint64 { return c.ident }

@@ -50,9 +50,10 @@ import "time"
 // RetryAfter, ResetAfter) describes the key after that. A bucket's count
 // stops at Limit, since a bucket at Limit refuses everything while it is in
 // the window whatever more it holds (and a count above Limit, a debt left
-// by [Store.Settle], takes no more). Checks that only look ([Store.Peek],
-// the look a [Composite] or a Wait takes before it commits) count nothing:
-// Wait and composites never spend a refusal.
+// by [Store.Settle], takes no more). Only a check counts a refusal, and
+// only a caller that counts one reports it as counted, as
+// [SlidingCounter] describes: Wait, CheckWithin, a [Composite] and a plan
+// of a [Plans] report a refusal on the key as it stands.
 //
 // Per-key state is the current bucket's index and one int64 counter per
 // bucket, inline in a fixed array with no pointers: 56 bytes for up to 6
@@ -151,7 +152,7 @@ func (a *swAlgo[A]) sum(s *swState[A], c int64) int64 {
 	return t
 }
 
-func (a *swAlgo[A]) step(s *swState[A], now, cost int64, commit bool) Decision {
+func (a *swAlgo[A]) step(s *swState[A], now, cost int64, m stepMode) Decision {
 	c, now := a.at(s, now)
 	d := a.pol.decision()
 	d.At = time.Duration(now)
@@ -161,11 +162,11 @@ func (a *swAlgo[A]) step(s *swState[A], now, cost int64, commit bool) Decision {
 	if sum+cost <= a.capMilli { // sum <= capMilli+1, cost <= capMilli: no overflow
 		d.Allowed = true
 		add = cost
-	} else if a.refused {
+	} else if a.refused && m.counts() {
 		// Up to the limit; a count above it, in debt, takes no more.
 		add = max(min(cur+cost, a.capMilli)-cur, 0)
 	}
-	if add > 0 && commit {
+	if add > 0 && m.commits() {
 		a.put(s, c, cur+add)
 	}
 	sum, cur = min(sum+add, 2*a.capMilli+1), cur+add

@@ -235,13 +235,13 @@ func (l *single[S, A]) try(cost int64, budget time.Duration) attempt {
 
 // tryState is tryFunc's attempt on one state at now.
 func tryState[S any, A algorithm[S]](alg A, s *S, now, cost int64, budget time.Duration) attempt {
-	a := attempt{now: now, d: alg.step(s, now, cost, false)}
+	a := attempt{now: now, d: alg.step(s, now, cost, stepLook)}
 	if !a.d.Allowed {
 		a.goOn = a.d.RetryAfter
 		// What the request would get when its RetryAfter is over: for the
 		// leaky bucket, the Delay it would then queue for.
 		at := min(addTime(now, a.d.RetryAfter), int64(MaxTime))
-		if later := alg.step(s, at, cost, false); later.Allowed {
+		if later := alg.step(s, at, cost, stepLook); later.Allowed {
 			a.goOn += later.Delay
 		}
 		return a
@@ -250,7 +250,7 @@ func tryState[S any, A algorithm[S]](alg A, s *S, now, cost int64, budget time.D
 	if a.goOn > budget {
 		return a
 	}
-	a.d = alg.step(s, now, cost, true)
+	a.d = alg.step(s, now, cost, stepCheck)
 	a.committed = true
 	return a
 }
@@ -277,11 +277,11 @@ func (l *atomicGCRA) try(cost int64, budget time.Duration) attempt {
 	}
 	if budget < 0 {
 		s, at := l.load(now, l.now) // as in spend
-		d := l.alg.step(&s, at, cost, false)
+		d := l.alg.step(&s, at, cost, stepLook)
 		return attempt{d: d, now: at, goOn: d.RetryAfter}
 	}
 	s, at, admitted := l.spend(now, cost)
-	d := l.alg.step(&s, at, cost, false)
+	d := l.alg.step(&s, at, cost, stepLook)
 	return attempt{d: d, now: at, goOn: d.RetryAfter, committed: admitted}
 }
 

@@ -45,7 +45,11 @@
 // script, so that every client shares one clock. [WithClock] passes a client
 // clock instead (Unix nanoseconds; a [ratelimit.ManualClock] in tests).
 // Either way each key clamps to the latest instant it was checked at, so it
-// never sees time go back. Window boundaries are multiples of the window
+// never sees time go back. (The in-process [ratelimit.Store] clamps per
+// shard, to the latest instant any key of the key's shard was checked at:
+// after a client clock steps back, it decides a key later than a check
+// here, by at most the step, until the clock passes that instant again;
+// see its Time section.) Window boundaries are multiples of the window
 // from the Unix epoch.
 //
 // # Keys and expiry
@@ -96,7 +100,7 @@
 // keys' hash tag apart (see [WithPrefix]); a script that Redis refuses as
 // CROSSSLOT all the same is refused with [ErrCrossSlot], never answered by
 // the failure policy. As in process, a Composite never spends a refusal,
-// CountRefused or not.
+// CountRefused or not, and reports one on the keys as they stand.
 //
 // # After the fact
 //

@@ -421,7 +421,7 @@ func clamp(t time.Duration) int64 {
 // It also returns the instant the script decided at and the state it wrote.
 //
 // A look (see args) that the script refused wrote the old state at the
-// check's instant: the Decision is the Machine's without committing.
+// check's instant: the Decision is the Machine's Look, which counts nothing.
 func (s *Store) verify(key string, cost ratelimit.Units, reply []any, look bool) (d ratelimit.Decision, at int64, state string, err error) {
 	old, okOld := str(reply, 0)
 	reading, okNow := str(reply, 1)
@@ -433,7 +433,12 @@ func (s *Store) verify(key string, cost ratelimit.Units, reply []any, look bool)
 	}
 	admitted, _ := reply[3].(int64)
 	look = look && admitted != 1
-	d, next, err := s.m.Step([]byte(old), time.Duration(at), cost, !look)
+	var next []byte
+	if look {
+		d, err = s.m.Look([]byte(old), time.Duration(at), cost)
+	} else {
+		d, next, err = s.m.Step([]byte(old), time.Duration(at), cost, true)
+	}
 	if err != nil {
 		if errors.Is(err, ratelimit.ErrInvalidState) {
 			s.invalid.Add(1)

@@ -14,7 +14,8 @@ import (
 // without sleeping). An admitted leaky-bucket request then waits out its
 // Delay; if ctx ends during that, the request stays spent. Every check it
 // makes is a [Store.CheckContext], errors included, except that, as in
-// process, a refusal spends nothing even for a rule with CountRefused.
+// process, a refusal spends nothing even for a rule with CountRefused, and
+// is reported on the key as it stands ([ratelimit.Machine.Look]).
 func (s *Store) Wait(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
 	clk := s.Clock()
 	for {
