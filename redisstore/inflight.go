@@ -135,22 +135,30 @@ func (f *InFlight) AcquireContext(ctx context.Context, key string) (ratelimit.Re
 // rate admits. No other process ever sees a slot taken for a request that
 // rate refuses, nor an allowance spent for one refused a slot.
 //
-// rate must be a [*Store] on the same Redis (the same client, or one of the
-// same servers); any other limiter is an error matching
-// [ratelimit.ErrInvalidRule]. The in-flight limit's instant decides both:
-// give both the same clock (or both the server's). The Decision is rate's
-// when rate was asked, as in process; when no slot was free it is the
-// in-flight refusal. rate's errors are its own: a cost it can never admit
-// is one, with no slot taken; a corrupted state of rate's key is refused
-// with an error matching [ratelimit.ErrInvalidState]. When Redis cannot
-// decide, the in-flight limit's failure policy applies: a fallback
-// InFlight acquires with rate (which then applies its own policy), fail
-// open asks rate alone and admits what it admits, holding no slot, and
-// fail closed refuses.
+// With a [*Store] on the same Redis (the same client, or one of the same
+// servers) as rate, that is one script, and exact. The in-flight limit's
+// instant decides both: give both the same clock (or both the server's).
+// Any other rate (a [Composite], a dispatcher over plans, an in-process
+// limiter) is asked only after a slot is taken, and the slot is released
+// at once if rate refuses or fails: a request refused a slot still spends
+// nothing, and one rate refuses still holds no slot once AcquireWith
+// returns, but for that moment another process may see the slot held and
+// be refused. The Decision is rate's when rate was asked, as in process;
+// when no slot was free it is the in-flight refusal. rate's errors are its
+// own: a cost it can never admit is one, with no slot taken; a corrupted
+// state of a Store's key is refused with an error matching
+// [ratelimit.ErrInvalidState]. When Redis cannot decide, the in-flight
+// limit's failure policy applies: a fallback InFlight acquires with rate
+// (which then applies its own policy), fail open asks rate alone and
+// admits what it admits, holding no slot, and fail closed refuses. A nil
+// rate is an error matching [ratelimit.ErrInvalidRule].
 func (f *InFlight) AcquireWith(ctx context.Context, key string, rate ratelimit.KeyedLimiter, cost ratelimit.Units) (ratelimit.Release, ratelimit.Decision, error) {
+	if rate == nil {
+		return noRelease, f.refusal(0), fmt.Errorf("%w: InFlight.AcquireWith given a nil rate limiter; use Acquire for the in-flight limit alone", ratelimit.ErrInvalidRule)
+	}
 	s, ok := rate.(*Store)
 	if !ok || s == nil {
-		return noRelease, f.refusal(0), fmt.Errorf("%w: redisstore.InFlight.AcquireWith needs a *redisstore.Store as its rate limit, got %T", ratelimit.ErrInvalidRule, rate)
+		return f.acquireThen(ctx, key, rate, cost)
 	}
 	if cost <= 0 || cost > s.p.Capacity {
 		// As in process, rate is asked only if a slot is free: a cost it
@@ -163,6 +171,26 @@ func (f *InFlight) AcquireWith(ctx context.Context, key string, rate ratelimit.K
 		return noRelease, d, err
 	}
 	return f.acquire(ctx, key, s, cost)
+}
+
+// acquireThen is AcquireWith for a rate that is not a Store: the slot
+// first, then rate, and the slot given back unless rate admits.
+func (f *InFlight) acquireThen(ctx context.Context, key string, rate ratelimit.KeyedLimiter, cost ratelimit.Units) (ratelimit.Release, ratelimit.Decision, error) {
+	rel, d, err := f.acquire(ctx, key, nil, 0)
+	if !d.Allowed {
+		return rel, d, err
+	}
+	var rerr error
+	if cc, ok := rate.(ratelimit.ContextChecker); ok {
+		d, rerr = cc.CheckContext(ctx, key, cost)
+	} else {
+		d, rerr = rate.Check(key, cost)
+	}
+	if !d.Allowed || (rerr != nil && !errors.Is(rerr, ratelimit.ErrDegraded)) {
+		rel()
+		return noRelease, d, rerr
+	}
+	return rel, d, errors.Join(err, rerr)
 }
 
 // InUse returns how many slots key holds now across every process, slots

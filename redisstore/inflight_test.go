@@ -242,6 +242,21 @@ func TestInFlightAcquireWithAllOrNothing(t *testing.T) {
 
 	_, _, err = f.AcquireWith(ctx, "k", nil, ratelimit.Unit)
 	require.ErrorIs(t, err, ratelimit.ErrInvalidRule)
+
+	// Another rate limiter is asked after the slot is taken, and the slot
+	// given back if it refuses.
+	other, err := ratelimit.NewStore(ratelimit.FixedWindow{Limit: 1, Window: time.Hour}, ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	orel, d, err := f.AcquireWith(ctx, "o", other, ratelimit.Unit)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	orel()
+	_, d, err = f.AcquireWith(ctx, "o", other, ratelimit.Unit)
+	require.NoError(t, err)
+	require.False(t, d.Allowed)
+	n, err = f.InUse(ctx, "o")
+	require.NoError(t, err)
+	assert.Zero(t, n, "the slot is given back when the other limiter refuses")
 	_, _, err = f.AcquireWith(ctx, "k", rate, 5*ratelimit.Unit)
 	require.ErrorIs(t, err, ratelimit.ErrCostExceedsCapacity)
 	// With no slot free, rate is not asked: a cost it would reject is
