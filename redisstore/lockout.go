@@ -122,8 +122,13 @@ func (l *Lockout) Check(ctx context.Context, key string) (ratelimit.Decision, er
 // started a block. Of failures of one key counted at once, from any
 // number of processes, exactly as many start a block as would one after
 // another in process. The error is as for Check; a failure that Redis
-// did not count is then counted by the fallback, if any, or nowhere.
+// did not count is then counted by the fallback, if any, or nowhere. ctx
+// (or without a deadline, the timeout) bounds the whole of it, retries
+// included.
 func (l *Lockout) Fail(ctx context.Context, key string) (ratelimit.Decision, bool, error) {
+	// One deadline for the read and every compare-and-set after it.
+	ctx, cancel := l.bounded(ctx)
+	defer cancel()
 	rk := []string{l.Key(key)}
 	serverTime := l.serverTime()
 	reply, err := l.call(ctx, lockoutScript, rk, "r", "", "", "", serverTime)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -46,11 +45,8 @@ func newRemote(rdb redis.UniversalClient, defaults, opts []Option) (*remote, err
 // counted and wraps [ErrUnavailable] (or [ErrCircuitOpen], without trying
 // Redis).
 func (r *remote) call(ctx context.Context, script *redis.Script, keys []string, args ...any) ([]any, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, r.o.timeout)
-		defer cancel()
-	}
+	ctx, cancel := r.bounded(ctx)
+	defer cancel()
 	br := r.br.forKey(ctx, keys[0])
 	probe, ok := br.allow(time.Now(), r.o.pause)
 	if !ok {
@@ -68,6 +64,15 @@ func (r *remote) call(ctx context.Context, script *redis.Script, keys []string, 
 	return reply, err
 }
 
+// bounded returns ctx, or if it has no deadline, ctx bounded by the
+// timeout.
+func (r *remote) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, r.o.timeout)
+}
+
 // stats returns the counters, as a Store's [Stats].
 func (r *remote) stats() Stats {
 	return Stats{
@@ -77,8 +82,8 @@ func (r *remote) stats() Stats {
 	}
 }
 
-// now is the instant to decide at with a client clock, as a Store's args
-// give it; "" for the server's TIME.
+// now is the client clock's instant, clamped into [0, MaxTime], and true;
+// false when the server's TIME decides.
 func (r *remote) now() (int64, bool) {
 	if r.o.clock == nil {
 		return 0, false
@@ -108,10 +113,6 @@ func hashedKey(head, key string) string {
 	b.WriteByte('}')
 	return b.String()
 }
-
-// unavailable reports whether err is Redis's failure to answer, after
-// which a failure policy decides.
-func unavailable(err error) bool { return errors.Is(err, ErrUnavailable) }
 
 // shortHash is the hex of the first 4 bytes of a hash of s: a rule's tag in
 // its keys' names, as ruleTag gives a Store's.
