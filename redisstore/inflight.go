@@ -129,15 +129,16 @@ func (f *InFlight) AcquireContext(ctx context.Context, key string) (ratelimit.Re
 }
 
 // AcquireWith takes a slot for key only if rate also admits cost for key,
-// all or nothing, as [ratelimit.InFlight.AcquireWith] does: one script
-// looks for a free slot, then, only if there is one, checks rate exactly
-// as rate's own Check does (writing its state), and takes the slot only if
-// rate admits. No other process ever sees a slot taken for a request that
-// rate refuses, nor an allowance spent for one refused a slot.
+// all or nothing, as [ratelimit.InFlight.AcquireWith] does: rate is asked
+// only if a slot is free, and the slot is kept only if rate admits.
 //
 // With a [*Store] on the same Redis (the same client, or one of the same
-// servers) as rate, that is one script, and exact. The in-flight limit's
-// instant decides both: give both the same clock (or both the server's).
+// servers) as rate, that is one script: it looks for a free slot, then,
+// only if there is one, checks rate exactly as rate's own Check does
+// (writing its state), and takes the slot only if rate admits, so no other
+// process ever sees a slot taken for a request that rate refuses, nor an
+// allowance spent for one refused a slot. The in-flight limit's instant
+// decides both: give both the same clock (or both the server's).
 // Any other rate (a [Composite], a dispatcher over plans, an in-process
 // limiter) is asked only after a slot is taken, and the slot is released
 // at once if rate refuses or fails: a request refused a slot still spends
