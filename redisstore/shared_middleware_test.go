@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"syscall"
 	"testing"
 	"time"
 
@@ -65,4 +66,53 @@ func TestInFlightBehindMiddleware(t *testing.T) {
 	assert.Equal(t, http.StatusOK, serve(a, "/"), "fail open, the default")
 	assert.Equal(t, http.StatusTooManyRequests, serve(b, "/"), "fail closed")
 	assert.Equal(t, http.StatusTooManyRequests, serve(b, "/"), "fail closed, circuit open")
+}
+
+// TestHungRedisAnswersByTheDeadline stops Redis (SIGSTOP: it accepts
+// connections and never answers) under a Lockout and an InFlight: each
+// call answers by its deadline with its policy's Decision, and once Redis
+// runs again, Redis decides again.
+func TestHungRedisAnswersByTheDeadline(t *testing.T) {
+	srv := drillServer(t)
+	rdb := srv.client(func(o *redis.Options) { o.MaxRetries = -1 })
+	defer rdb.Close()
+	opts := []Option{WithTimeout(drillTimeout), WithCircuit(100, time.Hour)} // the circuit stays closed: every call waits
+	lo, err := NewLockout(rdb, ratelimit.LockoutRule{Failures: 2, Within: time.Hour, Block: time.Hour}, opts...)
+	require.NoError(t, err)
+	f, err := NewInFlight(rdb, ratelimit.InFlightLimit{Limit: 1, MaxHold: time.Minute}, opts...)
+	require.NoError(t, err)
+	ctx := context.Background()
+	srv.signal(syscall.SIGSTOP)
+	for range 2 {
+		start := time.Now()
+		d, err := lo.Check(ctx, "k")
+		assert.Less(t, time.Since(start), drillTimeout+slack, "a lockout check waited past its deadline")
+		require.ErrorIs(t, err, ErrUnavailable)
+		assert.False(t, d.Allowed, "a lockout fails closed")
+
+		start = time.Now()
+		_, _, err = lo.Fail(ctx, "k")
+		assert.Less(t, time.Since(start), drillTimeout+slack, "a failure waited past its deadline")
+		require.ErrorIs(t, err, ErrUnavailable)
+
+		start = time.Now()
+		_, d, err = f.Acquire("k")
+		assert.Less(t, time.Since(start), drillTimeout+slack, "an acquisition waited past its deadline")
+		require.ErrorIs(t, err, ErrUnavailable)
+		assert.True(t, d.Allowed, "an in-flight limit fails open")
+	}
+	srv.signal(syscall.SIGCONT)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		d, err := lo.Check(ctx, "k")
+		if err == nil {
+			assert.True(t, d.Allowed)
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "checks did not resume: %v", err)
+	}
+	rel, d, err := f.Acquire("k")
+	require.NoError(t, err)
+	assert.True(t, d.Allowed)
+	rel()
 }
