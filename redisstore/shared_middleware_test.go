@@ -26,9 +26,11 @@ func TestInFlightBehindMiddleware(t *testing.T) {
 	l := ratelimit.InFlightLimit{Limit: 1, MaxHold: time.Minute}
 	key := httplimit.WithKey(func(*http.Request) (string, error) { return "k", nil })
 	replica := func(opts ...Option) (*InFlight, http.Handler, chan struct{}) {
-		rdb := srv.client(func(o *redis.Options) { o.MaxRetries = -1 })
+		rdb := srv.client(func(o *redis.Options) { o.MaxRetries, o.DialerRetries = -1, 1 })
 		t.Cleanup(func() { rdb.Close() })
-		f, err := NewInFlight(rdb, l, append([]Option{WithTimeout(drillTimeout), WithCircuit(1, time.Hour)}, opts...)...)
+		// A long deadline: a loaded machine must not turn an answer Redis
+		// gives into the failure policy's. A dead Redis refuses at once.
+		f, err := NewInFlight(rdb, l, append([]Option{WithTimeout(5 * time.Second), WithCircuit(1, time.Hour)}, opts...)...)
 		require.NoError(t, err)
 		release := make(chan struct{})
 		h := httplimit.InFlight(f, nil, key)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -49,7 +51,7 @@ func TestInFlightBehindMiddleware(t *testing.T) {
 	go func() { held <- serve(a, "/?hold") }()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	probe, err := NewInFlight(srv.client(nil), l)
+	probe, err := NewInFlight(srv.client(nil), l, WithTimeout(5*time.Second))
 	require.NoError(t, err)
 	for n := int64(0); n == 0; { // until the held request has its slot
 		n, err = probe.InUse(ctx, "k")
