@@ -287,12 +287,14 @@ func TestInFlightAcquireWithAllOrNothing(t *testing.T) {
 // back, it decides again.
 func TestInFlightFailurePolicies(t *testing.T) {
 	srv := drillServer(t)
-	rdb := srv.client(func(o *redis.Options) { o.MaxRetries = -1 })
+	// A dead Redis refuses connections at once; the long deadline keeps a
+	// loaded machine from turning Redis's answers into the policy's.
+	rdb := srv.client(func(o *redis.Options) { o.MaxRetries, o.DialerRetries = -1, 1 })
 	defer rdb.Close()
 	l := ratelimit.InFlightLimit{Limit: 2, MaxHold: time.Minute}
 	local, err := ratelimit.NewInFlight(ratelimit.InFlightLimit{Limit: 1})
 	require.NoError(t, err)
-	opts := []Option{WithTimeout(drillTimeout), WithCircuit(2, 50*time.Millisecond)}
+	opts := []Option{WithTimeout(5 * time.Second), WithCircuit(2, 50*time.Millisecond)}
 	open, err := NewInFlight(rdb, l, opts...)
 	require.NoError(t, err)
 	closed, err := NewInFlight(rdb, l, append(opts, WithFailureMode(FailClosed))...)

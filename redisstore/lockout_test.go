@@ -140,13 +140,15 @@ func TestLockoutConcurrentFailuresStartOneBlock(t *testing.T) {
 // state decides again.
 func TestLockoutFailurePolicies(t *testing.T) {
 	srv := drillServer(t)
-	rdb := srv.client(func(o *redis.Options) { o.MaxRetries = -1 })
+	// A dead Redis refuses connections at once; the long deadline keeps a
+	// loaded machine from turning Redis's answers into the policy's.
+	rdb := srv.client(func(o *redis.Options) { o.MaxRetries, o.DialerRetries = -1, 1 })
 	defer rdb.Close()
 	rule := ratelimit.LockoutRule{Failures: 2, Within: time.Hour, Block: time.Hour}
 	clk := ratelimit.NewManualClock(unixNow)
 	fallback, err := ratelimit.NewLockout(rule, ratelimit.WithClock(clk))
 	require.NoError(t, err)
-	opts := []Option{WithClock(clk), WithTimeout(drillTimeout), WithCircuit(2, 50*time.Millisecond)}
+	opts := []Option{WithClock(clk), WithTimeout(5 * time.Second), WithCircuit(2, 50*time.Millisecond)}
 	closed, err := NewLockout(rdb, rule, opts...)
 	require.NoError(t, err)
 	open, err := NewLockout(rdb, rule, append(opts, WithFailureMode(FailOpen))...)
