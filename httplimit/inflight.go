@@ -8,13 +8,25 @@ import (
 	"github.com/ratekit/ratelimit"
 )
 
+// Slots is an in-flight limit that [InFlight] takes its slots from: a
+// [*ratelimit.InFlight], or one whose slots live outside the process and
+// are shared by every replica (redisstore's InFlight). Each method keeps
+// the contract of [ratelimit.InFlight]'s method of the same name; an
+// error matching [ratelimit.ErrDegraded] comes with the Decision (and the
+// Release) of the limit's own failure policy.
+type Slots interface {
+	AcquireContext(ctx context.Context, key string) (ratelimit.Release, ratelimit.Decision, error)
+	AcquireWith(ctx context.Context, key string, rate ratelimit.KeyedLimiter, cost ratelimit.Units) (ratelimit.Release, ratelimit.Decision, error)
+	Clock() ratelimit.Clock
+}
+
 // InFlight returns net/http middleware that lets at most lim's Limit
 // requests of each key be in progress at once, and also checks rate if it
 // is not nil. A request is forwarded only with a slot, which it holds
 // until the handler returns, panics included; a request refused a slot is
 // answered as one over its limit, 429 by default.
 //
-// With rate, each request takes its slot with [ratelimit.InFlight.AcquireWith]:
+// With rate, each request takes its slot with AcquireWith ([ratelimit.InFlight.AcquireWith]):
 // all or nothing, so a request that rate refuses takes no slot and one
 // refused a slot spends nothing from rate. The request's cost ([WithCost])
 // is what rate is asked about; a slot is one request whatever its cost.
@@ -39,16 +51,17 @@ import (
 // [ratelimit.ErrDegraded] and the Decision its failure policy made (a Redis
 // store failing open, or its fallback): that Decision decides the rate, as
 // it does in Middleware, and never the slot. An admission so decided takes
-// a slot like any other (see [ratelimit.InFlight.AcquireWith]), and a
-// request is forwarded only with one.
+// a slot like any other (see [ratelimit.InFlight.AcquireWith]; a Slots of
+// another backend keeps the same contract), and a request is forwarded
+// only with one.
 //
 // InFlight panics if lim is nil, or if rate is a nil pointer of a limiter
 // type (a *ratelimit.Store left nil after NewStore failed; a nil interface
 // means no rate limit), as Middleware does for its limiter, and the
 // function it returns panics for a nil handler.
-func InFlight(lim *ratelimit.InFlight, rate ratelimit.KeyedLimiter, opts ...Option) func(http.Handler) http.Handler {
-	if lim == nil {
-		panic("httplimit: InFlight given a nil *ratelimit.InFlight; pass the limiter that ratelimit.NewInFlight returned, after checking its error")
+func InFlight(lim Slots, rate ratelimit.KeyedLimiter, opts ...Option) func(http.Handler) http.Handler {
+	if isNil(lim) {
+		panic("httplimit: InFlight given a nil in-flight limit; pass the limiter that ratelimit.NewInFlight returned, after checking its error")
 	}
 	if rate != nil && isNil(rate) {
 		panic(fmt.Sprintf("httplimit: InFlight given a nil rate limiter (%T); pass the limiter that ratelimit.NewStore or ratelimit.Compose returned, after checking their error, or a nil interface for no rate limit", rate))
@@ -100,7 +113,7 @@ func (s *heldSlot) release() {
 // keyed limiter Middleware asks. Each check takes a slot and leaves its
 // Release in the request's heldSlot.
 type slotLimiter struct {
-	lim  *ratelimit.InFlight
+	lim  Slots
 	rate ratelimit.KeyedLimiter // nil: the in-flight limit alone
 }
 

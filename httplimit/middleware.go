@@ -544,9 +544,9 @@ func Middleware(lim ratelimit.KeyedLimiter, opts ...Option) func(http.Handler) h
 	}
 }
 
-// isNil reports whether lim is nil or holds a nil pointer, map, slice,
+// isNil reports whether lim (a limiter) is nil or holds a nil pointer, map, slice,
 // channel or function.
-func isNil(lim ratelimit.KeyedLimiter) bool {
+func isNil(lim any) bool {
 	if lim == nil {
 		return true
 	}

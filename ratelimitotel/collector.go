@@ -27,6 +27,17 @@ import (
 //	ratelimit.policy.limit            gauge {unit}: the rule's capacity (Decision.Limit)
 //	ratelimit.policy.window           gauge, s: the span the limit is a quota for (Decision.Window)
 //
+// A limiter whose keys live outside the process (redisstore's Store,
+// Lockout and InFlight) is added with [Collector.AddBackend]: its keys are
+// the backend's, so it reports its rule (ratelimit.policy.limit and
+// ratelimit.policy.window) and the calls its backend did not decide:
+//
+//	ratelimit.backend.degraded           counter {call}: calls the backend did not decide, answered by the failure policy
+//	ratelimit.backend.circuit_refusals   counter {call}: of those, calls the open circuit kept from the backend
+//	ratelimit.backend.invalid_states     counter {call}: calls refused on a corrupted stored state
+//	ratelimit.backend.mismatches         counter {call}: replies that disagreed with the rule's Machine (should stay 0)
+//	ratelimit.backend.local_denials      counter {call}: refusals answered without a round trip (deny cache)
+//
 // store is the name given to Add; plan is a [ratelimit.Plans]' plan name
 // ("" otherwise); layer is the index of a [ratelimit.Composite]'s or a
 // plan's layer (0 for a [ratelimit.Store]); policy is the rule's Name (a
@@ -40,10 +51,19 @@ type Collector struct {
 	reg     metric.Registration
 }
 
-// source is a limiter added, with its name.
+// source is a limiter added, with its name: stats for an in-process one,
+// backend for one whose keys live elsewhere.
 type source struct {
-	name  string
-	stats func() []layerStats
+	name    string
+	stats   func() []layerStats
+	backend Backend
+}
+
+// Backend is a limiter whose keys live outside the process, such as
+// redisstore's Store, Lockout and InFlight: BackendStats returns its rule
+// and counters, one entry per layer, read at each collection.
+type Backend interface {
+	BackendStats() []ratelimit.BackendStats
 }
 
 // layerStats is one store's stats, with its plan and layer.
@@ -76,12 +96,37 @@ func NewCollector(mp metric.MeterProvider) (*Collector, error) {
 	window, e := m.Float64ObservableGauge("ratelimit.policy.window", metric.WithUnit("s"),
 		metric.WithDescription("The time span a rate limiter's rule's limit is a quota for."))
 	err = first(err, e)
+	counter := func(name, desc string) metric.Int64ObservableCounter {
+		ctr, e := m.Int64ObservableCounter(name, metric.WithUnit("{call}"), metric.WithDescription(desc))
+		err = first(err, e)
+		return ctr
+	}
+	degraded := counter("ratelimit.backend.degraded", "Calls a rate limiter's backend did not decide, answered by its failure policy.")
+	circuit := counter("ratelimit.backend.circuit_refusals", "Calls a rate limiter's open circuit kept from its backend.")
+	invalid := counter("ratelimit.backend.invalid_states", "Calls a rate limiter refused because a key's stored state was corrupted.")
+	mismatches := counter("ratelimit.backend.mismatches", "Backend replies that disagreed with the rule's decision; should stay zero.")
+	local := counter("ratelimit.backend.local_denials", "Refusals a rate limiter answered without a round trip to its backend.")
 	if err != nil {
 		return nil, err
 	}
 	c := &Collector{}
 	c.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		for _, s := range c.snapshot() {
+			if s.backend != nil {
+				for i, st := range s.backend.BackendStats() {
+					at := metric.WithAttributeSet(attribute.NewSet(
+						attribute.String("store", s.name), attribute.String("plan", ""),
+						attribute.Int("layer", i), attribute.String("policy", st.Policy)))
+					o.ObserveInt64(limit, st.Limit, at)
+					o.ObserveFloat64(window, st.Window.Seconds(), at)
+					o.ObserveInt64(degraded, int64(st.Failures), at)
+					o.ObserveInt64(circuit, int64(st.CircuitRefusals), at)
+					o.ObserveInt64(invalid, int64(st.InvalidStates), at)
+					o.ObserveInt64(mismatches, int64(st.Mismatches), at)
+					o.ObserveInt64(local, int64(st.LocalDenials), at)
+				}
+				continue
+			}
 			for _, l := range s.stats() {
 				st := l.st
 				at := metric.WithAttributeSet(attribute.NewSet(
@@ -96,7 +141,7 @@ func NewCollector(mp metric.MeterProvider) (*Collector, error) {
 			}
 		}
 		return nil
-	}, keys, maxKeys, evictions, lossy, limit, window)
+	}, keys, maxKeys, evictions, lossy, limit, window, degraded, circuit, invalid, mismatches, local)
 	if err != nil {
 		return nil, err
 	}
@@ -147,15 +192,29 @@ func (c *Collector) AddPlans(name string, p *ratelimit.Plans) error {
 	})
 }
 
+// AddBackend adds a limiter whose keys live outside the process under
+// name, one stream per entry of its BackendStats (layer is the entry's
+// index). Names must be unique within the Collector.
+func (c *Collector) AddBackend(name string, b Backend) error {
+	if b == nil {
+		return fmt.Errorf("ratelimitotel: AddBackend(%q) given a nil limiter", name)
+	}
+	return c.addSource(source{name: name, backend: b})
+}
+
 func (c *Collector) add(name string, stats func() []layerStats) error {
+	return c.addSource(source{name: name, stats: stats})
+}
+
+func (c *Collector) addSource(src source) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, s := range c.sources {
-		if s.name == name {
-			return fmt.Errorf("ratelimitotel: a store named %q was added already", name)
+		if s.name == src.name {
+			return fmt.Errorf("ratelimitotel: a store named %q was added already", src.name)
 		}
 	}
-	c.sources = append(c.sources, source{name: name, stats: stats})
+	c.sources = append(c.sources, src)
 	return nil
 }
 

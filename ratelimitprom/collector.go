@@ -25,6 +25,18 @@ import (
 //	ratelimit_policy_limit                   the rule's capacity, in units (Decision.Limit)
 //	ratelimit_policy_window_seconds          the span the limit is a quota for (Decision.Window)
 //
+// A limiter whose keys live outside the process (redisstore's Store,
+// Lockout and InFlight) is added with [Collector.AddBackend]: its keys are
+// the backend's, so it reports its rule (ratelimit_policy_limit and
+// ratelimit_policy_window_seconds) and the calls its backend did not
+// decide:
+//
+//	ratelimit_backend_degraded_total           calls the backend did not decide, answered by the failure policy
+//	ratelimit_backend_circuit_refusals_total   of those, calls the open circuit kept from the backend
+//	ratelimit_backend_invalid_states_total     calls refused on a corrupted stored state
+//	ratelimit_backend_mismatches_total         replies that disagreed with the rule's Machine (should stay 0)
+//	ratelimit_backend_local_denials_total      refusals answered without a round trip (deny cache)
+//
 // store is the name given to Add; plan is a [ratelimit.Plans]' plan name
 // ("" otherwise); layer is the index of a [ratelimit.Composite]'s or a
 // plan's layer ("0" for a [ratelimit.Store]); policy is the rule's Name (a
@@ -37,10 +49,19 @@ type Collector struct {
 	sources []source
 }
 
-// source is a limiter added, with its name.
+// source is a limiter added, with its name: stats for an in-process one,
+// backend for one whose keys live elsewhere.
 type source struct {
-	name  string
-	stats func() []layerStats
+	name    string
+	stats   func() []layerStats
+	backend Backend
+}
+
+// Backend is a limiter whose keys live outside the process, such as
+// redisstore's Store, Lockout and InFlight: BackendStats returns its rule
+// and counters, one entry per layer, read at each scrape.
+type Backend interface {
+	BackendStats() []ratelimit.BackendStats
 }
 
 // layerStats is one store's stats, with its plan and layer.
@@ -67,6 +88,16 @@ var (
 		"A rate limiter's rule's capacity in units: burst, capacity or limit per window.", labels, nil)
 	windowDesc = prometheus.NewDesc("ratelimit_policy_window_seconds",
 		"The time span a rate limiter's rule's limit is a quota for.", labels, nil)
+	failuresDesc = prometheus.NewDesc("ratelimit_backend_degraded_total",
+		"Calls a rate limiter's backend did not decide, answered by its failure policy.", labels, nil)
+	circuitDesc = prometheus.NewDesc("ratelimit_backend_circuit_refusals_total",
+		"Calls a rate limiter's open circuit kept from its backend.", labels, nil)
+	invalidDesc = prometheus.NewDesc("ratelimit_backend_invalid_states_total",
+		"Calls a rate limiter refused because a key's stored state was corrupted.", labels, nil)
+	mismatchDesc = prometheus.NewDesc("ratelimit_backend_mismatches_total",
+		"Backend replies that disagreed with the rule's decision; should stay zero.", labels, nil)
+	localDesc = prometheus.NewDesc("ratelimit_backend_local_denials_total",
+		"Refusals a rate limiter answered without a round trip to its backend.", labels, nil)
 )
 
 // AddStore adds a store under name. Names must be unique within the
@@ -109,21 +140,36 @@ func (c *Collector) AddPlans(name string, p *ratelimit.Plans) error {
 	})
 }
 
+// AddBackend adds a limiter whose keys live outside the process under
+// name, one series per entry of its BackendStats (layer is the entry's
+// index). Names must be unique within the Collector.
+func (c *Collector) AddBackend(name string, b Backend) error {
+	if b == nil {
+		return fmt.Errorf("ratelimitprom: AddBackend(%q) given a nil limiter", name)
+	}
+	return c.addSource(source{name: name, backend: b})
+}
+
 func (c *Collector) add(name string, stats func() []layerStats) error {
+	return c.addSource(source{name: name, stats: stats})
+}
+
+func (c *Collector) addSource(src source) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, s := range c.sources {
-		if s.name == name {
-			return fmt.Errorf("ratelimitprom: a store named %q was added already", name)
+		if s.name == src.name {
+			return fmt.Errorf("ratelimitprom: a store named %q was added already", src.name)
 		}
 	}
-	c.sources = append(c.sources, source{name: name, stats: stats})
+	c.sources = append(c.sources, src)
 	return nil
 }
 
 // Describe implements [prometheus.Collector].
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{keysDesc, maxKeysDesc, evictionsDesc, lossyDesc, limitDesc, windowDesc} {
+	for _, d := range []*prometheus.Desc{keysDesc, maxKeysDesc, evictionsDesc, lossyDesc, limitDesc, windowDesc,
+		failuresDesc, circuitDesc, invalidDesc, mismatchDesc, localDesc} {
 		ch <- d
 	}
 }
@@ -134,6 +180,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	sources := append([]source(nil), c.sources...)
 	c.mu.Unlock()
 	for _, s := range sources {
+		if s.backend != nil {
+			collectBackend(ch, s.name, s.backend.BackendStats())
+			continue
+		}
 		for _, l := range s.stats() {
 			lv := []string{s.name, l.plan, strconv.Itoa(l.layer), l.st.Policy}
 			st := l.st
@@ -144,6 +194,20 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(limitDesc, prometheus.GaugeValue, float64(st.Limit), lv...)
 			ch <- prometheus.MustNewConstMetric(windowDesc, prometheus.GaugeValue, st.Window.Seconds(), lv...)
 		}
+	}
+}
+
+// collectBackend sends a backend limiter's series.
+func collectBackend(ch chan<- prometheus.Metric, name string, stats []ratelimit.BackendStats) {
+	for i, st := range stats {
+		lv := []string{name, "", strconv.Itoa(i), st.Policy}
+		ch <- prometheus.MustNewConstMetric(limitDesc, prometheus.GaugeValue, float64(st.Limit), lv...)
+		ch <- prometheus.MustNewConstMetric(windowDesc, prometheus.GaugeValue, st.Window.Seconds(), lv...)
+		ch <- prometheus.MustNewConstMetric(failuresDesc, prometheus.CounterValue, float64(st.Failures), lv...)
+		ch <- prometheus.MustNewConstMetric(circuitDesc, prometheus.CounterValue, float64(st.CircuitRefusals), lv...)
+		ch <- prometheus.MustNewConstMetric(invalidDesc, prometheus.CounterValue, float64(st.InvalidStates), lv...)
+		ch <- prometheus.MustNewConstMetric(mismatchDesc, prometheus.CounterValue, float64(st.Mismatches), lv...)
+		ch <- prometheus.MustNewConstMetric(localDesc, prometheus.CounterValue, float64(st.LocalDenials), lv...)
 	}
 }
 

@@ -8,6 +8,12 @@
 //	s, err := redisstore.New(rdb, ratelimit.GCRA{Rate: ratelimit.PerMinute(100), Burst: 100})
 //	d, err := s.CheckContext(ctx, apiKey, ratelimit.Unit)
 //
+// The other keyed limits are here too, shared by every process the same
+// way: [Composite] (several limits per request), [Lockout] (blocks after
+// repeated failures; it fails closed by default) and [InFlight] (requests
+// in progress; [InFlight.AcquireWith] takes a slot and a Store's allowance
+// in one script). Each has the Decisions of its in-process counterpart.
+//
 // # How a check runs
 //
 // A check is one script call (EVALSHA, or EVAL once after the server lost

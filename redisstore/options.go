@@ -22,6 +22,9 @@ type options struct {
 	denyCache int
 	observer  ratelimit.Observer
 	hashTag   func(string) string // NewComposite only
+
+	lockFallback     *ratelimit.Lockout  // NewLockout only
+	inflightFallback *ratelimit.InFlight // NewInFlight only
 }
 
 // buildOptions applies opts over the defaults and validates the result.

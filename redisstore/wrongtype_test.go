@@ -149,3 +149,37 @@ func TestCompositeWrongTypeIsInvalidState(t *testing.T) {
 		}
 	}
 }
+
+// TestSharedLimitsWrongTypeIsInvalidState: a lockout's key that is not a
+// string, or an in-flight limit's key that is not a sorted set, is a
+// corrupted state too: refused with ErrInvalidState under a failure
+// policy that would admit (the lockout's fail open, the in-flight limit's
+// default fail open), never counted against the circuit.
+func TestSharedLimitsWrongTypeIsInvalidState(t *testing.T) {
+	rdb := needRedis(t)
+	ctx := context.Background()
+	lo, err := NewLockout(rdb, ratelimit.LockoutRule{Failures: 3, Within: time.Minute, Block: time.Minute},
+		WithPrefix(testPrefix()), WithFailureMode(FailOpen), WithCircuit(1, time.Hour))
+	require.NoError(t, err)
+	require.NoError(t, rdb.HSet(ctx, lo.Key("bad"), "f", "1").Err())
+	d, err := lo.Check(ctx, "bad")
+	require.ErrorIs(t, err, ratelimit.ErrInvalidState)
+	assert.False(t, d.Allowed, "a lockout's corrupted key admits nothing")
+	d, _, err = lo.Fail(ctx, "bad")
+	require.ErrorIs(t, err, ratelimit.ErrInvalidState)
+	assert.False(t, d.Allowed)
+
+	f, err := NewInFlight(rdb, ratelimit.InFlightLimit{Limit: 2}, WithPrefix(testPrefix()), WithCircuit(1, time.Hour))
+	require.NoError(t, err)
+	require.NoError(t, rdb.Set(ctx, f.Key("bad"), "x", 0).Err())
+	for range 3 {
+		rel, d, err := f.Acquire("bad")
+		require.ErrorIs(t, err, ratelimit.ErrInvalidState)
+		assert.False(t, d.Allowed, "an in-flight limit's corrupted key takes no slot")
+		rel()
+	}
+	rel, d, err := f.Acquire("good")
+	require.NoError(t, err, "the circuit stayed closed")
+	assert.True(t, d.Allowed)
+	rel()
+}

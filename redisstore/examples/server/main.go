@@ -3,26 +3,36 @@
 // one allowance per client instead of granting one each:
 //
 //   - GET /quote is limited per API key (the X-API-Key header), or per
-//     client address for requests without one, by a token bucket of 10 per
-//     second with bursts of 20;
-//   - POST /labels:batch spends the same per-key bucket, at 10 units a call;
-//   - POST /login is limited per client address by a sliding log of 5
-//     attempts per minute, successful or not.
+//     client address for requests without one, by the plan of the key: by
+//     default every key is on plan "free", a token bucket of 10 per second
+//     with bursts of 20; at most 4 quotes of a key are in progress at once
+//     across every replica (a redisstore.InFlight), and a quote refused for
+//     either limit spends nothing of the other;
+//   - POST /labels:batch spends the same per-key allowance, at 10 units a
+//     call;
+//   - POST /login checks a form field "password" against -password: only
+//     failed logins count, 5 a minute per client address, and 5 failures
+//     within a minute lock the address out for 15 minutes on every replica
+//     (a redisstore.Lockout; 429 with the exact Retry-After);
+//   - GET / lists these routes and their limits.
 //
-// Each limit is a [redisstore.Store] used through httplimit.Middleware,
-// which checks with the request's context, so a client that goes away
-// cancels its check. Decisions run on the Redis server's clock.
+// Each limit is used through httplimit's middleware, which checks with the
+// request's context, so a client that goes away cancels its check.
+// Decisions run on the Redis server's clock.
 //
-// When Redis fails (an error, or no answer within the store's 100 ms
-// deadline), the store's failure policy answers, and the server answers as
-// that Decision says: /login fails closed (refused, 429 with Retry-After),
-// and /quote and /labels:batch follow -failure:
+// When Redis fails (an error, or no answer within the 100 ms deadline),
+// each limit's failure policy answers, and the server answers as that
+// Decision says: /login fails closed (a lockout that opens when Redis is
+// down would let guesses through uncounted: 429 with Retry-After), and
+// /quote and /labels:batch follow -failure:
 //
-//   - open (the default): admitted, as if the key were fresh;
+//   - open (the default): admitted, as if the key were fresh (and a quote
+//     holds no slot);
 //   - closed: refused, 429 with a Retry-After of one second (the circuit's
 //     pause, 250 ms, rounded up);
-//   - fallback: decided by an in-process store with the same rule, so that
-//     each replica limits on its own until Redis is back.
+//   - fallback: decided by in-process limits with the same rules (and an
+//     in-process in-flight limit of 4), so that each replica limits on its
+//     own until Redis is back.
 //
 // Failures are logged, at most a few lines a second. -deny-cache sets how
 // many refused keys each store remembers to refuse again without a round
@@ -38,14 +48,32 @@
 // Usage:
 //
 //	go run ./examples/server [-addr 127.0.0.1:8080] [-redis 127.0.0.1:6379]
+//	    [-trust 10.0.0.0/8,...] [-rules rules.json] [-password letmein] [-work 0s]
 //	    [-failure open|closed|fallback] [-deny-cache 10000] [-decided-by]
+//
+// -rules reads the plans, and which API keys are on which plan, from a file
+// in the format of examples/server's (examples/server/rules.json is one). A
+// SIGHUP reads it again, and a file that does not read or validate is
+// refused, logged, and changes nothing. Each plan is a redisstore.Store (a
+// redisstore.Composite for a plan of layers), and a Redis key's name
+// carries its rule's numbers: a plan whose rule changes, and a key that
+// moves to another plan, start fresh in Redis. The migrations of
+// ratelimit.Plans.Update, which carry what a key has spent across the
+// change, are in process only for now.
+//
+// -trust lists the networks of reverse proxies in front of the server; their
+// X-Forwarded-For is believed. -work makes each quote take that long, so
+// that quotes stay in progress and their in-flight limit shows.
 //
 // Start two or three on different -addr with the same -redis and spread
 // requests over them: together they admit what one admits alone. One curl
 // sending 40 quotes in a row, more than the burst of 20 and what the rate
-// earns meanwhile, shows the last ones refused:
+// earns meanwhile, shows the last ones refused; with -work 2s, 6 quotes at
+// once show 2 refused for the in-flight limit; then a wrong password:
 //
 //	curl -s -o /dev/null -w '%{http_code} ' 'localhost:8080/quote?n=[1-40]'; echo
+//	curl --no-progress-meter -Z --parallel-immediate -o /dev/null -w '%{http_code} ' 'localhost:8080/quote?n=[1-6]'; echo
+//	curl -si -d password=guess localhost:8080/login
 package main
 
 import (
@@ -58,14 +86,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
-	"github.com/ratekit/ratelimit"
-	"github.com/ratekit/ratelimit/httplimit"
-	"github.com/ratekit/ratelimit/redisstore"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -91,6 +118,10 @@ func run(ctx context.Context, args []string, logw io.Writer, ready func(net.Addr
 	addr := fs.String("addr", "127.0.0.1:8080", "`address` to listen on")
 	redisAddr := fs.String("redis", "127.0.0.1:6379", "`host:port` of the Redis that keeps the limits")
 	cfg := defaultConfig()
+	trust := fs.String("trust", "", "comma-separated `networks` of trusted reverse proxies, such as 10.0.0.0/8")
+	rulesPath := fs.String("rules", "", "`file` of plans and the API keys on them (JSON); SIGHUP reads it again")
+	fs.StringVar(&cfg.password, "password", cfg.password, "the `password` POST /login accepts")
+	fs.DurationVar(&cfg.work, "work", 0, "how long each quote takes (`duration`), to see its in-flight limit")
 	fs.StringVar(&cfg.failure, "failure", cfg.failure, "what /quote and /labels:batch answer when Redis fails: `open, closed or fallback`")
 	fs.IntVar(&cfg.denyCache, "deny-cache", cfg.denyCache, "how many refused `keys` each store remembers (0: none)")
 	fs.BoolVar(&cfg.decidedBy, "decided-by", cfg.decidedBy, "say in "+DecidedBy+" which path decided each response")
@@ -103,6 +134,22 @@ func run(ctx context.Context, args []string, logw io.Writer, ready func(net.Addr
 	if _, ok := failurePolicies[cfg.failure]; !ok {
 		return fmt.Errorf("-failure: %q is not open, closed or fallback", cfg.failure)
 	}
+	for _, s := range strings.Split(*trust, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return fmt.Errorf("-trust: %w", err)
+		}
+		cfg.proxies = append(cfg.proxies, p.Masked())
+	}
+	if *rulesPath != "" {
+		var err error
+		if cfg.rules, err = readRules(*rulesPath); err != nil {
+			return fmt.Errorf("-rules: %w", err)
+		}
+	}
 
 	rdb := redis.NewClient(clientOptions(*redisAddr))
 	defer rdb.Close()
@@ -114,10 +161,30 @@ func run(ctx context.Context, args []string, logw io.Writer, ready func(net.Addr
 	}
 
 	logger := slog.New(slog.NewTextHandler(logw, nil))
-	h, err := routes(logger, rdb, cfg)
+	a, err := newAPI(logger, rdb, cfg)
 	if err != nil {
 		return err
 	}
+	fmt.Fprintln(logw, "routes:")
+	for _, r := range *a.table.Load() {
+		fmt.Fprintf(logw, "  %-20s %s\n", r.Route, r.Limit)
+	}
+	if *rulesPath != "" {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-hup:
+					a.reload(*rulesPath)
+				}
+			}
+		}()
+	}
+	h := a.handler
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err
@@ -163,14 +230,22 @@ func clientOptions(addr string) *redis.Options {
 
 // config is what the flags choose beyond the addresses.
 type config struct {
-	failure   string // a key of failurePolicies
-	denyCache int    // redisstore.WithDenyCache's n
-	decidedBy bool   // set DecidedBy on every limited response
+	failure   string         // a key of failurePolicies
+	denyCache int            // redisstore.WithDenyCache's n
+	decidedBy bool           // set DecidedBy on every limited response
+	rules     rulesFile      // -rules, or defaultRules
+	password  string         // what POST /login accepts
+	work      time.Duration  // how long a quote takes
+	proxies   []netip.Prefix // trusted reverse proxies
+
+	// quoteWait, if set, is called by every quote before it answers
+	// (tests hold quotes in progress with it); -work sets one.
+	quoteWait func(*http.Request)
 }
 
 // defaultConfig is the flags' defaults.
 func defaultConfig() config {
-	return config{failure: "open", denyCache: 10_000}
+	return config{failure: "open", denyCache: 10_000, rules: defaultRules(), password: "letmein"}
 }
 
 // failurePolicies maps -failure to the value of DecidedBy for the answers
@@ -181,102 +256,6 @@ var failurePolicies = map[string]string{"open": "fail-open", "closed": "fail-clo
 // decided a limited request: "redis", or the failure policy's "fail-open",
 // "fail-closed" or "fallback".
 const DecidedBy = "X-Ratelimit-Decided-By"
-
-// routes builds the API with its limits in the Redis rdb talks to; opts
-// are added to every store's (tests give a client clock and a prefix).
-func routes(logger *slog.Logger, rdb redis.UniversalClient, cfg config, opts ...redisstore.Option) (http.Handler, error) {
-	if _, ok := failurePolicies[cfg.failure]; !ok {
-		return nil, fmt.Errorf("unknown failure policy %q", cfg.failure)
-	}
-	rule := ratelimit.TokenBucket{Rate: ratelimit.PerSecond(10), Burst: 20, Name: "api"}
-	apiOpts := []redisstore.Option{redisstore.WithDenyCache(cfg.denyCache)}
-	switch cfg.failure {
-	case "closed":
-		apiOpts = append(apiOpts, redisstore.WithFailureMode(redisstore.FailClosed))
-	case "fallback":
-		local, err := ratelimit.NewStore(rule)
-		if err != nil {
-			return nil, err
-		}
-		apiOpts = append(apiOpts, redisstore.WithFallback(local))
-	}
-	api, err := redisstore.New(rdb, rule, append(apiOpts, opts...)...)
-	if err != nil {
-		return nil, err
-	}
-	logins, err := redisstore.New(rdb, ratelimit.SlidingLog{Limit: 5, Window: time.Minute, Name: "login"},
-		append([]redisstore.Option{redisstore.WithFailureMode(redisstore.FailClosed), redisstore.WithDenyCache(cfg.denyCache)}, opts...)...)
-	if err != nil {
-		return nil, err
-	}
-	client := httplimit.ClientIP{}
-	byAPIKey := httplimit.WithKey(httplimit.HeaderKey("X-API-Key", client.Key))
-	logTo := httplimit.WithLogger(logger)
-	apiLim := &policyAnswers{s: api, policy: failurePolicies[cfg.failure]}
-	loginLim := &policyAnswers{s: logins, policy: "fail-closed"}
-	perKey := httplimit.Middleware(apiLim, byAPIKey, logTo)
-	perKeyBatch := httplimit.Middleware(apiLim, byAPIKey, logTo, httplimit.WithCost(httplimit.FixedCost(10*ratelimit.Unit)))
-	perAddr := httplimit.Middleware(loginLim, httplimit.WithKey(client.Key), logTo)
-
-	mux := http.NewServeMux()
-	mux.Handle("GET /quote", perKey(http.HandlerFunc(quote)))
-	mux.Handle("POST /labels:batch", perKeyBatch(http.HandlerFunc(labels)))
-	mux.Handle("POST /login", perAddr(http.HandlerFunc(login)))
-	if !cfg.decidedBy {
-		return mux, nil
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), decidedByKey{}, w.Header())))
-	}), nil
-}
-
-// decidedByKey is the context key under which routes passes the response's
-// header to policyAnswers, for DecidedBy.
-type decidedByKey struct{}
-
-// policyAnswers is a Redis store that says, with -decided-by, which path
-// decided each request: Redis, or its failure policy when Redis failed.
-// The policy's Decision comes with an error matching
-// [ratelimit.ErrDegraded], which httplimit logs (capped) and then obeys: a
-// store failing closed refuses, one failing open admits.
-type policyAnswers struct {
-	s      *redisstore.Store
-	policy string // DecidedBy's value for the failure policy's answers
-}
-
-func (p *policyAnswers) Check(key string, cost ratelimit.Units) (ratelimit.Decision, error) {
-	return p.CheckContext(context.Background(), key, cost)
-}
-
-func (p *policyAnswers) CheckContext(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
-	d, err := p.s.CheckContext(ctx, key, cost)
-	if h, ok := ctx.Value(decidedByKey{}).(http.Header); ok {
-		switch {
-		case err == nil:
-			h.Set(DecidedBy, "redis")
-		case errors.Is(err, redisstore.ErrUnavailable):
-			h.Set(DecidedBy, p.policy)
-		}
-	}
-	return d, err
-}
-
-// Clock is the store's, so that httplimit waits on it.
-func (p *policyAnswers) Clock() ratelimit.Clock { return p.s.Clock() }
-
-func quote(w http.ResponseWriter, _ *http.Request) {
-	reply(w, map[string]any{"symbol": "RTK", "price": "42.00"})
-}
-
-func labels(w http.ResponseWriter, _ *http.Request) {
-	reply(w, map[string]any{"accepted": 10})
-}
-
-// login stands in for a real one: the limit counts attempts, whether or not
-// the credentials turn out to be right.
-func login(w http.ResponseWriter, _ *http.Request) {
-	reply(w, map[string]any{"ok": true})
-}
 
 func reply(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")

@@ -92,13 +92,19 @@ var prefixes atomic.Int64
 // failure policy's answer.
 func replicas(t *testing.T, n int) []string {
 	t.Helper()
+	return replicasWith(t, n, defaultConfig())
+}
+
+// replicasWith is replicas with the configuration cfg.
+func replicasWith(t *testing.T, n int, cfg config) []string {
+	t.Helper()
 	clk := ratelimit.NewManualClock(time.Duration(time.Now().UnixNano()))
 	prefix := fmt.Sprintf("demo%d:", prefixes.Add(1))
 	var urls []string
 	for range n {
 		rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { rdb.Close() })
-		h, err := routes(slog.New(slog.NewTextHandler(io.Discard, nil)), rdb, defaultConfig(), redisstore.WithClock(clk), redisstore.WithPrefix(prefix), redisstore.WithTimeout(10*time.Second))
+		h, err := routes(slog.New(slog.NewTextHandler(io.Discard, nil)), rdb, cfg, redisstore.WithClock(clk), redisstore.WithPrefix(prefix), redisstore.WithTimeout(10*time.Second))
 		require.NoError(t, err)
 		srv := httptest.NewServer(h)
 		t.Cleanup(srv.Close)
@@ -146,7 +152,6 @@ func TestReplicasShareLimits(t *testing.T) {
 		{"quote per API key", "GET", "/quote", "key-1", 45, 20},
 		{"quote per address", "GET", "/quote", "", 45, 20},
 		{"batches of 10 units", "POST", "/labels:batch", "key-2", 9, 2},
-		{"login per address", "POST", "/login", "", 15, 5},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,366 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratekit/ratelimit"
+	"github.com/ratekit/ratelimit/httplimit"
+	"github.com/ratekit/ratelimit/redisstore"
+	"github.com/redis/go-redis/v9"
+)
+
+// route is one route of the API and the limit it is under, as GET / lists
+// them.
+type route struct {
+	Route string `json:"route"`
+	Limit string `json:"limit"`
+}
+
+// rulesFile is the -rules file: plans, and the API keys on each.
+type rulesFile struct {
+	Rules ratelimit.PlanSet `json:"rules"`
+	Keys  map[string]string `json:"keys"` // API key -> plan
+}
+
+// defaultRules are the limits without -rules: one plan, "free", for every
+// key.
+func defaultRules() rulesFile {
+	return rulesFile{Rules: ratelimit.PlanSet{
+		Plans: map[string]ratelimit.Plan{
+			"free": {Rule: ratelimit.TokenBucket{Rate: ratelimit.PerSecond(10), Burst: 20, Name: "api"}},
+		},
+		Default: "free",
+	}}
+}
+
+// readRules reads and checks a -rules file, strictly: an unknown field, a
+// malformed rule or a key on a plan that does not exist is an error.
+func readRules(path string) (rulesFile, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return rulesFile{}, err
+	}
+	var rf rulesFile
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rf); err != nil {
+		return rulesFile{}, err
+	}
+	if rf.Rules.Plans == nil {
+		return rulesFile{}, errors.New(`"rules" is missing`)
+	}
+	for key, plan := range rf.Keys {
+		if _, ok := rf.Rules.Plans[plan]; !ok {
+			return rulesFile{}, fmt.Errorf("key %q is on plan %q, which is not one of the plans", key, plan)
+		}
+	}
+	return rf, nil
+}
+
+const batchCost = 10
+
+// quoteInFlight is how many quotes of one key may be in progress at once,
+// across every replica.
+const quoteInFlight = 4
+
+// api is the server's handler and its limits.
+type api struct {
+	handler http.Handler
+	rdb     redis.UniversalClient
+	cfg     config
+	opts    []redisstore.Option // added to every limit's (tests: a client clock, a prefix)
+	logger  *slog.Logger
+	plans   atomic.Pointer[planSet]
+	table   atomic.Pointer[[]route]
+	clock   ratelimit.Clock
+	loginL  string
+}
+
+// planSet is a rule set in force: a Redis limiter per plan, and the plan
+// of each limiter key.
+type planSet struct {
+	limiters map[string]ratelimit.KeyedLimiter
+	def      string
+	keys     map[string]string // limiter key -> plan
+}
+
+// routes builds the API with its limits in the Redis rdb talks to; opts
+// are added to every limit's.
+func routes(logger *slog.Logger, rdb redis.UniversalClient, cfg config, opts ...redisstore.Option) (http.Handler, error) {
+	a, err := newAPI(logger, rdb, cfg, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return a.handler, nil
+}
+
+// newAPI builds the API with its limits.
+func newAPI(logger *slog.Logger, rdb redis.UniversalClient, cfg config, opts ...redisstore.Option) (*api, error) {
+	if _, ok := failurePolicies[cfg.failure]; !ok {
+		return nil, fmt.Errorf("unknown failure policy %q", cfg.failure)
+	}
+	a := &api{rdb: rdb, cfg: cfg, opts: opts, logger: logger}
+	ps, err := a.build(cfg.rules)
+	if err != nil {
+		return nil, err
+	}
+	a.plans.Store(ps)
+
+	client := httplimit.ClientIP{TrustedProxies: cfg.proxies}
+	byAPIKey := httplimit.WithKey(httplimit.HeaderKey("X-API-Key", client.Key))
+	logTo := httplimit.WithLogger(logger)
+
+	slotOpts := append(a.policyOptions(), opts...)
+	if cfg.failure == "fallback" {
+		local, err := ratelimit.NewInFlight(ratelimit.InFlightLimit{Limit: quoteInFlight, Name: "quote-in-flight"})
+		if err != nil {
+			return nil, err
+		}
+		slotOpts = append(slotOpts, redisstore.WithInFlightFallback(local))
+	}
+	// MaxHold gives back the slots of a replica that died holding them,
+	// well after any quote could still be running.
+	hold := max(time.Minute, 4*cfg.work)
+	slots, err := redisstore.NewInFlight(rdb, ratelimit.InFlightLimit{Limit: quoteInFlight, MaxHold: hold, Name: "quote-in-flight"}, slotOpts...)
+	if err != nil {
+		return nil, err
+	}
+	byPlan := &planLimiter{a: a}
+	// The slot and the plan's allowance are taken together, or neither.
+	perKeyQuote := httplimit.InFlight(&planSlots{f: slots, a: a}, byPlan, byAPIKey, logTo)
+	perKeyBatch := httplimit.Middleware(byPlan, byAPIKey, logTo, httplimit.WithCost(httplimit.FixedCost(batchCost*ratelimit.Unit)))
+	loginH, err := a.newLogin(client, logTo)
+	if err != nil {
+		return nil, err
+	}
+	a.table.Store(a.routes(cfg.rules.Rules))
+
+	quoteWait := cfg.quoteWait
+	if quoteWait == nil && cfg.work > 0 {
+		quoteWait = working(cfg.work)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /quote", perKeyQuote(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if quoteWait != nil {
+			quoteWait(r)
+		}
+		quote(w, r)
+	})))
+	mux.Handle("POST /labels:batch", perKeyBatch(http.HandlerFunc(labels)))
+	mux.Handle("POST /login", loginH)
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		reply(w, map[string]any{"routes": *a.table.Load()})
+	})
+	a.handler = mux
+	if cfg.decidedBy {
+		a.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), decidedByKey{}, w.Header())))
+		})
+	}
+	return a, nil
+}
+
+// policyOptions are the -failure policy's options for a Store or an
+// InFlight (a fallback is added by who builds it).
+func (a *api) policyOptions() []redisstore.Option {
+	if a.cfg.failure == "closed" {
+		return []redisstore.Option{redisstore.WithFailureMode(redisstore.FailClosed)}
+	}
+	return nil
+}
+
+// build makes the Redis limiters of a rule set: a Store for a plan of one
+// rule, a Composite for a plan of layers.
+func (a *api) build(rules rulesFile) (*planSet, error) {
+	if _, err := ratelimit.NewPlans(rules.Rules, nil); err != nil {
+		return nil, err // validated as in process
+	}
+	ps := &planSet{limiters: map[string]ratelimit.KeyedLimiter{}, def: rules.Rules.Default, keys: map[string]string{}}
+	for k, plan := range rules.Keys {
+		ps.keys[httplimit.SecretKey(k)] = plan
+	}
+	for name, plan := range rules.Rules.Plans {
+		opts := append(a.policyOptions(), redisstore.WithDenyCache(a.cfg.denyCache))
+		if plan.Rule != nil {
+			if a.cfg.failure == "fallback" {
+				local, err := ratelimit.NewStore(plan.Rule)
+				if err != nil {
+					return nil, err
+				}
+				opts = append(opts, redisstore.WithFallback(local))
+			}
+			s, err := redisstore.New(a.rdb, plan.Rule, append(opts, a.opts...)...)
+			if err != nil {
+				return nil, fmt.Errorf("plan %q: %w", name, err)
+			}
+			ps.limiters[name] = s
+			continue
+		}
+		layers := make([]redisstore.Layer, len(plan.Layers))
+		for i, l := range plan.Layers {
+			layers[i] = redisstore.Layer{Layer: l}
+		}
+		// A Composite has no fallback: it fails open or closed.
+		c, err := redisstore.NewComposite(a.rdb, layers, append(a.policyOptions(), a.opts...)...)
+		if err != nil {
+			return nil, fmt.Errorf("plan %q: %w", name, err)
+		}
+		ps.limiters[name] = c
+	}
+	return ps, nil
+}
+
+// limiterFor returns the limiter of key's plan.
+func (a *api) limiterFor(key string) ratelimit.KeyedLimiter {
+	ps := a.plans.Load()
+	if l, ok := ps.limiters[ps.keys[key]]; ok {
+		return l
+	}
+	return ps.limiters[ps.def]
+}
+
+// routes lists the routes and their limits under a rule set.
+func (a *api) routes(set ratelimit.PlanSet) *[]route {
+	names := make([]string, 0, len(set.Plans))
+	for name := range set.Plans {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var plans []string
+	for _, name := range names {
+		spec, _ := json.Marshal(ratelimit.PlanSet{Plans: map[string]ratelimit.Plan{name: set.Plans[name]}, Default: name})
+		var doc struct{ Plans map[string]json.RawMessage }
+		_ = json.Unmarshal(spec, &doc)
+		label := name
+		if name == set.Default {
+			label += " (default)"
+		}
+		plans = append(plans, label+" "+string(doc.Plans[name]))
+	}
+	limit := "per X-API-Key, or else client address, by its plan, in Redis: " + strings.Join(plans, "; ")
+	return &[]route{
+		{"GET /quote", limit + fmt.Sprintf("; 1 a call; at most %d in progress per key across every replica", quoteInFlight)},
+		{"POST /labels:batch", limit + fmt.Sprintf("; %d a call", batchCost)},
+		{"POST /login", a.loginL},
+		{"GET /", "none: this list"},
+	}
+}
+
+// reload reads the rules file again and puts it in force, logging what
+// changed, or why the file was refused (the rules in force then stay).
+func (a *api) reload(path string) {
+	rules, err := readRules(path)
+	var ps *planSet
+	if err == nil {
+		ps, err = a.build(rules)
+	}
+	if err != nil {
+		a.logger.Error("rules refused; the rules in force stay", "file", path, "error", err)
+		return
+	}
+	a.plans.Store(ps)
+	a.table.Store(a.routes(rules.Rules))
+	a.logger.Info("rules reloaded", "file", path, "plans", len(rules.Rules.Plans), "keys", len(rules.Keys),
+		"limits", (*a.table.Load())[0].Limit)
+}
+
+// planLimiter checks each key against its plan's Redis limiter.
+type planLimiter struct{ a *api }
+
+func (p *planLimiter) Check(key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	return p.CheckContext(context.Background(), key, cost)
+}
+
+func (p *planLimiter) CheckContext(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	lim := p.a.limiterFor(key)
+	var (
+		d   ratelimit.Decision
+		err error
+	)
+	if cc, ok := lim.(ratelimit.ContextChecker); ok {
+		d, err = cc.CheckContext(ctx, key, cost)
+	} else {
+		d, err = lim.Check(key, cost)
+	}
+	markDecided(ctx, err, failurePolicies[p.a.cfg.failure])
+	return d, err
+}
+
+// Clock is the limits' clock, so that httplimit waits on it.
+func (p *planLimiter) Clock() ratelimit.Clock { return p.a.clock }
+
+// planSlots is the quotes' in-flight limit, taken together with the plan
+// of the key: AcquireWith asks the key's plan's limiter whatever rate it is
+// given (the plans' dispatcher), so that a plan of one rule, a Store, is
+// checked in the slot's own script.
+type planSlots struct {
+	f *redisstore.InFlight
+	a *api
+}
+
+func (p *planSlots) AcquireContext(ctx context.Context, key string) (ratelimit.Release, ratelimit.Decision, error) {
+	rel, d, err := p.f.AcquireContext(ctx, key)
+	markDecided(ctx, err, failurePolicies[p.a.cfg.failure])
+	return rel, d, err
+}
+
+func (p *planSlots) AcquireWith(ctx context.Context, key string, _ ratelimit.KeyedLimiter, cost ratelimit.Units) (ratelimit.Release, ratelimit.Decision, error) {
+	rel, d, err := p.f.AcquireWith(ctx, key, p.a.limiterFor(key), cost)
+	markDecided(ctx, err, failurePolicies[p.a.cfg.failure])
+	return rel, d, err
+}
+
+func (p *planSlots) Clock() ratelimit.Clock { return p.f.Clock() }
+
+// decidedByKey is the context key under which the handler passes the
+// response's header to the limits, for DecidedBy.
+type decidedByKey struct{}
+
+// markDecided sets DecidedBy, with -decided-by, to the path that decided a
+// check that returned err: Redis, or policy, the failure policy's answer
+// when Redis failed. The policy's Decision comes with an error matching
+// [ratelimit.ErrDegraded], which httplimit logs (capped) and then obeys:
+// a limit failing closed refuses, one failing open admits.
+func markDecided(ctx context.Context, err error, policy string) {
+	h, ok := ctx.Value(decidedByKey{}).(http.Header)
+	if !ok {
+		return
+	}
+	switch {
+	case err == nil:
+		h.Set(DecidedBy, "redis")
+	case errors.Is(err, redisstore.ErrUnavailable):
+		h.Set(DecidedBy, policy)
+	}
+}
+
+// working returns a quoteWait that takes d, or until the client goes away.
+func working(d time.Duration) func(*http.Request) {
+	return func(r *http.Request) {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+		}
+	}
+}
+
+func quote(w http.ResponseWriter, _ *http.Request) {
+	reply(w, map[string]any{"symbol": "RTK", "price": "42.00"})
+}
+
+func labels(w http.ResponseWriter, _ *http.Request) {
+	reply(w, map[string]any{"accepted": 10})
+}
