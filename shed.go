@@ -373,16 +373,28 @@ type WorkerLimit struct {
 //	target   = limit × gradient + Queue
 //	limit    = limit + (target − limit) × Smoothing
 //
-// kept between MinLimit and MaxLimit. The gradient's floor of 1/2 makes a
-// limit under a long slowdown settle near 2 × Queue, not lower (set a
-// smaller Queue to let it go lower). While the most requests in progress
-// during a window stay below half the limit, the limit does not move: it
-// is not what holds the traffic back. When long is more than twice short
-// (after a slowdown has passed), long drops by 5% a window, so that the
-// limit recovers sooner than the average alone would let it. All of it is
-// integer arithmetic (the limit in thousandths of a request), and it
-// happens during Admit and Release, so the limit moves only with requests,
-// and on a [ManualClock] exactly as the test drives it.
+// kept between MinLimit and MaxLimit. While latency holds (short no more
+// than Tolerance × long) the gradient is 1 and the limit grows by Queue ×
+// Smoothing a window; the gradient's floor of 1/2 makes a limit under a
+// long slowdown settle near 2 × Queue, not lower (set a smaller Queue to
+// let it go lower).
+//
+// The limit does not move in a window in which the shedder refused no
+// request and the most requests in progress stayed below half the limit:
+// it is not what holds the traffic back. A refusal of any class counts,
+// since the classes' shares are fractions of the limit: with shares under
+// one half, the work in progress can stay below half the limit while the
+// least important class is refused, and the limit must still grow for it
+// to come back after a slowdown. When long is more than twice short (after
+// a slowdown has passed), long drops by a tenth a window, as Netflix's
+// Gradient2 drops it, so that latency back at its baseline reads as such
+// sooner than the average alone would let it. After a slowdown the limit
+// thus climbs back by Queue × Smoothing a window for as long as requests
+// are refused and latency holds.
+//
+// All of it is integer arithmetic (the limit in thousandths of a request),
+// and it happens during Admit and Release, so the limit moves only with
+// requests, and on a [ManualClock] exactly as the test drives it.
 //
 // The zero values of its fields are defaults, as each says.
 type Gradient struct {
@@ -469,9 +481,10 @@ type WorkerShedder struct {
 	since []int64 // since[i]: when class i began being refused
 
 	// The adaptive limit's window: its start, the sum and count of the
-	// latencies of the requests completed in it, and the most requests
-	// in progress during it; long is the long-term latency (0: none yet).
-	winStart, sum, count, peak, long int64
+	// latencies of the requests completed in it, the most requests in
+	// progress during it, and the requests refused in it; long is the
+	// long-term latency (0: none yet).
+	winStart, sum, count, peak, refused, long int64
 }
 
 // gradientRule is a validated Gradient.
@@ -583,6 +596,7 @@ func (s *WorkerShedder) Admit(ctx context.Context, p Priority) (Release, Decisio
 		}
 	} else {
 		d.RetryAfter = s.retry
+		s.refused++
 	}
 	s.mu.Unlock()
 	shedReport(s.obs, s.sobs, &d, s.classes.list[i].Name)
@@ -632,7 +646,7 @@ func (s *WorkerShedder) tick() int64 {
 	s.now = now
 	if s.grad != nil && now-s.winStart >= s.grad.window {
 		s.adapt()
-		s.winStart, s.sum, s.count, s.peak = now, 0, 0, s.inUse
+		s.winStart, s.sum, s.count, s.peak, s.refused = now, 0, 0, s.inUse, 0
 	}
 	s.step(now)
 	return now
@@ -687,9 +701,9 @@ func (s *WorkerShedder) adapt() {
 		s.long = max(1, s.long+diff/n*2+diff%n*2/n)
 	}
 	if s.long/2 > short {
-		s.long -= s.long / 20
+		s.long -= s.long / 10
 	}
-	if s.peak*2000 < s.limit {
+	if s.refused == 0 && s.peak*2000 < s.limit {
 		return // the limit is not what holds the traffic back
 	}
 	// gradient in thousandths: Tolerance% × long / short, within [500, 1000].
