@@ -352,7 +352,10 @@ type WorkerLimit struct {
 	Adaptive *Gradient
 
 	// RetryAfter is the wait a refusal suggests to the client (the
-	// Decision's RetryAfter), a hint: 0 means one second.
+	// Decision's RetryAfter), a hint: 0 means one second. When a request
+	// in progress ends cannot be known, so no exact wait exists; a
+	// refusal's RetryAfter is this hint, or what is left of Hold if that
+	// is longer, since the class cannot be readmitted before.
 	RetryAfter time.Duration
 
 	// Name is reported as Decision.Policy.
@@ -452,9 +455,10 @@ type Gradient struct {
 // Its Decisions: Allowed; Limit is the work in progress at which the
 // class starts being refused, in requests, under the limit now in force;
 // Remaining is how many more requests of the class could be admitted at
-// once after this one (0 while it is refused); RetryAfter is the rule's
-// hint on a refusal, 0 on an admission; Policy is the Name; At is the
-// instant on the shedder's clock.
+// once after this one (0 while it is refused); RetryAfter, on a refusal,
+// is the rule's hint or, if longer, the time until Hold lets the class be
+// readmitted (the Hold of each class refused above it included), 0 on an
+// admission; Policy is the Name; At is the instant on the shedder's clock.
 //
 // Time comes from the shedder's clock and is clamped, never trusted to go
 // backwards. A WorkerShedder is safe for concurrent use: its state sits
@@ -595,7 +599,7 @@ func (s *WorkerShedder) Admit(ctx context.Context, p Priority) (Release, Decisio
 			d.Remaining = max(0, min(s.onAt(i), s.limit/1000)-s.inUse)
 		}
 	} else {
-		d.RetryAfter = s.retry
+		d.RetryAfter = max(s.retry, s.holdLeft(i, now))
 		s.refused++
 	}
 	s.mu.Unlock()
@@ -682,6 +686,19 @@ func (s *WorkerShedder) step(now int64) {
 		}
 		s.cut++
 	}
+}
+
+// holdLeft is how long Hold keeps class i refused at least: classes are
+// readmitted in order, so until the Hold of every class refused from the
+// first one refused down to i has passed; with s.mu held.
+func (s *WorkerShedder) holdLeft(i int, now int64) time.Duration {
+	var left int64
+	for j := s.cut; j <= i && j < len(s.classes.list); j++ {
+		if s.classes.list[j].Share < 100 {
+			left = max(left, s.since[j]+s.hold-now)
+		}
+	}
+	return time.Duration(left)
 }
 
 // adapt moves the limit at the end of a window (see [Gradient]); with s.mu
