@@ -600,7 +600,9 @@ func (s *WorkerShedder) Admit(ctx context.Context, p Priority) (Release, Decisio
 		}
 	} else {
 		d.RetryAfter = max(s.retry, s.holdLeft(i, now))
-		s.refused++
+		if s.grad != nil {
+			s.refused++
+		}
 	}
 	s.mu.Unlock()
 	shedReport(s.obs, s.sobs, &d, s.classes.list[i].Name)
