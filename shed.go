@@ -352,7 +352,10 @@ type WorkerLimit struct {
 	Adaptive *Gradient
 
 	// RetryAfter is the wait a refusal suggests to the client (the
-	// Decision's RetryAfter), a hint: 0 means one second.
+	// Decision's RetryAfter), a hint: 0 means one second. When a request
+	// in progress ends cannot be known, so no exact wait exists; a
+	// refusal's RetryAfter is this hint, or what is left of Hold if that
+	// is longer, since the class cannot be readmitted before.
 	RetryAfter time.Duration
 
 	// Name is reported as Decision.Policy.
@@ -373,16 +376,28 @@ type WorkerLimit struct {
 //	target   = limit × gradient + Queue
 //	limit    = limit + (target − limit) × Smoothing
 //
-// kept between MinLimit and MaxLimit. The gradient's floor of 1/2 makes a
-// limit under a long slowdown settle near 2 × Queue, not lower (set a
-// smaller Queue to let it go lower). While the most requests in progress
-// during a window stay below half the limit, the limit does not move: it
-// is not what holds the traffic back. When long is more than twice short
-// (after a slowdown has passed), long drops by 5% a window, so that the
-// limit recovers sooner than the average alone would let it. All of it is
-// integer arithmetic (the limit in thousandths of a request), and it
-// happens during Admit and Release, so the limit moves only with requests,
-// and on a [ManualClock] exactly as the test drives it.
+// kept between MinLimit and MaxLimit. While latency holds (short no more
+// than Tolerance × long) the gradient is 1 and the limit grows by Queue ×
+// Smoothing a window; the gradient's floor of 1/2 makes a limit under a
+// long slowdown settle near 2 × Queue, not lower (set a smaller Queue to
+// let it go lower).
+//
+// The limit does not move in a window in which the shedder refused no
+// request and the most requests in progress stayed below half the limit:
+// it is not what holds the traffic back. A refusal of any class counts,
+// since the classes' shares are fractions of the limit: with shares under
+// one half, the work in progress can stay below half the limit while the
+// least important class is refused, and the limit must still grow for it
+// to come back after a slowdown. When long is more than twice short (after
+// a slowdown has passed), long drops by a tenth a window, as Netflix's
+// Gradient2 drops it, so that latency back at its baseline reads as such
+// sooner than the average alone would let it. After a slowdown the limit
+// thus climbs back by Queue × Smoothing a window for as long as requests
+// are refused and latency holds.
+//
+// All of it is integer arithmetic (the limit in thousandths of a request),
+// and it happens during Admit and Release, so the limit moves only with
+// requests, and on a [ManualClock] exactly as the test drives it.
 //
 // The zero values of its fields are defaults, as each says.
 type Gradient struct {
@@ -440,9 +455,10 @@ type Gradient struct {
 // Its Decisions: Allowed; Limit is the work in progress at which the
 // class starts being refused, in requests, under the limit now in force;
 // Remaining is how many more requests of the class could be admitted at
-// once after this one (0 while it is refused); RetryAfter is the rule's
-// hint on a refusal, 0 on an admission; Policy is the Name; At is the
-// instant on the shedder's clock.
+// once after this one (0 while it is refused); RetryAfter, on a refusal,
+// is the rule's hint or, if longer, the time until Hold lets the class be
+// readmitted (the Hold of each class refused above it included), 0 on an
+// admission; Policy is the Name; At is the instant on the shedder's clock.
 //
 // Time comes from the shedder's clock and is clamped, never trusted to go
 // backwards. A WorkerShedder is safe for concurrent use: its state sits
@@ -469,9 +485,10 @@ type WorkerShedder struct {
 	since []int64 // since[i]: when class i began being refused
 
 	// The adaptive limit's window: its start, the sum and count of the
-	// latencies of the requests completed in it, and the most requests
-	// in progress during it; long is the long-term latency (0: none yet).
-	winStart, sum, count, peak, long int64
+	// latencies of the requests completed in it, the most requests in
+	// progress during it, and the requests refused in it; long is the
+	// long-term latency (0: none yet).
+	winStart, sum, count, peak, refused, long int64
 }
 
 // gradientRule is a validated Gradient.
@@ -582,7 +599,10 @@ func (s *WorkerShedder) Admit(ctx context.Context, p Priority) (Release, Decisio
 			d.Remaining = max(0, min(s.onAt(i), s.limit/1000)-s.inUse)
 		}
 	} else {
-		d.RetryAfter = s.retry
+		d.RetryAfter = max(s.retry, s.holdLeft(i, now))
+		if s.grad != nil {
+			s.refused++
+		}
 	}
 	s.mu.Unlock()
 	shedReport(s.obs, s.sobs, &d, s.classes.list[i].Name)
@@ -632,7 +652,7 @@ func (s *WorkerShedder) tick() int64 {
 	s.now = now
 	if s.grad != nil && now-s.winStart >= s.grad.window {
 		s.adapt()
-		s.winStart, s.sum, s.count, s.peak = now, 0, 0, s.inUse
+		s.winStart, s.sum, s.count, s.peak, s.refused = now, 0, 0, s.inUse, 0
 	}
 	s.step(now)
 	return now
@@ -670,6 +690,19 @@ func (s *WorkerShedder) step(now int64) {
 	}
 }
 
+// holdLeft is how long Hold keeps class i refused at least: classes are
+// readmitted in order, so until the Hold of every class refused from the
+// first one refused down to i has passed; with s.mu held.
+func (s *WorkerShedder) holdLeft(i int, now int64) time.Duration {
+	var left int64
+	for j := s.cut; j <= i && j < len(s.classes.list); j++ {
+		if s.classes.list[j].Share < 100 {
+			left = max(left, s.since[j]+s.hold-now)
+		}
+	}
+	return time.Duration(left)
+}
+
 // adapt moves the limit at the end of a window (see [Gradient]); with s.mu
 // held.
 func (s *WorkerShedder) adapt() {
@@ -687,9 +720,9 @@ func (s *WorkerShedder) adapt() {
 		s.long = max(1, s.long+diff/n*2+diff%n*2/n)
 	}
 	if s.long/2 > short {
-		s.long -= s.long / 20
+		s.long -= s.long / 10
 	}
-	if s.peak*2000 < s.limit {
+	if s.refused == 0 && s.peak*2000 < s.limit {
 		return // the limit is not what holds the traffic back
 	}
 	// gradient in thousandths: Tolerance% × long / short, within [500, 1000].

@@ -571,3 +571,37 @@ func TestGradientBounds(t *testing.T) {
 	clk.Set(0)
 	assert.Equal(t, int64(15), s.Limit())
 }
+
+// A refusal's RetryAfter is the rule's hint, or longer while Hold keeps
+// the class refused: a retry sooner is sure to be refused again. A class
+// is readmitted only after the classes above it, so their Hold counts too.
+func TestWorkerShedderRetryAfterCoversHold(t *testing.T) {
+	clk := ratelimit.NewManualClock(0)
+	s, err := ratelimit.NewWorkerShedder(ratelimit.WorkerLimit{Limit: 10, Classes: threeClasses, Hold: 5 * time.Second},
+		ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	ctx := context.Background()
+	rels, d := admitAll(t, s, sheddable, 8) // sheddable refused from 7 in progress
+	require.Len(t, rels, 7)
+	assert.Equal(t, 5*time.Second, d.RetryAfter, "all of Hold is left")
+	clk.Advance(3 * time.Second)
+	more, d := admitAll(t, s, defaultClass, 3) // default refused from 9, 3 s after sheddable
+	require.Len(t, more, 2)
+	assert.Equal(t, 5*time.Second, d.RetryAfter, "default's own Hold")
+	_, d, err = s.Admit(ctx, sheddable)
+	require.NoError(t, err)
+	assert.Equal(t, 5*time.Second, d.RetryAfter, "sheddable waits for default, refused 3 s after it")
+	for _, r := range append(rels, more...) {
+		r()
+	}
+	clk.Advance(4500 * time.Millisecond) // default's Hold has 500 ms left
+	_, d, err = s.Admit(ctx, sheddable)
+	require.NoError(t, err)
+	require.False(t, d.Allowed, "Hold keeps default, and so sheddable, refused")
+	assert.Equal(t, time.Second, d.RetryAfter, "the hint, longer than what is left of Hold")
+	clk.Advance(500 * time.Millisecond)
+	_, d, err = s.Admit(ctx, sheddable)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed)
+	assert.Zero(t, d.RetryAfter)
+}

@@ -93,9 +93,10 @@ func WithClock(clk ratelimit.Clock) ClientOption {
 	}
 }
 
-// WithRetries sets how many times a call refused with
-// codes.ResourceExhausted and a RetryInfo detail is tried again after the
-// delay the server asks for. The default is 2; 0 or less never retries.
+// WithRetries sets how many times a call refused with a RetryInfo detail
+// (codes.ResourceExhausted from a rate limit, codes.Unavailable from a
+// load shedder) is tried again after the delay the server asks for. The
+// default is 2; 0 or less never retries.
 func WithRetries(n int) ClientOption {
 	return func(c *clientConfig) { c.retries = max(0, n) }
 }
@@ -129,16 +130,22 @@ func newClientConfig(opts []ClientOption) *clientConfig {
 // can never admit fails with codes.InvalidArgument. Any other error from
 // the pacer fails the call with codes.Unavailable.
 //
-// A call refused with codes.ResourceExhausted and a google.rpc.RetryInfo
-// detail (as [UnaryServerInterceptor] refuses) is tried again after exactly
-// the delay it carries, waited out on the interceptor's clock (see
-// [WithClock]), up to [WithRetries] times (2 by default), pacing each try.
-// The retry is never made past the call's deadline: a delay that would
-// reach the deadline, or exceed [WithMaxRetryDelay], returns the refusal at
-// once, and a context that ends during the delay ends the call with its
-// status. A refusal without RetryInfo, and every other error, is returned
-// as it is. Retrying is safe for refusals from [UnaryServerInterceptor],
-// which never runs the handler of a call it refuses.
+// A call refused with a google.rpc.RetryInfo detail and codes.ResourceExhausted
+// (over its quota, as [UnaryServerInterceptor] refuses) or
+// codes.Unavailable (shed by an overloaded server, as
+// [UnaryShedInterceptor] refuses) is tried again after exactly the delay
+// it carries, waited out on the interceptor's clock (see [WithClock]), up
+// to [WithRetries] times (2 by default), pacing each try. The retry is
+// never made past the call's deadline: a delay that would reach the
+// deadline, or exceed [WithMaxRetryDelay], returns the refusal at once,
+// and a context that ends during the delay ends the call with its status.
+// A refusal without RetryInfo (codes.Unavailable from a broken connection
+// or a [FailClosed] server, say), and every other error, is returned as it
+// is. Retrying is safe for refusals from [UnaryServerInterceptor] and
+// [UnaryShedInterceptor], which never run the handler of a call they
+// refuse. A shed call's delay is the shedder's hint, not an exact wait:
+// each retry of it is one more call to a server that is shedding load, so
+// keep [WithRetries] low where many clients call one server.
 func UnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
 	c := newClientConfig(opts)
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
@@ -198,12 +205,14 @@ func (c *clientConfig) paceCall(ctx context.Context, method string) error {
 	}
 }
 
-// RetryDelay returns the delay of a codes.ResourceExhausted status error's
-// google.rpc.RetryInfo detail, and false for any other error, a refusal
-// without RetryInfo, or a delay that is missing, malformed or negative.
+// RetryDelay returns the delay of the google.rpc.RetryInfo detail of a
+// status error with codes.ResourceExhausted (a rate limit's refusal) or
+// codes.Unavailable (a load shedder's), and false for any other error, a
+// refusal without RetryInfo, or a delay that is missing, malformed or
+// negative.
 func RetryDelay(err error) (time.Duration, bool) {
 	s, ok := status.FromError(err)
-	if !ok || s.Code() != codes.ResourceExhausted {
+	if !ok || (s.Code() != codes.ResourceExhausted && s.Code() != codes.Unavailable) {
 		return 0, false
 	}
 	for _, d := range s.Details() {

@@ -79,15 +79,22 @@ func TestClientGivesUpAfterItsRetries(t *testing.T) {
 	opts := append([]grpc.ServerOption{attempts(n)}, limited(refuser{})...)
 	cc, _ := serve(t, opts, grpc.WithChainUnaryInterceptor(grpclimit.UnaryClientInterceptor(
 		grpclimit.WithClock(clk), grpclimit.WithRetries(1))))
-	ctx := testCtx(t)
+	givesUpAfterOneRetry(t, cc, clk, n, codes.ResourceExhausted)
+}
 
+// givesUpAfterOneRetry makes a call through a client allowed one retry to
+// a server that refuses it with code, asking for a second each time, and
+// checks that the refusal comes back after the retry.
+func givesUpAfterOneRetry(t *testing.T, cc *grpc.ClientConn, clk *ratelimit.ManualClock, n *int64Counter, code codes.Code) {
+	t.Helper()
+	ctx := testCtx(t)
 	done := make(chan error, 1)
 	go func() { _, _, err := say(ctx, cc, ""); done <- err }()
 	require.NoError(t, clk.BlockUntilSleepers(ctx, 1))
 	clk.Advance(time.Second)
 	select {
 	case err := <-done:
-		assert.Equal(t, codes.ResourceExhausted, status.Code(err))
+		assert.Equal(t, code, status.Code(err))
 		d, ok := grpclimit.RetryDelay(err)
 		assert.True(t, ok)
 		assert.Equal(t, time.Second, d)
@@ -221,5 +228,93 @@ func TestClientKeyedPacer(t *testing.T) {
 	_, _, err := say(testCtx(t), cc, "")
 	assert.Equal(t, codes.InvalidArgument, status.Code(err))
 	assert.Equal(t, []string{sayMethod}, keys)
+	assert.Zero(t, clk.Sleepers())
+}
+
+// shedServer serves the echo service behind a WorkerShedder of one class
+// and limit 1 that asks for retry (its RetryAfter), counting every call
+// that reaches the server, to a client whose interceptor waits on a
+// ManualClock. The test fills the shedder's place itself.
+func shedServer(t *testing.T, retry time.Duration, copts ...grpclimit.ClientOption) (*grpc.ClientConn, *echo, *ratelimit.WorkerShedder, *ratelimit.ManualClock, *int64Counter) {
+	t.Helper()
+	s, err := ratelimit.NewWorkerShedder(ratelimit.WorkerLimit{Limit: 1, Classes: []ratelimit.ShedClass{{Name: "only", Share: 100}},
+		RetryAfter: retry, Name: "workers"})
+	require.NoError(t, err)
+	clk := ratelimit.NewManualClock(0)
+	n := newCounter()
+	copts = append([]grpclimit.ClientOption{grpclimit.WithClock(clk)}, copts...)
+	cc, svc := serve(t, []grpc.ServerOption{attempts(n), grpc.ChainUnaryInterceptor(grpclimit.UnaryShedInterceptor(s, nil))},
+		grpc.WithChainUnaryInterceptor(grpclimit.UnaryClientInterceptor(copts...)))
+	return cc, svc, s, clk, n
+}
+
+// A call shed (Unavailable with RetryInfo) is tried again after the delay
+// it carries, and goes through once the server has room.
+func TestClientRetriesShedCall(t *testing.T) {
+	cc, svc, s, clk, n := shedServer(t, 300*time.Millisecond)
+	ctx := testCtx(t)
+	rel, d, err := s.Admit(ctx, 0)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+
+	done := make(chan error, 1)
+	go func() { _, _, err := say(ctx, cc, ""); done <- err }()
+	require.NoError(t, clk.BlockUntilSleepers(ctx, 1), "the shed call is waited out, not returned")
+	wake, ok := clk.NextWake()
+	require.True(t, ok)
+	assert.Equal(t, 300*time.Millisecond, wake)
+	assert.Equal(t, 1, n.count())
+	rel()
+	clk.Advance(300 * time.Millisecond)
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-ctx.Done():
+		t.Fatal("the retried call never ended")
+	}
+	assert.Equal(t, 2, n.count())
+	assert.Equal(t, int64(1), svc.calls.Load())
+}
+
+// A shed call retried as often as WithRetries allows returns Unavailable
+// with its delay; one whose delay reaches its deadline returns at once.
+func TestClientShedRetriesBounded(t *testing.T) {
+	t.Run("retries", func(t *testing.T) {
+		cc, svc, s, clk, n := shedServer(t, time.Second, grpclimit.WithRetries(1))
+		ctx := testCtx(t)
+		rel, _, err := s.Admit(ctx, 0)
+		require.NoError(t, err)
+		defer rel()
+		givesUpAfterOneRetry(t, cc, clk, n, codes.Unavailable)
+		assert.Zero(t, svc.calls.Load())
+	})
+	t.Run("deadline", func(t *testing.T) {
+		cc, _, s, clk, n := shedServer(t, time.Hour)
+		ctx := testCtx(t)
+		rel, _, err := s.Admit(ctx, 0)
+		require.NoError(t, err)
+		defer rel()
+		_, _, err = say(ctx, cc, "") // an hour asked, ten seconds left
+		assert.Equal(t, codes.Unavailable, status.Code(err))
+		assert.Zero(t, clk.Sleepers())
+		assert.Equal(t, 1, n.count())
+	})
+}
+
+// Unavailable without RetryInfo (a broken connection, a server failing
+// closed) is returned as it is, never retried.
+func TestClientUnavailableWithoutRetryInfo(t *testing.T) {
+	clk := ratelimit.NewManualClock(0)
+	n := newCounter()
+	down := grpc.ChainUnaryInterceptor(func(context.Context, any, *grpc.UnaryServerInfo, grpc.UnaryHandler) (any, error) {
+		return nil, status.Error(codes.Unavailable, "down")
+	})
+	cc, _ := serve(t, []grpc.ServerOption{attempts(n), down},
+		grpc.WithChainUnaryInterceptor(grpclimit.UnaryClientInterceptor(grpclimit.WithClock(clk))))
+	_, _, err := say(testCtx(t), cc, "")
+	assert.Equal(t, codes.Unavailable, status.Code(err))
+	_, ok := grpclimit.RetryDelay(err)
+	assert.False(t, ok)
+	assert.Equal(t, 1, n.count())
 	assert.Zero(t, clk.Sleepers())
 }

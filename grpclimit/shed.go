@@ -108,7 +108,9 @@ func newShedder(s ratelimit.Shedder, classOf ClassFunc, opts []Option) *shedder 
 // A call shed ends with codes.Unavailable, not ResourceExhausted: the
 // server is overloaded, whoever is calling, where ResourceExhausted says
 // that this client is over its own quota. Its status carries a
-// google.rpc.RetryInfo detail with the shedder's RetryAfter, a hint.
+// google.rpc.RetryInfo detail with the shedder's RetryAfter, a hint, which
+// [UnaryClientInterceptor] waits out before it tries again and
+// [RetryDelay] reads.
 //
 // Chain it before the rate-limiting interceptor, so that a call shed
 // spends none of its client's allowance:

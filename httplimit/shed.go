@@ -62,8 +62,9 @@ func TrustedClassHeader(name string, s ratelimit.Shedder, fallback ratelimit.Pri
 //
 // A request shed is answered 503 Service Unavailable, not 429: the server
 // is overloaded, whoever is calling, where 429 says that this client is
-// over its own quota. It carries Retry-After (the shedder's RetryAfter in
-// whole seconds, at least 1), Cache-Control: no-store, no RateLimit
+// over its own quota. It carries Retry-After (the Decision's RetryAfter,
+// the shedder's hint or what is left of a WorkerShedder's Hold, in whole
+// seconds rounded up, at least 1), Cache-Control: no-store, no RateLimit
 // fields, and a JSON body {"error":"overloaded","policy":...,"class":...,
 // "retry_after_ms":...,"message":...}; a [WithDeniedHandler] replaces the
 // body and chooses the status.

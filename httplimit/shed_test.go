@@ -110,14 +110,21 @@ func wait(t *testing.T, done <-chan *httptest.ResponseRecorder) *httptest.Respon
 	}
 }
 
-func TestShedAnswers503(t *testing.T) {
-	s, err := ratelimit.NewWorkerShedder(ratelimit.WorkerLimit{Limit: 10, Classes: shedClasses, Name: "workers", RetryAfter: 1500 * time.Millisecond})
-	require.NoError(t, err)
-	srv := newShedServer(t, s, nil)
+// holdSheddable holds 7 sheddable requests in the handler: with
+// shedClasses and a limit of 10, sheddable ones are refused from then on.
+func (srv *shedServer) holdSheddable() []<-chan *httptest.ResponseRecorder {
 	var held []<-chan *httptest.ResponseRecorder
 	for range 7 {
 		held = append(held, srv.hold(context.Background(), "class=sheddable"))
 	}
+	return held
+}
+
+func TestShedAnswers503(t *testing.T) {
+	s, err := ratelimit.NewWorkerShedder(ratelimit.WorkerLimit{Limit: 10, Classes: shedClasses, Name: "workers", RetryAfter: 1500 * time.Millisecond})
+	require.NoError(t, err)
+	srv := newShedServer(t, s, nil)
+	held := srv.holdSheddable()
 	w := srv.answered("class=sheddable")
 	assert.Equal(t, http.StatusServiceUnavailable, w.Code)
 	assert.Equal(t, "2", w.Header().Get("Retry-After"), "1.5 s rounded up")
@@ -136,6 +143,27 @@ func TestShedAnswers503(t *testing.T) {
 		assert.Equal(t, http.StatusOK, wait(t, h).Code)
 	}
 	assert.Zero(t, s.InUse())
+}
+
+// Retry-After says at least what is left of the shedder's Hold, in whole
+// seconds rounded up: a request sent back sooner would be shed again.
+func TestShedRetryAfterCoversHold(t *testing.T) {
+	clk := ratelimit.NewManualClock(0)
+	s, err := ratelimit.NewWorkerShedder(ratelimit.WorkerLimit{Limit: 10, Classes: shedClasses, Hold: 4500 * time.Millisecond},
+		ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	srv := newShedServer(t, s, nil)
+	held := srv.holdSheddable()
+	w := srv.answered("class=sheddable")
+	assert.Equal(t, http.StatusServiceUnavailable, w.Code)
+	assert.Equal(t, "5", w.Header().Get("Retry-After"), "4.5 s of Hold left, rounded up")
+	clk.Advance(4 * time.Second)
+	w = srv.answered("class=sheddable")
+	assert.Equal(t, "1", w.Header().Get("Retry-After"), "the one-second hint, longer than the Hold left")
+	close(srv.gate)
+	for _, h := range held {
+		assert.Equal(t, http.StatusOK, wait(t, h).Code)
+	}
 }
 
 // A request shed never reaches the rate limits inside: it spends nothing,

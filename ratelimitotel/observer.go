@@ -11,8 +11,9 @@
 //	col.AddStore("api", store)
 //
 // Attributes are the rules' policies (their Name, a plan's name for an
-// unnamed rule of a Plans), outcomes, and the names given to the
-// Collector: never keys. Nothing here starts a goroutine.
+// unnamed rule of a Plans), outcomes, a load shedder's priority classes,
+// and the names given to the Collector: never keys. Nothing here starts a
+// goroutine.
 package ratelimitotel
 
 import (
@@ -46,6 +47,14 @@ var WaitBuckets = []float64{0.001, 0.004, 0.016, 0.064, 0.256, 1.024, 4.096, 16.
 //	ratelimit.waits.in_flight    up-down counter {wait}: Waits under way, by policy
 //	ratelimit.evictions          counter {key}: keys dropped to make room, by policy and lossy (a bool: partly spent)
 //	ratelimit.backend.failures   counter {error}: errors of a backend (a store outside the process), by policy
+//	ratelimit.shed               counter {request}: a load shedder's decisions by policy, priority class and outcome (allowed, refused)
+//
+// A load shedder ([ratelimit.WorkerShedder], [ratelimit.FleetShedder]) is
+// counted in ratelimit.decisions under its Name, and by class in
+// ratelimit.shed: the Observer is a [ratelimit.ShedObserver]. A shedder's
+// classes are as few as its configuration names; past [MaxShedClasses]
+// class names for one policy, the others are counted as class "other", so
+// that the attribute stays bounded whoever calls Shed.
 //
 // The zero Observer is not usable; build one with [NewObserver].
 type Observer struct {
@@ -55,13 +64,25 @@ type Observer struct {
 	inFlight  metric.Int64UpDownCounter
 	evictions metric.Int64Counter
 	failures  metric.Int64Counter
+	shed      metric.Int64Counter
 
 	// byPolicy caches each policy's attribute sets, so that Decided, called
 	// on every request, builds none: a copy-on-write map, read without a
 	// lock.
 	byPolicy atomic.Pointer[map[string]*policyAttrs]
-	mu       sync.Mutex // serialises additions to byPolicy
+	// byClass caches the attribute sets of each policy and class, by
+	// outcome, in the same way; classes counts each policy's class names.
+	byClass atomic.Pointer[map[shedKey]*[3][]metric.AddOption]
+	classes map[string]int
+	mu      sync.Mutex // serialises additions to byPolicy, byClass and classes
 }
+
+// MaxShedClasses is how many class names of one policy ratelimit.shed
+// records as they are: as many as a shedder may have classes.
+const MaxShedClasses = 64
+
+// shedKey is a policy and a class of ratelimit.shed.
+type shedKey struct{ policy, class string }
 
 // policyAttrs are one policy's measurement options, by outcome.
 type policyAttrs struct {
@@ -97,10 +118,15 @@ func NewObserver(mp metric.MeterProvider) (*Observer, error) {
 	o.failures, e = m.Int64Counter("ratelimit.backend.failures", metric.WithUnit("{error}"),
 		metric.WithDescription("Errors of a rate limiter's backend, by policy."))
 	err = first(err, e)
+	o.shed, e = m.Int64Counter("ratelimit.shed", metric.WithUnit("{request}"),
+		metric.WithDescription("Decisions of a load shedder, by policy, priority class and outcome (allowed, refused)."))
+	err = first(err, e)
 	if err != nil {
 		return nil, err
 	}
 	o.byPolicy.Store(&map[string]*policyAttrs{})
+	o.byClass.Store(&map[shedKey]*[3][]metric.AddOption{})
+	o.classes = map[string]int{}
 	return o, nil
 }
 
@@ -172,4 +198,48 @@ func (o *Observer) Failed(policy string, _ error) {
 	o.failures.Add(context.Background(), 1, o.attrs(policy).policy)
 }
 
-var _ ratelimit.Observer = (*Observer)(nil)
+// Shed implements [ratelimit.ShedObserver].
+func (o *Observer) Shed(policy, class string, oc ratelimit.Outcome) {
+	if int(oc) >= len(outcomes) {
+		return
+	}
+	o.shed.Add(context.Background(), 1, o.shedAttrs(policy, class)[oc]...)
+}
+
+// shedAttrs returns the measurement options of policy and class, making
+// them on their first decision; past MaxShedClasses classes of policy,
+// those of class "other".
+func (o *Observer) shedAttrs(policy, class string) *[3][]metric.AddOption {
+	k := shedKey{policy, class}
+	if a, ok := (*o.byClass.Load())[k]; ok {
+		return a
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	old := *o.byClass.Load()
+	if a, ok := old[k]; ok {
+		return a
+	}
+	if o.classes[policy] >= MaxShedClasses {
+		k.class = "other"
+		if a, ok := old[k]; ok {
+			return a
+		}
+	} else {
+		o.classes[policy]++
+	}
+	a := new([3][]metric.AddOption)
+	for i, oc := range outcomes {
+		a[i] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("policy", policy),
+			attribute.String("class", k.class), attribute.String("outcome", oc.String())))}
+	}
+	m := make(map[shedKey]*[3][]metric.AddOption, len(old)+1)
+	for kk, v := range old {
+		m[kk] = v
+	}
+	m[k] = a
+	o.byClass.Store(&m)
+	return a
+}
+
+var _ ratelimit.ShedObserver = (*Observer)(nil)

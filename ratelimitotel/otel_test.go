@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -202,4 +203,63 @@ func TestDecidedAllocatesNothing(t *testing.T) {
 	require.NoError(t, err)
 	_, _ = store.Check("k", ratelimit.Unit)
 	assert.Zero(t, testing.AllocsPerRun(1000, func() { _, _ = store.Check("k", ratelimit.Unit) }))
+}
+
+// A shedder's decisions are counted by class, as well as by policy.
+func TestShedByClass(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { require.NoError(t, mp.Shutdown(context.Background())) }()
+	obs, err := ratelimitotel.NewObserver(mp)
+	require.NoError(t, err)
+	_, ok := any(obs).(ratelimit.ShedObserver)
+	require.True(t, ok, "the Observer is a ShedObserver")
+	shed, err := ratelimit.NewWorkerShedder(ratelimit.WorkerLimit{Limit: 10, Name: "workers",
+		Classes: []ratelimit.ShedClass{{Name: "critical", Share: 100}, {Name: "sheddable", Share: 70}}}, ratelimit.WithObserver(obs))
+	require.NoError(t, err)
+	for range 8 {
+		_, _, err := shed.Admit(context.Background(), 1)
+		require.NoError(t, err)
+	}
+	_, _, err = shed.Admit(context.Background(), 0)
+	require.NoError(t, err)
+	got := read(t, reader)
+	want := map[string]point{
+		"ratelimit.shed{class=critical,outcome=allowed,policy=workers}":  {value: 1},
+		"ratelimit.shed{class=sheddable,outcome=allowed,policy=workers}": {value: 7},
+		"ratelimit.shed{class=sheddable,outcome=refused,policy=workers}": {value: 1},
+		"ratelimit.decisions{outcome=allowed,policy=workers}":            {value: 8},
+		"ratelimit.decisions{outcome=refused,policy=workers}":            {value: 1},
+		"ratelimit.cost{outcome=allowed,policy=workers}":                 {value: 8},
+		"ratelimit.cost{outcome=refused,policy=workers}":                 {value: 1},
+	}
+	assert.Equal(t, want, got)
+}
+
+// Class attributes are bounded: past MaxShedClasses names for one policy,
+// further ones are counted as class "other"; recording a known class
+// allocates nothing.
+func TestShedClassesBounded(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer func() { require.NoError(t, mp.Shutdown(context.Background())) }()
+	obs, err := ratelimitotel.NewObserver(mp)
+	require.NoError(t, err)
+	for i := range ratelimitotel.MaxShedClasses + 10 {
+		obs.Shed("p", "c"+strconv.Itoa(i), ratelimit.OutcomeRefused)
+	}
+	obs.Shed("q", "c0", ratelimit.OutcomeAllowed) // another policy has its own
+	got := read(t, reader)
+	classes := map[string]bool{}
+	for name, p := range got {
+		if strings.HasPrefix(name, "ratelimit.shed{") && strings.HasSuffix(name, "policy=p}") {
+			classes[name] = true
+			if strings.Contains(name, "class=other,") {
+				assert.Equal(t, 10.0, p.value)
+			}
+		}
+	}
+	assert.Len(t, classes, ratelimitotel.MaxShedClasses+1)
+	assert.Equal(t, point{value: 1}, got["ratelimit.shed{class=c0,outcome=allowed,policy=q}"])
+	assert.Zero(t, testing.AllocsPerRun(100, func() { obs.Shed("p", "c1", ratelimit.OutcomeAllowed) }))
 }
