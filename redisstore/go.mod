@@ -3,7 +3,7 @@ module github.com/ratekit/ratelimit/redisstore
 go 1.26.0
 
 require (
-	github.com/ratekit/ratelimit v0.0.0-00010101000000-000000000000
+	github.com/ratekit/ratelimit v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
 	pgregory.net/rapid v1.3.0
@@ -15,5 +15,3 @@ require (
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
-
-replace github.com/ratekit/ratelimit => ../
