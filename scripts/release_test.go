@@ -1,13 +1,12 @@
 package scripts_test
 
 import (
-	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/ratekit/ratelimit/scripts/internal/testrepo"
 )
 
 // releaseRepo is a repository of three modules, released once at v0.1.0:
@@ -24,11 +23,10 @@ var releaseRepo = map[string]string{
 	"CHANGELOG.md": "# Changelog\n\n## v0.2.0\n\nSomething new.\n\n## v0.1.0\n\nThe first release.\n",
 }
 
-// newReleaseRepo lays releaseRepo out with the release scripts, commits it
-// and tags its modules v0.1.0.
+// newReleaseRepo commits releaseRepo with the release scripts and tags its
+// modules v0.1.0.
 func newReleaseRepo(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
 	files := map[string]string{}
 	for name, body := range releaseRepo {
 		files[name] = body
@@ -40,54 +38,21 @@ func newReleaseRepo(t *testing.T) string {
 		}
 		files["scripts/"+script] = string(body)
 	}
-	for name, body := range files {
-		p := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	git(t, dir, "init", "-q")
-	git(t, dir, "config", "user.name", "t")
-	git(t, dir, "config", "user.email", "t@example.com")
-	git(t, dir, "add", "-A")
-	git(t, dir, "commit", "-q", "-m", "first")
+	dir := testrepo.New(t, files)
 	git(t, dir, "tag", "-a", "v0.1.0", "-m", "v0.1.0")
 	git(t, dir, "tag", "-a", "sub/v0.1.0", "-m", "sub/v0.1.0")
 	return dir
 }
 
-// run runs name with args in dir, with env added to the environment, and
-// returns its output and whether it succeeded; a minute is its limit.
-func run(t *testing.T, dir string, env []string, name string, args ...string) (string, bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
-	out, err := cmd.CombinedOutput()
-	if ctx.Err() != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), ctx.Err(), out)
-	}
-	return string(out), err == nil
-}
-
 func git(t *testing.T, dir string, args ...string) string {
 	t.Helper()
-	out, ok := run(t, dir, nil, "git", args...)
-	if !ok {
-		t.Fatalf("git %s: %s", strings.Join(args, " "), out)
-	}
-	return strings.TrimSpace(out)
+	return strings.TrimSpace(testrepo.Must(t, dir, nil, "git", args...))
 }
 
 // release runs scripts/release in dir with CI command ci.
 func release(t *testing.T, dir, ci string, args ...string) (string, bool) {
 	t.Helper()
-	return run(t, dir, []string{"RELEASE_CI=" + ci}, "bash", append([]string{"scripts/release"}, args...)...)
+	return testrepo.Run(t, dir, []string{"RELEASE_CI=" + ci}, "bash", append([]string{"scripts/release"}, args...)...)
 }
 
 // state is what a refused or dry release must leave as it was.

@@ -3,7 +3,6 @@ package main
 import (
 	"archive/zip"
 	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -11,7 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/ratekit/ratelimit/scripts/internal/testrepo"
 )
 
 // repoFiles is a repository of two modules: example.com/m at its root and
@@ -24,47 +24,6 @@ var repoFiles = map[string]string{
 	"sub/s.go":             "package sub\n\nimport \"example.com/m\"\n\n// Twice is twice the answer.\nconst Twice = 2 * m.Answer\n",
 	"sub/cmd/tool/main.go": "package main\n\nimport (\n\t\"fmt\"\n\n\t\"example.com/m/sub\"\n)\n\nfunc main() { fmt.Println(sub.Twice) }\n",
 	"internal/x.go":        "package internal\n",
-}
-
-// newRepo commits repoFiles to a new git repository and returns its work
-// tree.
-func newRepo(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	for name, body := range repoFiles {
-		p := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, args := range [][]string{
-		{"init", "-q"},
-		{"add", "-A"},
-		{"-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "first"},
-	} {
-		command(t, dir, nil, "git", args...)
-	}
-	return dir
-}
-
-// command runs name with args in dir, with env added to the environment,
-// and returns its output; it fails the test if the command fails or takes
-// more than a minute.
-func command(t *testing.T, dir string, env []string, name string, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-	return string(out)
 }
 
 func zipNames(t *testing.T, file string) []string {
@@ -83,7 +42,7 @@ func zipNames(t *testing.T, file string) []string {
 }
 
 func TestLayout(t *testing.T) {
-	repo := newRepo(t)
+	repo := testrepo.New(t, repoFiles)
 	out := t.TempDir()
 	var stdout bytes.Buffer
 	if err := run([]string{"-repo", repo, "-rev", "HEAD", "-version", "v1.2.3", "-out", out, ".", "sub"}, &stdout); err != nil {
@@ -145,7 +104,7 @@ func TestGoGet(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("no go command")
 	}
-	repo := newRepo(t)
+	repo := testrepo.New(t, repoFiles)
 	out := t.TempDir()
 	if err := run([]string{"-repo", repo, "-version", "v1.2.3", "-out", out, ".", "sub"}, new(bytes.Buffer)); err != nil {
 		t.Fatal(err)
@@ -158,31 +117,31 @@ func TestGoGet(t *testing.T) {
 	}
 	// The module cache is made read-only; empty it so the temporary
 	// directory can go.
-	t.Cleanup(func() { command(t, cache, env, "go", "clean", "-modcache") })
+	t.Cleanup(func() { testrepo.Must(t, cache, env, "go", "clean", "-modcache") })
 
 	user := t.TempDir()
-	command(t, user, env, "go", "mod", "init", "example.com/user")
-	command(t, user, env, "go", "get", "example.com/m/sub@v1.2.3")
+	testrepo.Must(t, user, env, "go", "mod", "init", "example.com/user")
+	testrepo.Must(t, user, env, "go", "get", "example.com/m/sub@v1.2.3")
 	main := "package main\n\nimport (\n\t\"fmt\"\n\n\t\"example.com/m/sub\"\n)\n\nfunc main() { fmt.Println(sub.Twice) }\n"
 	if err := os.WriteFile(filepath.Join(user, "main.go"), []byte(main), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if got := command(t, user, env, "go", "run", "."); got != "84\n" {
+	if got := testrepo.Must(t, user, env, "go", "run", "."); got != "84\n" {
 		t.Errorf("the program printed %q, want 84", got)
 	}
-	if got := command(t, user, env, "go", "list", "-m", "example.com/m"); got != "example.com/m v1.2.3\n" {
+	if got := testrepo.Must(t, user, env, "go", "list", "-m", "example.com/m"); got != "example.com/m v1.2.3\n" {
 		t.Errorf("the root module resolved as %q, want v1.2.3", got)
 	}
 
 	bin := t.TempDir()
-	command(t, t.TempDir(), append(env, "GOBIN="+bin), "go", "install", "example.com/m/sub/cmd/tool@v1.2.3")
-	if got := command(t, bin, nil, filepath.Join(bin, "tool")); got != "84\n" {
+	testrepo.Must(t, t.TempDir(), append(env, "GOBIN="+bin), "go", "install", "example.com/m/sub/cmd/tool@v1.2.3")
+	if got := testrepo.Must(t, bin, nil, filepath.Join(bin, "tool")); got != "84\n" {
 		t.Errorf("the installed tool printed %q, want 84", got)
 	}
 }
 
 func TestRefuses(t *testing.T) {
-	repo := newRepo(t)
+	repo := testrepo.New(t, repoFiles)
 	for _, tc := range []struct {
 		name string
 		args []string
