@@ -48,12 +48,13 @@ check_listed() {
 	fi
 }
 
-# release_version prints the one version at which the modules require the
-# published modules, and fails if they do not agree on one release version.
+# release_version prints the one version at which the published modules
+# require each other, and fails if they do not agree on one release version.
+# (An unpublished module may require them at any version: no user sees it.)
 release_version() {
 	local published dir versions
 	published=$(for dir in $(modules published); do module_path "$dir"; done)
-	versions=$(for dir in $(modules); do
+	versions=$(for dir in $(modules published); do
 		requires "$dir" | while read -r path version; do
 			if grep -qxF "$path" <<<"$published"; then echo "$dir $path $version"; fi
 		done
@@ -61,7 +62,7 @@ release_version() {
 	local distinct
 	distinct=$(awk '{ print $3 }' <<<"$versions" | sort -u)
 	if [ -z "$distinct" ] || [ "$(wc -l <<<"$distinct")" -ne 1 ] || ! is_release "$distinct"; then
-		echo "the modules do not require each other at one release version (vX.Y.Z):" >&2
+		echo "the published modules do not require each other at one release version (vX.Y.Z):" >&2
 		sed 's/^/  /' <<<"$versions" >&2
 		return 1
 	fi
