@@ -1,3 +1,5 @@
+// This module is not published: it is never tagged, and nothing outside
+// the repository requires it.
 module github.com/ratekit/ratelimit/bench
 
 go 1.26.0
@@ -6,7 +8,7 @@ require (
 	github.com/go-chi/httprate v0.16.1
 	github.com/juju/ratelimit v1.0.2
 	github.com/mennanov/limiters v1.11.0
-	github.com/ratekit/ratelimit v0.0.0
+	github.com/ratekit/ratelimit v0.1.0
 	github.com/sethvargo/go-limiter v0.7.1
 	github.com/throttled/throttled/v2 v2.15.0
 	github.com/ulule/limiter/v3 v3.11.2
@@ -75,7 +77,5 @@ require (
 	google.golang.org/grpc v1.67.1 // indirect
 	google.golang.org/protobuf v1.35.2 // indirect
 )
-
-replace github.com/ratekit/ratelimit => ../
 
 tool golang.org/x/perf/cmd/benchstat

@@ -35,7 +35,7 @@ func read(t *testing.T, reader *sdkmetric.ManualReader) map[string]point {
 	name := func(m string, set attribute.Set) string {
 		var kv []string
 		for _, a := range set.ToSlice() {
-			kv = append(kv, string(a.Key)+"="+a.Value.String())
+			kv = append(kv, string(a.Key)+"="+a.Value.Emit())
 		}
 		sort.Strings(kv)
 		return m + "{" + strings.Join(kv, ",") + "}"

@@ -1,10 +1,10 @@
 module github.com/ratekit/ratelimit/redisstore
 
-go 1.26.0
+go 1.24.0
 
 require (
-	github.com/ratekit/ratelimit v0.0.0-00010101000000-000000000000
-	github.com/redis/go-redis/v9 v9.23.0
+	github.com/ratekit/ratelimit v0.1.0
+	github.com/redis/go-redis/v9 v9.22.0
 	github.com/stretchr/testify v1.12.1
 	pgregory.net/rapid v1.3.0
 )
@@ -13,7 +13,5 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/sys v0.41.0 // indirect
 )
-
-replace github.com/ratekit/ratelimit => ../

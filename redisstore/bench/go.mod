@@ -1,11 +1,13 @@
+// This module is not published: it is never tagged, and nothing outside
+// the repository requires it.
 module github.com/ratekit/ratelimit/redisstore/bench
 
 go 1.26.0
 
 require (
 	github.com/go-redis/redis_rate/v10 v10.0.1
-	github.com/ratekit/ratelimit v0.0.0-00010101000000-000000000000
-	github.com/ratekit/ratelimit/redisstore v0.0.0-00010101000000-000000000000
+	github.com/ratekit/ratelimit v0.1.0
+	github.com/ratekit/ratelimit/redisstore v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
 	github.com/tsenart/vegeta/v12 v12.13.0
@@ -25,9 +27,4 @@ require (
 	golang.org/x/sync v0.7.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.16.0 // indirect
-)
-
-replace (
-	github.com/ratekit/ratelimit => ../../
-	github.com/ratekit/ratelimit/redisstore => ../
 )

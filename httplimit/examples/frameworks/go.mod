@@ -1,14 +1,14 @@
+// This module is not published: it is never tagged, and nothing outside
+// the repository requires it.
 module github.com/ratekit/ratelimit/httplimit/examples/frameworks
 
 go 1.26.0
-
-replace github.com/ratekit/ratelimit => ../../..
 
 require (
 	github.com/gin-gonic/gin v1.12.0
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/labstack/echo/v4 v4.16.0
-	github.com/ratekit/ratelimit v0.0.0-00010101000000-000000000000
+	github.com/ratekit/ratelimit v0.1.0
 	github.com/stretchr/testify v1.12.1
 )
 
