@@ -312,8 +312,9 @@ type keyedStore interface {
 	// has reports whether the store holds k.
 	has(k storeKey) bool
 	// take removes k's entry and returns the milli-units it had spent at
-	// now (rounded up); ok is false if the store did not hold k.
-	take(k storeKey, now int64) (spent int64, ok bool)
+	// now (rounded up) and the instant it would be whole again (see
+	// migrator); ok is false if the store did not hold k.
+	take(k storeKey, now int64) (spent, whole int64, ok bool)
 	// refundAt gives back up to cost of what k's entry was admitted at at
 	// (see refund.go); a key the store does not hold gives nothing.
 	refundAt(k storeKey, now, at, cost int64) int64
@@ -321,8 +322,14 @@ type keyedStore interface {
 	// [Store.Settle]) and returns the cost as settled.
 	settleAt(k storeKey, now, charged, actual int64, at time.Duration) int64
 	// setSpent makes k's acquired entry a state with x milli-units spent
-	// at now (see Migration).
-	setSpent(k storeKey, now, x int64)
+	// at now and whole again by until (see Migration), or a fresh one if x
+	// <= 0 or until <= now, and returns what the entry then has in use and
+	// when it will be whole again.
+	setSpent(k storeKey, now, x, until int64)
+	// heldAt returns what a state that setSpent made with x (0 < x <=
+	// the capacity) at at, whole by until, has in use at now, given no
+	// new spending.
+	heldAt(at, x, until, now int64) int64
 }
 
 // storeKey is a key prepared for a store: the key itself or, for a key
@@ -663,20 +670,34 @@ func (c *storeCore[S, A]) has(k storeKey) bool {
 	return c.shards[k.h&c.mask].t.Lookup(k.key, k.tag) != nil
 }
 
-func (c *storeCore[S, A]) take(k storeKey, now int64) (int64, bool) {
+func (c *storeCore[S, A]) take(k storeKey, now int64) (spent, whole int64, ok bool) {
 	t := &c.shards[k.h&c.mask].t
 	s := t.Lookup(k.key, k.tag)
 	if s == nil {
-		return 0, false
+		return 0, 0, false
 	}
-	spent := c.alg.spentAt(s, now)
+	spent, whole = c.alg.spentAt(s, now), c.alg.wholeAt(s, now)
 	t.Delete(k.key, k.tag)
-	return spent, true
+	return spent, whole, true
 }
 
-func (c *storeCore[S, A]) setSpent(k storeKey, now, x int64) {
-	t := &c.shards[k.h&c.mask].t
-	c.alg.withSpent(t.Lookup(k.key, k.tag), now, x)
+func (c *storeCore[S, A]) setSpent(k storeKey, now, x, until int64) {
+	s := c.shards[k.h&c.mask].t.Lookup(k.key, k.tag)
+	if x <= 0 || until <= now {
+		var fresh S
+		*s = fresh
+		return
+	}
+	c.alg.withSpent(s, now, x, until)
+}
+
+func (c *storeCore[S, A]) heldAt(at, x, until, now int64) int64 {
+	if x <= 0 || until <= at {
+		return 0
+	}
+	var s S
+	c.alg.withSpent(&s, at, x, until)
+	return c.alg.spentAt(&s, now)
 }
 
 // digestKey returns the SHA-256 digest of a long key, hashed in pieces so
