@@ -513,7 +513,7 @@ func (p *Plans) tryIn(g *planGen, bp *builtPlan, key string, cost int64, budget 
 	var buf [inlineLayers]layerTurn
 	turns := prepareTurns(layers, key, cost, buf[:0])
 	var lbuf [inlineLayers]shardLock
-	locks, now, ok := p.lockPlan(g, bp, key, turns, lbuf[:0], budget == peekOnly)
+	locks, now, ok := p.lockPlan(g, bp, key, turns, lbuf[:0], budget == peekOnly, budget != peekOnly)
 	if !ok {
 		return attempt{}, false
 	}
@@ -534,8 +534,9 @@ func (p *Plans) tryIn(g *planGen, bp *builtPlan, key string, cost int64, budget 
 // to locks, as tryIn describes: when a layer lacks the key, with the stores
 // its record names, moving it. It returns the locks to release with
 // unlockAll and the agreed instant, which look (a Peek) records nowhere; ok
-// is false, with nothing locked, if g was replaced first.
-func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTurn, locks []shardLock, look bool) ([]shardLock, int64, bool) {
+// is false, with nothing locked, if g was replaced first. Unless adds, a key
+// that no move brings in gets no record (it is not added to any store).
+func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTurn, locks []shardLock, look, adds bool) ([]shardLock, int64, bool) {
 	layers := bp.comp.layers
 	for i := range turns {
 		if turns[i].err == nil {
@@ -619,8 +620,8 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 			}
 		}
 	}
-	if look && !moved {
-		return locks, now, true // a look adds no key
+	if !adds && !moved {
+		return locks, now, true // a look, or a refund, adds no key
 	}
 	if rec == nil {
 		rec, _ = rs.t.Insert(rk.key, rk.tag, now) // nothing is pinned: always room

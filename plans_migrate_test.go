@@ -276,3 +276,45 @@ func TestPlansAdditiveMovesDebtWhole(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(4), d.Remaining, "back again: still 15.001 of 20, not 10")
 }
+
+// TestPlansRefundAfterUpdate: a key whose rule an Update changed is moved
+// to its new store by a Refund, as by a Settle or its next check, and the
+// refund is given there: a count-only refund right after a reload must not
+// leave the request charged.
+func TestPlansRefundAfterUpdate(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		settle    bool
+		back      ratelimit.Units
+		remaining int64 // after a look at one more unit
+	}{
+		// 5 of 10 in use moves to 10 of 20: 5 given back leaves 5 in use;
+		// settled to a milli-unit, 5.001.
+		{"refund", false, 5 * ratelimit.Unit, 20 - 5 - 1},
+		{"settle", true, 5*ratelimit.Unit - ratelimit.Unit/1000, 20 - 5 - 1 - 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			on := "a"
+			p, _ := twoPlans(t, ratelimit.TokenBucket{Rate: slow, Burst: 10},
+				ratelimit.TokenBucket{Rate: slow, Burst: 10}, ratelimit.MigrateProportional, &on)
+			d, err := p.Check("k", 5*ratelimit.Unit)
+			require.NoError(t, err)
+			set := p.Set()
+			set.Plans["a"] = ratelimit.Plan{Rule: ratelimit.TokenBucket{Rate: ratelimit.Rate{Count: 2, Per: slow.Per}, Burst: 20}}
+			require.NoError(t, p.Update(set, ratelimit.MigrateProportional))
+			var back ratelimit.Units
+			if c.settle {
+				_, settled, err := p.Settle("k", 5*ratelimit.Unit, ratelimit.Unit/1000, d.At)
+				require.NoError(t, err)
+				back = 5*ratelimit.Unit - settled
+			} else {
+				back, err = p.Refund("k", 5*ratelimit.Unit, d.At)
+				require.NoError(t, err)
+			}
+			assert.Equal(t, c.back, back, "given back")
+			d, err = p.Peek("k", ratelimit.Unit)
+			require.NoError(t, err)
+			assert.Equal(t, c.remaining, d.Remaining)
+		})
+	}
+}
