@@ -106,6 +106,9 @@ type planGen struct {
 // builtPlan is a plan as built: a composite of its layers.
 type builtPlan struct {
 	id uint64 // unique among the plans a Plans ever built
+	// single is the plan's one store, for a plan of one rule (no layer Key
+	// or Shadow): the check of a key it holds needs nothing else.
+	single keyedStore
 	// lineage is the same for a plan and the plans that replace it under
 	// the same name, so that a key last checked under a plan since retired
 	// is looked for in the stores its successor kept.
@@ -316,6 +319,9 @@ func (p *Plans) buildPlan(name string, pl Plan, old *planGen) (*builtPlan, error
 			bp.comp.enforced++
 		}
 	}
+	if l := bp.comp.layers; len(l) == 1 && l[0].key == nil && !l[0].shadow {
+		bp.single = l[0].store
+	}
 	return bp, nil
 }
 
@@ -358,6 +364,9 @@ func ContextWithPlan(ctx context.Context, plan string) context.Context {
 // results and errors of [Composite.Check] (of [Store.Check], for a plan of
 // one rule).
 func (p *Plans) Check(key string, cost Units) (Decision, error) {
+	if d, ok := p.checkHeld(context.Background(), key, cost); ok {
+		return d, nil
+	}
 	a, err := p.try(context.Background(), key, cost, maxBudget)
 	if err != nil {
 		return a.d, err
@@ -379,6 +388,9 @@ func (p *Plans) CheckContext(ctx context.Context, key string, cost Units) (Decis
 		bp.name.fill(&d)
 		return d, err
 	}
+	if d, ok := p.checkHeld(ctx, key, cost); ok {
+		return d, nil
+	}
 	a, err := p.try(ctx, key, cost, maxBudget)
 	if err != nil {
 		return a.d, err
@@ -387,6 +399,30 @@ func (p *Plans) CheckContext(ctx context.Context, key string, cost Units) (Decis
 		observe(p.obs, &a, int64(cost))
 	}
 	return a.d, a.err
+}
+
+// checkHeld is Check's quick path: a valid cost for a key that its plan of
+// one rule holds, or that is new to the rule set, is decided with its
+// store's lock (and, for a new key, its record's), as the attempt would
+// decide it (see storeCore.checkHeld); ok is false, with nothing done,
+// otherwise.
+func (p *Plans) checkHeld(ctx context.Context, key string, cost Units) (Decision, bool) {
+	g := p.gen.Load()
+	bp := p.plan(ctx, g, key)
+	st := bp.single
+	if st == nil || cost <= 0 || int64(cost) > st.capacity() {
+		return Decision{}, false
+	}
+	d, ok := st.checkHeld(key, st.prepare(key), int64(cost), &p.gen, g, &p.records, planRecord{plan: bp.id, lineage: bp.lineage})
+	if !ok {
+		return d, false
+	}
+	bp.name.fill(&d)
+	if p.obs != nil {
+		a := attempt{d: d}
+		observe(p.obs, &a, int64(cost))
+	}
+	return d, true
 }
 
 // CheckWithin is [Plans.Check] for a request that may wait at most
@@ -551,10 +587,17 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 	if !lacking(layers, turns) {
 		return locks, now, true
 	}
+	// A key new to the rule set, the common case, has no record: if the
+	// record's lock is free, holding the stores' locks out of order cannot
+	// deadlock (it does not wait), and there is nothing to move.
+	if !adds && p.records.absent(key) || adds && p.records.add(key, planRecord{plan: bp.id, lineage: bp.lineage}, now) {
+		return locks, now, true
+	}
+	rk := p.records.prepare(key)
+	rs := &p.records.shards[rk.h&p.records.mask]
 	// Relock holding the key's record, with the stores it names.
 	unlockAll(locks)
-	rk := p.records.prepare(key)
-	rs := p.records.lock(rk)
+	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	var from *recordedPlan
 	rec := rs.t.Find(rk.key, rk.tag)

@@ -86,9 +86,32 @@ func (r *planRecords) prepare(key string) storeKey {
 	return storeKey{key: key, h: h, tag: table.Tag(h, long)}
 }
 
-// lock locks the shard of k and returns it.
-func (r *planRecords) lock(k storeKey) *recordShard {
+// add records rec for key if key has no record and its shard's lock is
+// free (the caller may hold store locks: it must not wait), and reports
+// whether it did.
+func (r *planRecords) add(key string, rec planRecord, now int64) bool {
+	k := r.prepare(key)
 	sh := &r.shards[k.h&r.mask]
-	sh.mu.Lock()
-	return sh
+	if !sh.mu.TryLock() {
+		return false
+	}
+	defer sh.mu.Unlock()
+	if sh.t.Find(k.key, k.tag) != nil {
+		return false
+	}
+	p, _ := sh.t.Insert(k.key, k.tag, now) // nothing is pinned: always room
+	*p = rec
+	return true
+}
+
+// absent reports whether key has no record, if its shard's lock is free
+// (false if it is not: see add).
+func (r *planRecords) absent(key string) bool {
+	k := r.prepare(key)
+	sh := &r.shards[k.h&r.mask]
+	if !sh.mu.TryLock() {
+		return false
+	}
+	defer sh.mu.Unlock()
+	return sh.t.Find(k.key, k.tag) == nil
 }

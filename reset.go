@@ -93,7 +93,8 @@ func resetLayers(layers []compositeLayer, clock Clock, key string) {
 // atomic with the key's checks and with Update.
 func (p *Plans) Reset(key string) {
 	rk := p.records.prepare(key)
-	rs := p.records.lock(rk)
+	rs := &p.records.shards[rk.h&p.records.mask]
+	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	for {
 		g := p.gen.Load()

@@ -326,6 +326,13 @@ type keyedStore interface {
 	// <= 0 or until <= now, and returns what the entry then has in use and
 	// when it will be whole again.
 	setSpent(k storeKey, now, x, until int64)
+	// checkHeld is a plan's check of key in its one store (see
+	// Plans.checkHeld): with k's shard locked, if gen still holds g and the
+	// store holds k, or k is new to the rule set (recs has no record of
+	// key, and its lock is free: then rec is recorded and k added), it
+	// decides cost as a Composite of this one store would, committing it if
+	// admitted; ok is false, with nothing done, otherwise.
+	checkHeld(key string, k storeKey, cost int64, gen *atomic.Pointer[planGen], g *planGen, recs *planRecords, rec planRecord) (d Decision, ok bool)
 	// heldAt returns what a state that setSpent made with x (0 < x <=
 	// the capacity) at at, whole by until, has in use at now, given no
 	// new spending.
@@ -492,6 +499,9 @@ type storeCore[S any, A algorithm[S]] struct {
 	maxKeys int
 	shards  []storeShard[S]
 	ident   uint64
+	// refused is whether the rule counts refused cost (CountRefused), which
+	// a Composite's check does not: its checks look before they commit.
+	refused bool
 }
 
 // storeIDs numbers stores in the order they are built (see keyedStore.id).
@@ -517,6 +527,9 @@ func newStoreCore[S any, A algorithm[S]](alg A, o *options) *storeCore[S, A] {
 	}
 	if c.label == "" {
 		c.label = o.label
+	}
+	if r, ok := any(alg).(interface{ countsRefused() bool }); ok {
+		c.refused = r.countsRefused()
 	}
 	fresh := alg.fresh
 	spin := runtime.GOMAXPROCS(0) > 1
@@ -689,6 +702,39 @@ func (c *storeCore[S, A]) setSpent(k storeKey, now, x, until int64) {
 		return
 	}
 	c.alg.withSpent(s, now, x, until)
+}
+
+func (c *storeCore[S, A]) checkHeld(key string, k storeKey, cost int64, gen *atomic.Pointer[planGen], g *planGen, recs *planRecords, rec planRecord) (Decision, bool) {
+	sh := &c.shards[k.h&c.mask]
+	now := sh.hold(clampTime(c.clk.Now()))
+	if gen.Load() != g {
+		sh.release()
+		return Decision{}, false
+	}
+	s := sh.t.Find(k.key, k.tag)
+	var ev evictions
+	if s == nil {
+		if !recs.add(key, rec, now) {
+			sh.release()
+			return Decision{}, false
+		}
+		sh.adding()
+		s, _ = sh.t.Insert(k.key, k.tag, now) // nothing is pinned: always room
+		if c.obs != nil {
+			ev = sh.evictions()
+		}
+	}
+	var d Decision
+	if !c.refused {
+		d = c.alg.step(s, now, cost, true) // commits only what it admits
+	} else if d = c.alg.step(s, now, cost, false); d.Allowed {
+		d = c.alg.step(s, now, cost, true)
+	}
+	sh.release()
+	if ev.n|ev.lossy != 0 {
+		c.evicted(ev)
+	}
+	return d, true
 }
 
 func (c *storeCore[S, A]) heldAt(at, x, until, now int64) int64 {
