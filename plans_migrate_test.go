@@ -1,6 +1,7 @@
 package ratelimit_test
 
 import (
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -317,4 +318,41 @@ func TestPlansRefundAfterUpdate(t *testing.T) {
 			assert.Equal(t, c.remaining, d.Remaining)
 		})
 	}
+}
+
+// TestPlansFirstCheckIsFlat: a new key's first check costs the same with
+// one plan as with 3,000 (it looked for the key in every other plan's
+// store, locking a shard of each and sorting them: about 3,000 times
+// slower). The median of 201 first checks on each is compared, alternating
+// between the two, with a margin wide enough for a loaded machine.
+func TestPlansFirstCheckIsFlat(t *testing.T) {
+	build := func(n int) *ratelimit.Plans {
+		set := ratelimit.PlanSet{Plans: map[string]ratelimit.Plan{}, Default: "0"}
+		for i := range n {
+			set.Plans[strconv.Itoa(i)] = ratelimit.Plan{Rule: ratelimit.GCRA{Rate: ratelimit.PerHour(int64(i + 1)), Burst: 10}}
+		}
+		p, err := ratelimit.NewPlans(set, func(string) string { return "0" }, ratelimit.WithMaxKeys(1<<12))
+		require.NoError(t, err)
+		return p
+	}
+	one, many := build(1), build(3_000)
+	var d1, dn []time.Duration
+	for i := range 201 {
+		key := "new-" + strconv.Itoa(i)
+		for _, c := range []struct {
+			p *ratelimit.Plans
+			d *[]time.Duration
+		}{{one, &d1}, {many, &dn}} {
+			start := time.Now()
+			_, err := c.p.Check(key, ratelimit.Unit)
+			*c.d = append(*c.d, time.Since(start))
+			require.NoError(t, err)
+		}
+	}
+	median := func(ds []time.Duration) time.Duration {
+		slices.Sort(ds)
+		return ds[len(ds)/2]
+	}
+	m1, mn := median(d1), median(dn)
+	assert.Less(t, mn, 20*max(m1, time.Microsecond), "median first check: %v with 1 plan, %v with 3,000", m1, mn)
 }
