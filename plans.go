@@ -148,8 +148,10 @@ const maxReplaced = 64
 // plan name of a key; it must be safe for concurrent use and quick (it runs
 // on every check, outside any lock). A nil planOf puts every key on the
 // default plan. opts apply to every plan's stores: [WithClock] (one clock
-// for all), [WithMaxKeys] and [WithShards] (per store). A malformed rule is
-// an error matching [ErrInvalidRule], naming the plan.
+// for all), [WithMaxKeys] and [WithShards] (per store), and
+// [WithPreallocation] (per store, and for the table of key records, whose
+// bound is that of all the plans' stores together). A malformed rule is an
+// error matching [ErrInvalidRule], naming the plan.
 func NewPlans(set PlanSet, planOf func(key string) string, opts ...Option) (*Plans, error) {
 	o := buildOptions(opts)
 	p := &Plans{planOf: planOf, clock: o.clock, obs: o.obs, opts: opts}
