@@ -39,15 +39,16 @@ import (
 // it was admitted since), rather than what the rule in between rounded up
 // or down. So, with MigrateProportional or MigrateAdditive, moving at a
 // window's edge is no fresh window (the debt a bucket carries past it is
-// counted in the next one), moving back and forth at one instant gives
-// nothing back beyond what a bucket moved into refills by that instant, and
-// a key is never stuck: what it spent ages out no later than the rule it
-// was spent under would have made it whole, give or take two windows or
-// sub-window buckets of the rules it moves through, however it moves
-// afterwards. A key that hops between a bucket's plan and a window's plan
-// at the window's edges can still, over hours, be admitted somewhat more
-// than either plan alone would admit it (a capacity an hour or so, where
-// it was the sum of both plans' rates before).
+// counted in the next one); moving back and forth at one instant gives
+// back at most once what a bucket moved into gives back early to be full
+// by the old rule's instant; and a key is never stuck: what it spent ages
+// out no later than the rule it was spent under would have made it whole,
+// give or take two windows or sub-window buckets of the rules it moves
+// through, however it moves afterwards. That a moving key is admitted, over
+// any span, at most what the most generous plan admits plus one capacity
+// is not proved: random traces of a key moving between a bucket's plan and
+// a window's plan near the window's edges find it admitted a unit more
+// than that over spans of an hour or more.
 //
 // Policies round in the key's disfavour. MigrateAsIs keeps the units left,
 // so a key that moves to a plan whose capacity is at most what it has left
@@ -58,7 +59,8 @@ type Migration uint8
 const (
 	// MigrateProportional keeps the fraction of capacity in use: a key with
 	// 15 of 20 spent that moves to a capacity of 200 has 150 spent (50
-	// left), and back again 15 (5 left). It is the default.
+	// left; less if 200 would not be whole by when 20 would), and back again
+	// 15 (5 left). It is the default.
 	MigrateProportional Migration = iota
 	// MigrateAsIs keeps the units left, capped at the new capacity: 5 left
 	// of 20 stays 5 left of 200 (195 spent, less if 200 would not be
