@@ -356,3 +356,31 @@ func TestPlansFirstCheckIsFlat(t *testing.T) {
 	m1, mn := median(d1), median(dn)
 	assert.Less(t, mn, 20*max(m1, time.Microsecond), "median first check: %v with 1 plan, %v with 3,000", m1, mn)
 }
+
+// TestPlansUpdatesKeepBoundedReplacedPlans: a stream of Updates that change
+// a rule of day-long windows, one a second, keeps at most 64 replaced plans
+// (it kept every one for two days, each looked through by every new key),
+// and a key checked before them all still moves with what it spent from a
+// store its plan kept.
+func TestPlansUpdatesKeepBoundedReplacedPlans(t *testing.T) {
+	clk := ratelimit.NewManualClock(0)
+	day := func(limit int64) ratelimit.Rule { return ratelimit.FixedWindow{Limit: limit, Window: 24 * time.Hour} }
+	on := "b"
+	set := ratelimit.PlanSet{Plans: map[string]ratelimit.Plan{"a": {Rule: day(1_000)}, "b": {Rule: day(10)}}, Default: "a"}
+	// a ends with a Limit of 2,000.
+	p, err := ratelimit.NewPlans(set, func(string) string { return on }, ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	d, err := p.Check("k", 10*ratelimit.Unit) // b's store, which every Update keeps
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	for i := range 1_000 {
+		clk.Advance(time.Second)
+		set.Plans["a"] = ratelimit.Plan{Rule: day(int64(1_001 + i))}
+		require.NoError(t, p.Update(set, ratelimit.MigrateProportional))
+	}
+	assert.LessOrEqual(t, ratelimit.PlansReplaced(p), 64)
+	on = "a"
+	d, err = p.Check("k", ratelimit.Unit)
+	require.NoError(t, err)
+	assert.False(t, d.Allowed, "10 of 10 spent on b is 2,000 of 2,000 on a")
+}
