@@ -43,7 +43,8 @@ func linear(x, at, until, now int64) int64 {
 // as a store is, each shard behind a plain lock. A record's shard is
 // locked before any store shard, and only by an attempt that adds or moves
 // a key (see Plans.lockPlan), never by the check of a key its plan's stores
-// hold.
+// hold; an attempt that holds store shards may only try its lock (add,
+// absent), never wait for it.
 type planRecords struct {
 	seed   maphash.Seed
 	mask   uint64

@@ -323,8 +323,7 @@ type keyedStore interface {
 	settleAt(k storeKey, now, charged, actual int64, at time.Duration) int64
 	// setSpent makes k's acquired entry a state with x milli-units spent
 	// at now and whole again by until (see Migration), or a fresh one if x
-	// <= 0 or until <= now, and returns what the entry then has in use and
-	// when it will be whole again.
+	// <= 0 or until <= now.
 	setSpent(k storeKey, now, x, until int64)
 	// checkHeld is a plan's check of key in its one store (see
 	// Plans.checkHeld): with k's shard locked, if gen still holds g and the
