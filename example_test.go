@@ -552,9 +552,10 @@ func ExamplePlans() {
 	d, _ = plans.Check("someone", 15*ratelimit.Unit)
 	fmt.Println(d.Policy, d.Remaining)
 
-	// Pro doubles its burst: acme had used 3/4 of it, and still has.
+	// Pro doubles its burst and its rate: acme had used 3/4 of it, and
+	// still has, full again when it would have been before.
 	set := plans.Set()
-	set.Plans["pro"] = ratelimit.Plan{Rule: ratelimit.TokenBucket{Rate: ratelimit.PerMinute(100), Burst: 400}}
+	set.Plans["pro"] = ratelimit.Plan{Rule: ratelimit.TokenBucket{Rate: ratelimit.PerMinute(200), Burst: 400}}
 	if err := plans.Update(set, ratelimit.MigrateProportional); err != nil {
 		panic(err)
 	}

@@ -78,11 +78,14 @@ func (a *fwAlgo) at(s *fwState, now int64) (win, now2, count int64) {
 }
 
 func (a *fwAlgo) step(s *fwState, now, cost int64, m stepMode) Decision {
+	// A count in a later window than now's (a key moved in by a Plans, see
+	// fwAlgo.withSpent) holds until that window ends.
+	asked := now
 	win, now, count := a.at(s, now)
 	d := a.pol.decision()
 	d.At = time.Duration(now)
 	// win*W <= now <= MaxTime and W <= maxSpan, so the window's end fits.
-	left := (win+1)*a.w - now
+	left := (win+1)*a.w - asked
 	if count+cost <= a.capMilli { // both <= 1e18: no overflow
 		d.Allowed = true
 		count += cost

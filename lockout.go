@@ -288,7 +288,11 @@ func (a *lockAlgo) fresh(s *lockState, now int64) bool {
 
 func (a *lockAlgo) spentAt(s *lockState, now int64) int64 { return a.log.spentAt(&s.log, now) }
 
-func (a *lockAlgo) withSpent(s *lockState, now, x int64) { a.log.withSpent(&s.log, now, x) }
+func (a *lockAlgo) wholeAt(s *lockState, now int64) int64 { return a.log.wholeAt(&s.log, now) }
+
+func (a *lockAlgo) withSpent(s *lockState, now, x, until int64) {
+	a.log.withSpent(&s.log, now, x, until)
+}
 
 func (a *lockAlgo) refund(*lockState, int64, int64, int64) int64 { return 0 }
 

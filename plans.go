@@ -3,7 +3,6 @@ package ratelimit
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -51,11 +50,20 @@ type PlanSet struct {
 // (see [Store]). When a key's plan changes (its plan function names
 // another), or its plan's rule is changed by an Update, the key's state
 // moves to its new store the next time it is checked, converted by a
-// [Migration] policy; there is no pass over all keys. A key checked for the
-// first time, or the first time since it moved, is looked for in the other
-// stores of the set (and in the stores an Update replaced, until all their
-// keys would have been as good as fresh), so its first check takes one
-// lock per such store.
+// [Migration] policy; there is no pass over all keys. Which plan holds a
+// key is kept in a record of the key (48 bytes besides the key, in a table
+// of the rule set's own, bounded as a store is, with room for as many keys
+// as all the plans' stores when it is built), so that a key checked for the
+// first time, or the first time since it moved, takes the locks of its
+// record and of the stores of two plans, whatever the number of plans and
+// of rule sets an Update replaced. A key held in its plan's stores is
+// checked without its record. The stores an Update replaced are kept until
+// every key in them would be as good as fresh (two of their windows), and
+// at most the last 64 of them: a key last checked under a plan replaced
+// longer ago than that starts fresh in the layers whose rule changed. A
+// record dropped to make room (the least recently moved first) loses only
+// where an earlier state of its key is: like a store's lossy eviction, the
+// key then starts fresh under a plan it moves to.
 //
 // Check, CheckContext, CheckWithin and Wait behave as a [Composite]'s over
 // the key's plan (a [Store]'s, for a plan of one rule), except that a
@@ -65,12 +73,13 @@ type PlanSet struct {
 // Plans is safe for concurrent use, starts no goroutines and needs no
 // Close. The zero Plans is not usable; build one with [NewPlans].
 type Plans struct {
-	planOf func(key string) string
-	clock  Clock
-	obs    Observer // nil: none
-	opts   []Option
-	update sync.Mutex // serialises Update
-	gen    atomic.Pointer[planGen]
+	records planRecords // where each key's state is held (see planRecord)
+	planOf  func(key string) string
+	clock   Clock
+	obs     Observer // nil: none
+	opts    []Option
+	update  sync.Mutex // serialises Update
+	gen     atomic.Pointer[planGen]
 }
 
 // planGen is one rule set as built: the plans, and the stores of earlier
@@ -80,9 +89,15 @@ type planGen struct {
 	plans map[string]*builtPlan
 	def   *builtPlan
 	names []string // the plans' names, sorted
-	// replaced are the stores earlier rule sets used and this one does
-	// not, newest first, until every key in them would be fresh.
-	replaced []replacedStore
+	// byID finds a plan by its id, for the plan a key's record names: this
+	// set's plans, and the plans of earlier sets whose stores may still
+	// hold keys (see replacedPlan).
+	byID map[uint64]*recordedPlan
+	// byLineage finds this set's plan of a lineage (see builtPlan), for a
+	// record whose plan is no longer in byID.
+	byLineage map[uint64]*recordedPlan
+	// replaced are the plans of earlier sets in byID, newest first.
+	replaced []*recordedPlan
 	// done ends when a later Update replaces this set, to wake waiters.
 	done   context.Context
 	cancel context.CancelFunc
@@ -90,8 +105,16 @@ type planGen struct {
 
 // builtPlan is a plan as built: a composite of its layers.
 type builtPlan struct {
-	name planName
-	comp Composite
+	id uint64 // unique among the plans a Plans ever built
+	// single is the plan's one store, for a plan of one rule (no layer Key
+	// or Shadow): the check of a key it holds needs nothing else.
+	single keyedStore
+	// lineage is the same for a plan and the plans that replace it under
+	// the same name, so that a key last checked under a plan since retired
+	// is looked for in the stores its successor kept.
+	lineage uint64
+	name    planName
+	comp    Composite
 	// rules are the layers' rules, dereferenced, to tell which stores an
 	// Update can keep.
 	rules []Rule
@@ -107,22 +130,28 @@ func (n planName) fill(d *Decision) {
 	}
 }
 
-// replacedStore is a layer store that an Update replaced.
-type replacedStore struct {
-	plan   string
-	layer  int
-	store  keyedStore
-	key    func(string) string
-	policy Migration // the policy of the Update that replaced it
-	until  int64     // after this instant every key in it is fresh
+// recordedPlan is a plan a key's record may name: a plan of the set in
+// force, or one an Update replaced, with the policy of that Update and the
+// instant after which every key its replaced stores hold is fresh.
+type recordedPlan struct {
+	bp     *builtPlan
+	policy Migration // replaced: the policy of the Update that replaced it
+	until  int64     // replaced: every key in its stores is fresh after this
 }
+
+// maxReplaced bounds how many replaced plans a rule set keeps: a key last
+// checked under a plan more Updates ago than that (within two of its
+// windows) starts fresh under its new plan (see Plans.Update).
+const maxReplaced = 64
 
 // NewPlans validates set and builds a [Plans] over it. planOf returns the
 // plan name of a key; it must be safe for concurrent use and quick (it runs
 // on every check, outside any lock). A nil planOf puts every key on the
 // default plan. opts apply to every plan's stores: [WithClock] (one clock
-// for all), [WithMaxKeys] and [WithShards] (per store). A malformed rule is
-// an error matching [ErrInvalidRule], naming the plan.
+// for all), [WithMaxKeys] and [WithShards] (per store), and
+// [WithPreallocation] (per store, and for the table of key records, whose
+// bound is that of all the plans' stores together). A malformed rule is an
+// error matching [ErrInvalidRule], naming the plan.
 func NewPlans(set PlanSet, planOf func(key string) string, opts ...Option) (*Plans, error) {
 	o := buildOptions(opts)
 	p := &Plans{planOf: planOf, clock: o.clock, obs: o.obs, opts: opts}
@@ -130,6 +159,8 @@ func NewPlans(set PlanSet, planOf func(key string) string, opts ...Option) (*Pla
 	if err != nil {
 		return nil, err
 	}
+	maxKeys, shards, _ := storeShape(o.store) // build validated the options
+	p.records.init(min(maxStoreKeys, maxKeys*len(g.plans)), shards, o.store.prealloc)
 	p.gen.Store(g)
 	return p, nil
 }
@@ -215,21 +246,31 @@ func (p *Plans) build(set PlanSet, old *planGen, now int64, m Migration) (*planG
 		g.plans[name] = bp
 	}
 	g.def = g.plans[set.Default]
+	g.byID = make(map[uint64]*recordedPlan, len(g.plans))
+	g.byLineage = make(map[uint64]*recordedPlan, len(g.plans))
+	for _, bp := range g.plans {
+		r := &recordedPlan{bp: bp, policy: m}
+		g.byID[bp.id] = r
+		g.byLineage[bp.lineage] = r
+	}
 	if old != nil {
 		for _, name := range old.names {
-			for i, l := range old.plans[name].comp.layers {
+			bp := old.plans[name]
+			var until int64 // the latest instant a replaced store's key may be partly spent
+			for _, l := range bp.comp.layers {
 				if !kept[l.store] {
-					g.replaced = append(g.replaced, replacedStore{
-						plan: name, layer: i, store: l.store, key: l.key, policy: m,
-						until: addTime(now, 2*l.store.policy().window),
-					})
+					until = max(until, addTime(now, 2*l.store.policy().window))
 				}
 			}
+			g.replaced = append(g.replaced, &recordedPlan{bp: bp, policy: m, until: until})
 		}
 		for _, r := range old.replaced {
-			if r.until > now {
+			if r.until > now && len(g.replaced) < maxReplaced {
 				g.replaced = append(g.replaced, r)
 			}
+		}
+		for _, r := range g.replaced {
+			g.byID[r.bp.id] = r
 		}
 	}
 	g.done, g.cancel = context.WithCancel(context.Background())
@@ -253,7 +294,11 @@ func (p *Plans) buildPlan(name string, pl Plan, old *planGen) (*builtPlan, error
 	if old != nil {
 		prev = old.plans[name]
 	}
-	bp := &builtPlan{name: planName(name), comp: Composite{clock: p.clock, layers: make([]compositeLayer, len(layers))}}
+	bp := &builtPlan{id: planIDs.Add(1), name: planName(name), comp: Composite{clock: p.clock, layers: make([]compositeLayer, len(layers))}}
+	bp.lineage = bp.id
+	if prev != nil {
+		bp.lineage = prev.lineage
+	}
 	for i, l := range layers {
 		if isNil(l.Rule) {
 			return nil, &RuleError{Rule: "PlanSet", Field: field(fmt.Sprintf("Layers[%d].Rule", i)), Reason: "is nil"}
@@ -276,8 +321,14 @@ func (p *Plans) buildPlan(name string, pl Plan, old *planGen) (*builtPlan, error
 			bp.comp.enforced++
 		}
 	}
+	if l := bp.comp.layers; len(l) == 1 && l[0].key == nil && !l[0].shadow {
+		bp.single = l[0].store
+	}
 	return bp, nil
 }
+
+// planIDs numbers the plans every Plans builds (see builtPlan.id).
+var planIDs atomic.Uint64
 
 // withLabel names the policy a store reports for an unnamed rule.
 func withLabel(name string) Option { return func(o *options) { o.label = name } }
@@ -315,6 +366,9 @@ func ContextWithPlan(ctx context.Context, plan string) context.Context {
 // results and errors of [Composite.Check] (of [Store.Check], for a plan of
 // one rule).
 func (p *Plans) Check(key string, cost Units) (Decision, error) {
+	if d, ok := p.checkHeld(context.Background(), key, cost); ok {
+		return d, nil
+	}
 	a, err := p.try(context.Background(), key, cost, maxBudget)
 	if err != nil {
 		return a.d, err
@@ -336,6 +390,9 @@ func (p *Plans) CheckContext(ctx context.Context, key string, cost Units) (Decis
 		bp.name.fill(&d)
 		return d, err
 	}
+	if d, ok := p.checkHeld(ctx, key, cost); ok {
+		return d, nil
+	}
 	a, err := p.try(ctx, key, cost, maxBudget)
 	if err != nil {
 		return a.d, err
@@ -344,6 +401,30 @@ func (p *Plans) CheckContext(ctx context.Context, key string, cost Units) (Decis
 		observe(p.obs, &a, int64(cost))
 	}
 	return a.d, a.err
+}
+
+// checkHeld is Check's quick path: a valid cost for a key that its plan of
+// one rule holds, or that is new to the rule set, is decided with its
+// store's lock (and, for a new key, its record's), as the attempt would
+// decide it (see storeCore.checkHeld); ok is false, with nothing done,
+// otherwise.
+func (p *Plans) checkHeld(ctx context.Context, key string, cost Units) (Decision, bool) {
+	g := p.gen.Load()
+	bp := p.plan(ctx, g, key)
+	st := bp.single
+	if st == nil || cost <= 0 || int64(cost) > st.capacity() {
+		return Decision{}, false
+	}
+	d, ok := st.checkHeld(key, st.prepare(key), int64(cost), &p.gen, g, &p.records, planRecord{plan: bp.id, lineage: bp.lineage})
+	if !ok {
+		return d, false
+	}
+	bp.name.fill(&d)
+	if p.obs != nil {
+		a := attempt{d: d}
+		observe(p.obs, &a, int64(cost))
+	}
+	return d, true
 }
 
 // CheckWithin is [Plans.Check] for a request that may wait at most
@@ -466,33 +547,27 @@ func unlockAll(locks []shardLock) {
 	}
 }
 
-// source is a store that may hold a layer's key from before it moved.
-type source struct {
-	layer  int
-	store  keyedStore
-	k      storeKey
-	policy Migration
-}
-
 // tryIn makes one attempt for key on plan bp of generation g; ok is false
 // if g was replaced before the attempt held its locks, and nothing was done.
 //
 // The stores that take part are locked in increasing id order: the plan's
-// layer stores, and, when a layer's store does not hold the key, every
-// store the key may have moved from, so that it moves at one instant with
-// no check of it on either side in between. Since every attempt locks in
-// that order, attempts cannot deadlock. An attempt that began on a rule set
-// since replaced finds out once it holds its locks and starts over; one
-// that held them first is ordered before the Update, and the keys it spent
-// move with what they spent. A budget of peekOnly makes the attempt a look
-// (Plans.Peek): it records no instant and spends nothing, though a key
-// that moved is still moved.
+// layer stores, and, when a layer's store does not hold the key, the
+// stores of the plan the key's record names (see planRecord), so that it
+// moves at one instant with no check of it on either side in between. The
+// key's record is locked before any store, and only by an attempt that
+// moves or adds the key; since every attempt locks in that order, attempts
+// cannot deadlock. An attempt that began on a rule set since replaced finds
+// out once it holds its locks and starts over; one that held them first is
+// ordered before the Update, and the keys it spent move with what they
+// spent. A budget of peekOnly makes the attempt a look (Plans.Peek): it
+// records no instant and spends nothing, though a key that moved is still
+// moved.
 func (p *Plans) tryIn(g *planGen, bp *builtPlan, key string, cost int64, budget time.Duration, out *[]Decision) (attempt, bool) {
 	layers := bp.comp.layers
 	var buf [inlineLayers]layerTurn
 	turns := prepareTurns(layers, key, cost, buf[:0])
 	var lbuf [inlineLayers]shardLock
-	locks, now, ok := p.lockPlan(g, bp, key, turns, lbuf[:0], budget == peekOnly)
+	locks, now, ok := p.lockPlan(g, bp, key, turns, lbuf[:0], budget == peekOnly, budget != peekOnly)
 	if !ok {
 		return attempt{}, false
 	}
@@ -513,119 +588,170 @@ func (p *Plans) tryIn(g *planGen, bp *builtPlan, key string, cost int64, budget 
 }
 
 // lockPlan locks the shards of plan bp's layers for turns, appending them
-// to locks, as tryIn describes: with every store a layer that lacks the key
-// may have moved it from, moving it. It returns the locks to release with
+// to locks, as tryIn describes: when a layer lacks the key, with the stores
+// its record names, moving it. It returns the locks to release with
 // unlockAll and the agreed instant, which look (a Peek) records nowhere; ok
-// is false, with nothing locked, if g was replaced first.
-func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTurn, locks []shardLock, look bool) ([]shardLock, int64, bool) {
+// is false, with nothing locked, if g was replaced first. Unless adds, a key
+// that no move brings in gets no record (it is not added to any store).
+func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTurn, locks []shardLock, look, adds bool) ([]shardLock, int64, bool) {
 	layers := bp.comp.layers
 	for i := range turns {
 		if turns[i].err == nil {
 			locks = append(locks, shardLock{store: layers[i].store, shard: turns[i].shard})
 		}
 	}
-	var now int64
-	if look {
-		now = lookAll(locks, clampTime(p.clock.Now()))
-	} else {
-		now = lockAll(locks, clampTime(p.clock.Now()), false)
-	}
+	now := p.lockShards(locks, clampTime(p.clock.Now()), look, false)
 	if p.gen.Load() != g {
 		unlockAll(locks)
 		return nil, 0, false
 	}
-	var lackBuf [inlineLayers]bool
-	if lacks := p.missing(g, bp, turns, lackBuf[:0]); lacks != nil {
-		// Relock with every store the missing keys may be in.
-		unlockAll(locks)
-		var srcBuf [inlineLayers]source
-		srcs := p.sources(g, bp, lacks, key, srcBuf[:0])
-		for _, s := range srcs {
-			if !slices.ContainsFunc(locks, func(l shardLock) bool { return l.store == s.store }) {
-				locks = append(locks, shardLock{store: s.store, shard: s.store.shardIndex(s.k)})
+	if !lacking(layers, turns) {
+		return locks, now, true
+	}
+	// A key new to the rule set, the common case, has no record: if the
+	// record's lock is free, holding the stores' locks out of order cannot
+	// deadlock (it does not wait), and there is nothing to move.
+	if !adds && p.records.absent(key) || adds && p.records.add(key, planRecord{plan: bp.id, lineage: bp.lineage}, now) {
+		return locks, now, true
+	}
+	rk := p.records.prepare(key)
+	rs := &p.records.shards[rk.h&p.records.mask]
+	// Relock holding the key's record, with the stores it names.
+	unlockAll(locks)
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	var from *recordedPlan
+	rec := rs.t.Find(rk.key, rk.tag)
+	if rec != nil && rec.plan != bp.id {
+		from = g.recorded(rec)
+	}
+	var srcBuf [inlineLayers]source
+	srcs := srcBuf[:0]
+	if from != nil {
+		fl := from.bp.comp.layers
+		for i := range turns {
+			var src source
+			if i < len(fl) && turns[i].err == nil && fl[i].store != layers[i].store {
+				src = source{store: fl[i].store, k: fl[i].store.prepare(layerKey(fl[i].key, key))}
+				locks = append(locks, shardLock{store: src.store, shard: src.store.shardIndex(src.k)})
 			}
+			srcs = append(srcs, src)
 		}
-		now = lockAll(locks, now, true)
-		if p.gen.Load() != g {
-			unlockAll(locks)
-			return nil, 0, false
+	}
+	now = p.lockShards(locks, now, look, true)
+	if p.gen.Load() != g {
+		unlockAll(locks)
+		return nil, 0, false
+	}
+	moved := false
+	var r planRecord
+	if rec != nil {
+		r = *rec
+	}
+	next := r
+	next.plan, next.lineage = bp.id, bp.lineage
+	if from != nil {
+		policy := g.set.OnMove
+		if from.bp.name == bp.name {
+			policy = from.policy // the same plan, replaced by an Update
 		}
+		next = planRecord{plan: bp.id, lineage: bp.lineage, at: now}
 		for i := range turns {
 			t := &turns[i]
 			l := &layers[i]
-			if t.err != nil || l.store.has(t.k) {
+			src := srcs[i].store
+			if src == nil || l.store.has(t.k) {
 				continue
 			}
-			for _, s := range srcs {
-				if s.layer != i {
-					continue
-				}
-				if spent, ok := s.store.take(s.k, now); ok {
-					if l.store.acquire(t.k, now) {
-						l.store.setSpent(t.k, now, s.policy.carry(spent, s.store.capacity(), l.store.capacity()))
-					}
-					break
-				}
+			spent, whole, ok := src.take(srcs[i].k, now)
+			if !ok {
+				continue
+			}
+			moved = true
+			if i == 0 {
+				spent, whole = r.carry(src, spent, whole, now)
+			}
+			// x is not capped at the new capacity: the record keeps what a
+			// cap cuts off, for the key's next move.
+			x := policy.carry(spent, src.capacity(), l.store.capacity())
+			if x <= 0 || whole <= now || !l.store.acquire(t.k, now) {
+				continue
+			}
+			held := min(x, l.store.capacity())
+			l.store.setSpent(t.k, now, held, whole)
+			if i == 0 {
+				next.until, next.x, next.held = whole, x, held
 			}
 		}
 	}
+	if !adds && !moved {
+		return locks, now, true // a look, or a refund, adds no key
+	}
+	if rec == nil {
+		rec, _ = rs.t.Insert(rk.key, rk.tag, now) // nothing is pinned: always room
+	}
+	*rec = next
 	return locks, now, true
 }
 
-// missing returns, with the layers' shards locked, which layers' stores
-// lack the key while other stores of the set could hold it, or nil if none
-// do. The answer is appended to buf, which is empty.
-func (p *Plans) missing(g *planGen, bp *builtPlan, turns []layerTurn, buf []bool) []bool {
-	if len(g.plans) == 1 && len(g.replaced) == 0 {
-		return nil
+// carry returns what a first layer's state that shows spent in use at now,
+// whole again at whole, moves on with, by the record of its last move (see
+// planRecord): what that move carried in, given back evenly, plus what the
+// state holds beyond what it was given (what was admitted since), and the
+// instant all of that is given back.
+func (r *planRecord) carry(src keyedStore, spent, whole, now int64) (int64, int64) {
+	left := linear(r.x, r.at, r.until, now)
+	since := max(spent-src.heldAt(r.at, r.held, r.until, now), 0)
+	switch {
+	case since > 0 && left > 0:
+		return since + left, max(whole, r.until)
+	case since > 0:
+		return since, whole
+	case left > 0:
+		return left, r.until
 	}
-	var lacks []bool
-	for i := range turns {
-		if turns[i].err == nil && !bp.comp.layers[i].store.has(turns[i].k) {
-			if lacks == nil {
-				lacks = append(buf, make([]bool, len(turns))...)
-			}
-			lacks[i] = true
-		}
-	}
-	return lacks
+	return 0, now
 }
 
-// sources lists, for each layer of bp that lacks the key, the stores the
-// key may have moved from: stores an Update replaced for this plan and
-// layer (moved by that Update's policy), then the same layer of the other
-// plans and of replaced stores of other plans (moved by OnMove). They are
-// appended to srcs.
-func (p *Plans) sources(g *planGen, bp *builtPlan, lacks []bool, key string, srcs []source) []source {
-	add := func(i int, s keyedStore, keyFn func(string) string, m Migration) {
-		if s == bp.comp.layers[i].store {
-			return
-		}
-		k := key
-		if keyFn != nil {
-			k = keyFn(key)
-		}
-		srcs = append(srcs, source{layer: i, store: s, k: s.prepare(k), policy: m})
+// recorded returns the plan a key's record names: that plan, if g still
+// knows it, or else g's plan of its lineage, whose stores hold what is
+// left of the key's state (nil if none).
+func (g *planGen) recorded(rec *planRecord) *recordedPlan {
+	if r := g.byID[rec.plan]; r != nil {
+		return r
 	}
-	for i, lack := range lacks {
-		if !lack {
-			continue
-		}
-		for _, r := range g.replaced {
-			if r.plan == string(bp.name) && r.layer == i {
-				add(i, r.store, r.key, r.policy)
-			}
-		}
-		for _, name := range g.names {
-			if o := g.plans[name]; o != bp && i < len(o.comp.layers) {
-				add(i, o.comp.layers[i].store, o.comp.layers[i].key, g.set.OnMove)
-			}
-		}
-		for _, r := range g.replaced {
-			if r.plan != string(bp.name) && r.layer == i {
-				add(i, r.store, r.key, g.set.OnMove)
-			}
+	return g.byLineage[rec.lineage]
+}
+
+// source is the store a layer's key moves from, and the key there.
+type source struct {
+	store keyedStore // nil: none
+	k     storeKey
+}
+
+// lockShards is lockAll, or lookAll for a look, which records no instant.
+func (p *Plans) lockShards(locks []shardLock, now int64, look, moving bool) int64 {
+	if look {
+		return lookAll(locks, now)
+	}
+	return lockAll(locks, now, moving)
+}
+
+// layerKey is a layer's key for key, by the layer's Key function if any.
+func layerKey(keyFn func(string) string, key string) string {
+	if keyFn != nil {
+		return keyFn(key)
+	}
+	return key
+}
+
+// lacking reports, with the layers' shards locked, whether a layer's store
+// lacks the key.
+func lacking(layers []compositeLayer, turns []layerTurn) bool {
+	for i := range turns {
+		if turns[i].err == nil && !layers[i].store.has(turns[i].k) {
+			return true
 		}
 	}
-	return srcs
+	return false
 }

@@ -134,7 +134,8 @@ func (c *Composite) Refund(key string, cost Units, at time.Duration) (Units, err
 // Refund gives back up to cost of what key was admitted at the instant at
 // (the admitting Decision's At) in the stores of key's plan, as
 // [Composite.Refund] does. A key whose plan has changed since its last
-// check gives back nothing from the stores of its old plan.
+// check is moved to its new plan's stores first, as its next check (or a
+// Settle) would move it, and refunds there.
 func (p *Plans) Refund(key string, cost Units, at time.Duration) (Units, error) {
 	if cost <= 0 {
 		_, err := p.gen.Load().def.comp.checkCost(cost)
@@ -147,13 +148,8 @@ func (p *Plans) Refund(key string, cost Units, at time.Duration) (Units, error) 
 		var buf [inlineLayers]layerTurn
 		turns := prepareTurns(layers, key, 1, buf[:0])
 		var lbuf [inlineLayers]shardLock
-		locks := lbuf[:0]
-		for i := range turns {
-			locks = append(locks, shardLock{store: layers[i].store, shard: turns[i].shard})
-		}
-		now := lockAll(locks, clampTime(p.clock.Now()), false)
-		if p.gen.Load() != g {
-			unlockAll(locks)
+		locks, now, ok := p.lockPlan(g, bp, key, turns, lbuf[:0], false, false)
+		if !ok {
 			continue
 		}
 		_, least := refundLocked(layers, turns, now, int64(cost), int64(at))

@@ -1,5 +1,7 @@
 package ratelimit
 
+import "context"
+
 // Reset makes lim start again as a fresh limiter, full, whatever it had
 // spent: an administrative action, such as forgiving a client locked out by
 // mistake. It is linearizable with lim's checks: each check sees lim before
@@ -76,7 +78,7 @@ func resetLayers(layers []compositeLayer, clock Clock, key string) {
 		now = max(now, layers[i].store.lockShard(turns[i].shard, now))
 	}
 	for i := range turns {
-		layers[i].store.take(turns[i].k, now)
+		_, _, _ = layers[i].store.take(turns[i].k, now)
 	}
 	for i := len(turns) - 1; i >= 0; i-- {
 		layers[i].store.unlockShard(turns[i].shard)
@@ -85,35 +87,39 @@ func resetLayers(layers []compositeLayer, clock Clock, key string) {
 
 // Reset makes key start again as a fresh key under its plan, as
 // [Composite.Reset] does over the plan's layers, and drops whatever the
-// other stores of the rule set still hold of it (other plans' stores, and
-// stores an Update replaced), so that no earlier state of the key can move
-// back to it later. It is atomic with the key's checks and with Update.
+// rule set still holds of it elsewhere (the stores of the plan it was last
+// checked under, which may be a plan an Update replaced, and its record),
+// so that no earlier state of the key can move back to it later. It is
+// atomic with the key's checks and with Update.
 func (p *Plans) Reset(key string) {
+	rk := p.records.prepare(key)
+	rs := &p.records.shards[rk.h&p.records.mask]
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
 	for {
 		g := p.gen.Load()
-		var locks []shardLock
-		var keys []storeKey
-		seen := map[keyedStore]bool{}
-		add := func(s keyedStore, keyFn func(string) string) {
-			if seen[s] {
-				return
+		var buf [2 * inlineLayers]storeKey
+		var lbuf [2 * inlineLayers]shardLock
+		keys, locks := buf[:0], lbuf[:0]
+		add := func(l compositeLayer) {
+			for _, have := range locks {
+				if have.store == l.store {
+					return
+				}
 			}
-			seen[s] = true
-			k := key
-			if keyFn != nil {
-				k = keyFn(key)
-			}
-			sk := s.prepare(k)
-			locks = append(locks, shardLock{store: s, shard: s.shardIndex(sk)})
-			keys = append(keys, sk)
+			k := l.store.prepare(layerKey(l.key, key))
+			keys = append(keys, k)
+			locks = append(locks, shardLock{store: l.store, shard: l.store.shardIndex(k)})
 		}
-		for _, name := range g.names {
-			for _, l := range g.plans[name].comp.layers {
-				add(l.store, l.key)
-			}
+		for _, l := range p.plan(context.Background(), g, key).comp.layers {
+			add(l)
 		}
-		for _, r := range g.replaced {
-			add(r.store, r.key)
+		if rec := rs.t.Lookup(rk.key, rk.tag); rec != nil {
+			if from := g.recorded(rec); from != nil {
+				for _, l := range from.bp.comp.layers {
+					add(l)
+				}
+			}
 		}
 		// lockAll sorts locks: find each lock's key by its store.
 		byStore := make(map[keyedStore]storeKey, len(locks))
@@ -126,8 +132,9 @@ func (p *Plans) Reset(key string) {
 			continue
 		}
 		for _, l := range locks {
-			l.store.take(byStore[l.store], now)
+			_, _, _ = l.store.take(byStore[l.store], now)
 		}
+		rs.t.Delete(rk.key, rk.tag)
 		unlockAll(locks)
 		return
 	}

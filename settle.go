@@ -191,7 +191,7 @@ func (p *Plans) Settle(key string, charged, actual Units, at time.Duration) (Dec
 		var buf [inlineLayers]layerTurn
 		turns := prepareTurns(layers, key, int64(charged), buf[:0])
 		var lbuf [inlineLayers]shardLock
-		locks, now, ok := p.lockPlan(g, bp, key, turns, lbuf[:0], false)
+		locks, now, ok := p.lockPlan(g, bp, key, turns, lbuf[:0], false, true)
 		if !ok {
 			continue
 		}

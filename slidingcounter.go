@@ -221,3 +221,7 @@ func (a *scCompactAlgo) fresh(s *scCompact, now int64) bool {
 	w := s.wide()
 	return a.scAlgo.fresh(&w, now)
 }
+
+// countsRefused reports whether the rule counts refused cost (see
+// storeCore.refused).
+func (a *scAlgo) countsRefused() bool { return a.refused }

@@ -334,8 +334,9 @@ type keyedStore interface {
 	// has reports whether the store holds k.
 	has(k storeKey) bool
 	// take removes k's entry and returns the milli-units it had spent at
-	// now (rounded up); ok is false if the store did not hold k.
-	take(k storeKey, now int64) (spent int64, ok bool)
+	// now (rounded up) and the instant it would be whole again (see
+	// migrator); ok is false if the store did not hold k.
+	take(k storeKey, now int64) (spent, whole int64, ok bool)
 	// refundAt gives back up to cost of what k's entry was admitted at at
 	// (see refund.go); a key the store does not hold gives nothing.
 	refundAt(k storeKey, now, at, cost int64) int64
@@ -343,8 +344,20 @@ type keyedStore interface {
 	// [Store.Settle]) and returns the cost as settled.
 	settleAt(k storeKey, now, charged, actual int64, at time.Duration) int64
 	// setSpent makes k's acquired entry a state with x milli-units spent
-	// at now (see Migration).
-	setSpent(k storeKey, now, x int64)
+	// at now and whole again by until (see Migration), or a fresh one if x
+	// <= 0 or until <= now.
+	setSpent(k storeKey, now, x, until int64)
+	// checkHeld is a plan's check of key in its one store (see
+	// Plans.checkHeld): with k's shard locked, if gen still holds g and the
+	// store holds k, or k is new to the rule set (recs has no record of
+	// key, and its lock is free: then rec is recorded and k added), it
+	// decides cost as a Composite of this one store would, committing it if
+	// admitted; ok is false, with nothing done, otherwise.
+	checkHeld(key string, k storeKey, cost int64, gen *atomic.Pointer[planGen], g *planGen, recs *planRecords, rec planRecord) (d Decision, ok bool)
+	// heldAt returns what a state that setSpent made with x (0 < x <=
+	// the capacity) at at, whole by until, has in use at now, given no
+	// new spending.
+	heldAt(at, x, until, now int64) int64
 }
 
 // storeKey is a key prepared for a store: the key itself or, for a key
@@ -507,6 +520,9 @@ type storeCore[S any, A algorithm[S]] struct {
 	maxKeys int
 	shards  []storeShard[S]
 	ident   uint64
+	// refused is whether the rule counts refused cost (CountRefused), which
+	// a Composite's check does not: its checks look before they commit.
+	refused bool
 }
 
 // storeIDs numbers stores in the order they are built (see keyedStore.id).
@@ -532,6 +548,9 @@ func newStoreCore[S any, A algorithm[S]](alg A, o *options) *storeCore[S, A] {
 	}
 	if c.label == "" {
 		c.label = o.label
+	}
+	if r, ok := any(alg).(interface{ countsRefused() bool }); ok {
+		c.refused = r.countsRefused()
 	}
 	fresh := alg.fresh
 	spin := runtime.GOMAXPROCS(0) > 1
@@ -688,20 +707,67 @@ func (c *storeCore[S, A]) has(k storeKey) bool {
 	return c.shards[k.h&c.mask].t.Lookup(k.key, k.tag) != nil
 }
 
-func (c *storeCore[S, A]) take(k storeKey, now int64) (int64, bool) {
+func (c *storeCore[S, A]) take(k storeKey, now int64) (spent, whole int64, ok bool) {
 	t := &c.shards[k.h&c.mask].t
 	s := t.Lookup(k.key, k.tag)
 	if s == nil {
-		return 0, false
+		return 0, 0, false
 	}
-	spent := c.alg.spentAt(s, now)
+	spent, whole = c.alg.spentAt(s, now), c.alg.wholeAt(s, now)
 	t.Delete(k.key, k.tag)
-	return spent, true
+	return spent, whole, true
 }
 
-func (c *storeCore[S, A]) setSpent(k storeKey, now, x int64) {
-	t := &c.shards[k.h&c.mask].t
-	c.alg.withSpent(t.Lookup(k.key, k.tag), now, x)
+func (c *storeCore[S, A]) setSpent(k storeKey, now, x, until int64) {
+	s := c.shards[k.h&c.mask].t.Lookup(k.key, k.tag)
+	if x <= 0 || until <= now {
+		var fresh S
+		*s = fresh
+		return
+	}
+	c.alg.withSpent(s, now, x, until)
+}
+
+func (c *storeCore[S, A]) checkHeld(key string, k storeKey, cost int64, gen *atomic.Pointer[planGen], g *planGen, recs *planRecords, rec planRecord) (Decision, bool) {
+	sh := &c.shards[k.h&c.mask]
+	now := sh.hold(clampTime(c.clk.Now()))
+	if gen.Load() != g {
+		sh.release()
+		return Decision{}, false
+	}
+	s := sh.t.Find(k.key, k.tag)
+	var ev evictions
+	if s == nil {
+		if !recs.add(key, rec, now) {
+			sh.release()
+			return Decision{}, false
+		}
+		sh.adding()
+		s, _ = sh.t.Insert(k.key, k.tag, now) // nothing is pinned: always room
+		if c.obs != nil {
+			ev = sh.evictions()
+		}
+	}
+	var d Decision
+	if !c.refused {
+		d = c.alg.step(s, now, cost, stepCheck) // commits only what it admits
+	} else if d = c.alg.step(s, now, cost, stepLook); d.Allowed {
+		d = c.alg.step(s, now, cost, stepCheck)
+	}
+	sh.release()
+	if ev.n|ev.lossy != 0 {
+		c.evicted(ev)
+	}
+	return d, true
+}
+
+func (c *storeCore[S, A]) heldAt(at, x, until, now int64) int64 {
+	if x <= 0 || until <= at {
+		return 0
+	}
+	var s S
+	c.alg.withSpent(&s, at, x, until)
+	return c.alg.spentAt(&s, now)
 }
 
 // digestKey returns the SHA-256 digest of a long key, hashed in pieces so

@@ -219,3 +219,7 @@ func (a *swAlgo[A]) fresh(s *swState[A], now int64) bool {
 	c, _ := a.at(s, now)
 	return a.sum(s, c) == 0
 }
+
+// countsRefused reports whether the rule counts refused cost (see
+// storeCore.refused).
+func (a *swAlgo[A]) countsRefused() bool { return a.refused }
