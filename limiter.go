@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"log/slog"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -89,6 +90,21 @@ type options struct {
 	// label is the policy a store reports for an unnamed rule (a plan's
 	// name); set by NewPlans only.
 	label string
+	// logger takes the warnings given once per process (planwarn.go);
+	// nil: slog.Default(). quiet silences them.
+	logger *slog.Logger
+	quiet  bool
+}
+
+// WithLogger makes a limiter write the warnings it gives once per process,
+// never per check, to l instead of [slog.Default]; a nil l silences them.
+// Today the one such warning is a [Plans] whose plan function names no plan
+// of its set for many distinct keys (see [NewPlans]).
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) {
+		o.logger = l
+		o.quiet = l == nil
+	}
 }
 
 // WithClock makes the limiter read time from c instead of [SystemClock]. A

@@ -75,6 +75,7 @@ type PlanSet struct {
 type Plans struct {
 	records planRecords // where each key's state is held (see planRecord)
 	planOf  func(key string) string
+	warn    *planWarning
 	clock   Clock
 	obs     Observer // nil: none
 	opts    []Option
@@ -152,9 +153,17 @@ const maxReplaced = 64
 // [WithPreallocation] (per store, and for the table of key records, whose
 // bound is that of all the plans' stores together). A malformed rule is an
 // error matching [ErrInvalidRule], naming the plan.
+//
+// A plan function that names no plan of the set for 256 distinct keys,
+// having named none so far, is reported once, as a warning to the logger
+// of [WithLogger] (by default slog.Default; nil silences it): the usual
+// cause is keys that reach it in another form than the one it looks
+// customers up by (an HTTP middleware that keys by a hash of the API key),
+// which puts every paying customer on the default plan. One plan named for
+// one key ends the watch, and after it a check pays one atomic load.
 func NewPlans(set PlanSet, planOf func(key string) string, opts ...Option) (*Plans, error) {
 	o := buildOptions(opts)
-	p := &Plans{planOf: planOf, clock: o.clock, obs: o.obs, opts: opts}
+	p := &Plans{planOf: planOf, clock: o.clock, obs: o.obs, opts: opts, warn: newPlanWarning(o)}
 	g, err := p.build(set, nil, 0, MigrateProportional)
 	if err != nil {
 		return nil, err
@@ -343,6 +352,13 @@ func (p *Plans) plan(ctx context.Context, g *planGen, key string) *builtPlan {
 		return g.def
 	default:
 		name = p.planOf(key)
+		bp, ok := g.plans[name]
+		if !ok {
+			p.warn.unnamed(key, name, g.set.Default)
+			return g.def
+		}
+		p.warn.named()
+		return bp
 	}
 	if bp, ok := g.plans[name]; ok {
 		return bp
