@@ -164,6 +164,13 @@
 // that demand capped at LeaseOptions.Max, so a lease is sized to be used
 // within about one Hold; a cold key goes to Redis as on the Store.
 //
+// [Leased.Peek], [Leased.Refund] and [Leased.Settle] answer from the key's
+// live lease, with no round trip, for a request that lease admitted (its
+// Decision's At is the lease's): a refund gives back to the lease, which
+// admits it again or returns it to Redis when it ends; a settlement's
+// extra cost is charged to the lease if it can admit it now. Anything else
+// goes to the Store.
+//
 // Every admission is paid for in Redis before it is made, so the replicas
 // together never admit more than the rule allows; the bound stays exact:
 //
