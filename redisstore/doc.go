@@ -10,8 +10,12 @@
 //
 // # How a check runs
 //
-// A check is one script call (EVALSHA, or EVAL once after the server lost
-// its script cache), atomic on the server. Redis Lua has only doubles,
+// A check is one script call, atomic on the server. On a [redis.Client]
+// (one server) it is a function of a library the store loads with
+// FUNCTION LOAD on first use (Redis 7): the library builds the script's
+// Lua functions once when it loads, not on every call. A server without
+// Redis Functions, a Cluster and a Ring get EVALSHA (or EVAL once after
+// the server lost its script cache), running the same Lua. Redis Lua has only doubles,
 // exact to 2^53, while nanosecond Unix times, capacities in milli-units and
 // the sliding counter's products go far beyond. The script therefore has
 // two paths that decide alike:

@@ -112,7 +112,7 @@ func (s *Store) op(ctx context.Context, rk string, floor int64, args ...any) (op
 // runOn runs script on the store's key rk, with the instant to use (or an empty string
 // for the server's TIME) before args, through the circuit breaker. floor
 // is as for op.
-func (s *Store) runOn(ctx context.Context, rk string, floor int64, script *redis.Script, args ...any) ([]any, error) {
+func (s *Store) runOn(ctx context.Context, rk string, floor int64, script scriptRunner, args ...any) ([]any, error) {
 	now := ""
 	if s.clock != nil {
 		now = strconv.FormatInt(max(clamp(s.clock.Now()), floor), 10)
