@@ -26,8 +26,7 @@ func (c *Composite) CheckLayers(ctx context.Context, key string, cost ratelimit.
 		return d, dst, err
 	}
 	if err := ctx.Err(); err != nil {
-		d, _, _, _ := c.lm.Step(make([][]byte, c.lm.Len()), 0, ratelimit.Unit, false)
-		return d, dst, err
+		return c.refused(), dst, err
 	}
 	out := dst
 	d, shadow, err := c.check(ctx, key, cost, &out)

@@ -83,3 +83,17 @@ func TestRedisCompositeFieldsListEveryLayer(t *testing.T) {
 	limit := rec.Header().Get("RateLimit")
 	assert.Equal(t, 2, strings.Count(limit, ";r="), "RateLimit: %s", limit)
 }
+
+// TestCompositeCheckLayersEndedContext: a context that has ended refuses
+// at once, with its error, admitting nothing and listing no layer.
+func TestCompositeCheckLayersEndedContext(t *testing.T) {
+	rdb := needRedis(t)
+	c, err := NewComposite(rdb, []Layer{{Layer: ratelimit.Layer{Rule: ratelimit.GCRA{Rate: ratelimit.PerSecond(10), Burst: 10}}}}, WithPrefix(testPrefix()))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	d, layers, err := c.CheckLayers(ctx, "k", ratelimit.Unit, 0, nil)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.False(t, d.Allowed)
+	assert.Empty(t, layers)
+}
