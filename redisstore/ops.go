@@ -17,12 +17,11 @@ import (
 // other requests between reading and writing them on every one of its
 // attempts; nothing was given back or charged. Only the operations
 // computed in Go and written with a compare-and-set can return it: a
-// window rule's (fixed window, sliding log, sliding counter, sub-window)
-// and a Composite's. Every check writes its key, so a key checked by many
+// sliding log's, a sliding counter's, a sub-window's and a Composite's. Every check writes its key, so a key checked by many
 // processes at once (more often than once per round trip) can refuse most
 // of those this way. A [Store]'s refunds and settlements on a bucket rule
-// (token bucket, GCRA, leaky bucket) run in one script and never return
-// it.
+// (token bucket, GCRA, leaky bucket) or a fixed window run in one script
+// and never return it.
 var ErrConflict = errors.New("redisstore: compare-and-set conflicted with concurrent requests on every attempt")
 
 // casAttempts bounds the compare-and-set attempts of a refund or a
@@ -220,12 +219,12 @@ func (s *Store) Refund(key string, cost ratelimit.Units, at time.Duration) (rate
 //
 // The refund is made at the store's instant (the Redis server's TIME, or
 // the client clock, raised to the key's latest instant as for a check),
-// keeping the key's expiry. On a bucket rule it is one script, one round
+// keeping the key's expiry. On a bucket rule or a fixed window it is one script, one round
 // trip, atomic with the key's checks: it never conflicts; the store checks
 // its amount and state against the rule's [ratelimit.Machine] on the
 // state and instant the script read (an error wrapping [ErrMismatch] if
-// they disagree, which would be a bug). On a window rule it is computed in
-// Go by the Machine and written back only if the key still holds the
+// they disagree, which would be a bug). On the other window rules it is
+// computed in Go by the Machine and written back only if the key still holds the
 // state it was computed from. When checks change the key in between, it
 // reads again and retries, at most a few times; then it gives back
 // nothing and returns [ErrConflict]. That takes two round trips, and one
@@ -345,9 +344,9 @@ func (s *Store) Settle(key string, charged, actual ratelimit.Units, at time.Dura
 //
 // Cost errors are ratelimit.Store.Settle's ([ratelimit.ErrInvalidCost],
 // [ratelimit.ErrCostExceedsCapacity]), with no server reached. The
-// settlement runs as a refund does: on a bucket rule in one script that
-// never conflicts, checked against the rule's [ratelimit.Machine]; on a
-// window rule computed in Go and written back with a compare-and-set,
+// settlement runs as a refund does: on a bucket rule or a fixed window in
+// one script that never conflicts, checked against the rule's
+// [ratelimit.Machine]; on the other window rules computed in Go and written back with a compare-and-set,
 // retried as a refund is: on a key checked by many processes at once it
 // may conflict on every attempt, and then returns [ErrConflict] with
 // nothing charged or given back (the Decision is then a refusal with no

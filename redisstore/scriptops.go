@@ -11,8 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// settleLua refunds and settles a bucket rule's key in one script (see
-// settle.lua), after the limb arithmetic it uses.
+// settleLua refunds and settles a bucket rule's or a fixed window's key in
+// one script (see settle.lua), after the limb arithmetic it uses.
 //
 //go:embed settle.lua
 var settleLua string
@@ -20,8 +20,9 @@ var settleLua string
 var settleScript = redis.NewScript(arithLua + "\n" + settleLua)
 
 // inScript reports whether the store's refunds and settlements run in
-// one script (settle.lua), rather than as a compare-and-set computed in Go.
-func (s *Store) inScript() bool { return s.alg == "m" }
+// one script (settle.lua), rather than as a compare-and-set computed in Go:
+// those of the bucket rules and the fixed window.
+func (s *Store) inScript() bool { return s.alg == "m" || s.alg == "f" }
 
 // scriptReply is settle.lua's reply: the state it read, the instant it
 // read, the state it wrote (nil for none), the amount given back or the
@@ -45,10 +46,14 @@ func (s *Store) scriptOp(ctx context.Context, rk, mode string, a, b ratelimit.Un
 		bs = strconv.FormatInt(int64(b), 10)
 		cn, cf = s.m.Span(a)
 	}
+	n := u(p.RateUnits)
+	if s.alg == "f" {
+		n = strconv.FormatInt(p.WindowNanos, 10)
+	}
 	reply, err := s.runOn(ctx, rk, s.floor(rk), settleScript, mode,
 		strconv.FormatInt(int64(a), 10), bs, strconv.FormatInt(int64(max(at, 0)), 10),
-		strconv.FormatInt(s.marginMs, 10), u(p.RateUnits), u(p.RateNanos), u(p.TauNanos), u(p.TauFrac),
-		strconv.FormatInt(int64(p.Capacity), 10), u(cn), u(cf))
+		strconv.FormatInt(s.marginMs, 10), n, u(p.RateNanos), u(p.TauNanos), u(p.TauFrac),
+		strconv.FormatInt(int64(p.Capacity), 10), u(cn), u(cf), s.alg)
 	if err != nil {
 		return scriptReply{}, err
 	}

@@ -24,6 +24,7 @@ func TestHotKeyCheckAndRefund(t *testing.T) {
 		"gcra":         ratelimit.GCRA{Rate: ratelimit.PerHour(1), Burst: 40},
 		"token bucket": ratelimit.TokenBucket{Rate: ratelimit.PerHour(1), Burst: 40},
 		"leaky bucket": ratelimit.LeakyBucket{Rate: ratelimit.PerHour(1), Capacity: 40},
+		"fixed window": ratelimit.FixedWindow{Limit: 40, Window: time.Hour},
 	} {
 		t.Run(name, func(t *testing.T) {
 			clk := ratelimit.NewManualClock(unixNow) // time stands still
@@ -97,8 +98,8 @@ func TestHotKeyCheckAndRefund(t *testing.T) {
 	}
 }
 
-// TestScriptOpsOnServerTime: refunds and settlements on a bucket rule with
-// the server's clock. Each is computed by the script at the instant Redis
+// TestScriptOpsOnServerTime: refunds and settlements on a bucket rule or a
+// fixed window with the server's clock. Each is computed by the script at the instant Redis
 // read and checked by the store against the rule's Machine on the state
 // and instant the script read (a disagreement is an error), so a sequence
 // of checks, refunds and settlements that all succeed has decided exactly
@@ -111,7 +112,7 @@ func TestScriptOpsOnServerTime(t *testing.T) {
 		for rule == nil {
 			r := drawRule(t)
 			m, _ := ratelimit.NewMachine(r)
-			if p := m.Params(); p.RateUnits != 0 {
+			if p := m.Params(); p.RateUnits != 0 || p.Algorithm == "fixed_window" {
 				rule = r
 			}
 		}

@@ -1,5 +1,5 @@
--- Refund and Settle of a bucket rule (token bucket, GCRA, leaky bucket) on
--- one key, computed here and written in the same script, so that checks
+-- Refund and Settle of a bucket rule (token bucket, GCRA, leaky bucket) or
+-- a fixed window on one key, computed here and written in the same script, so that checks
 -- running at the same time never make it retry: the arithmetic of the
 -- rule's Machine (Refund, Settle) in exact limbs (arith.lua, which the
 -- script defines before this file). The Go side runs the Machine on the
@@ -15,13 +15,16 @@
 -- ARGV[5]   at: the admitting Decision's At, at least 0 (ns)
 -- ARGV[6]   expiry margin in ms
 -- ARGV[7..11] the pace n milli-units per p ns, the capacity's span tau
---           (ns, frac/n), and the capacity (milli-units)
+--           (ns, frac/n), and the capacity (milli-units); for a fixed
+--           window, ARGV[7] is the window (ns) and ARGV[8..10] are unused
 -- ARGV[12..13] settle: the span of the cost charged (ns, frac/n)
+-- ARGV[14]  'm' a bucket rule, 'f' a fixed window
 --
 -- Returns {old state or '', now used before clamping, state written or '',
 -- given back (refund) or the cost as settled (settle), the expiry set in
--- ms or ''}. A state that is not well formed, or more than twice the
--- capacity's span in debt, is an error reply and nothing is written: the
+-- ms or ''}. A state that is not well formed, more than twice the
+-- capacity's span in debt, or (a fixed window) counting more than twice the
+-- capacity or a window later than now, is an error reply and nothing is written: the
 -- states the Machine refuses. A key Redis does not hold gives nothing back
 -- and is not created, but for a settlement that charges.
 
@@ -31,9 +34,12 @@ end
 
 local mode = ARGV[2]
 local c, act, at, margin = N(ARGV[3]), N(ARGV[4]), N(ARGV[5]), N(ARGV[6])
+local alg = ARGV[14]
 local n, p, tau, tauf, cap = N(ARGV[7]), N(ARGV[8]), N(ARGV[9]), N(ARGV[10]), N(ARGV[11])
+if alg == 'f' then p, tau, tauf = ONE, Z, Z end
 if not (c and at and margin and n and p and tau and tauf and cap) or iszero(c) or iszero(n) or iszero(p)
-    or (mode == 's' and not (act and not iszero(act))) or (mode ~= 's' and mode ~= 'r') then
+    or (mode == 's' and not (act and not iszero(act))) or (mode ~= 's' and mode ~= 'r')
+    or (alg ~= 'm' and alg ~= 'f') then
   return fail('invalid argument')
 end
 
@@ -60,6 +66,66 @@ if old == '' and not charging then
   local x = '0'
   if mode == 's' then x = S(c) end
   return {'', reading, '', x, ''}
+end
+
+-- A fixed window: "last win count", n the window.
+if alg == 'f' then
+  local sw, sc = Z, Z
+  if old ~= '' then
+    local f1, f2, f3 = string.match(old, '^(%d+) (%d+) (%d+)$')
+    if not f1 then f1 = string.match(old, '^%d+$') end
+    local last = f1 and N(f1, true)
+    if not last or cmp(last, MAXT) > 0 then return fail('invalid state') end
+    if cmp(last, now) > 0 then now = last end
+    if f2 then
+      sw, sc = N(f2, true), N(f3, true)
+      if not (sw and sc) or cmp(sc, add(cap, cap)) > 0 then return fail('invalid state') end
+    end
+  end
+  local win, e = divmod(now, n)
+  if cmp(sw, win) > 0 then return fail('invalid state') end
+  local count = Z
+  if cmp(sw, win) == 0 then count = sc end
+  local x, px = nil, ''
+  -- refund gives back up to cost of what was admitted at at, in this window.
+  local function frefund(cost)
+    local a = at
+    if cmp(a, now) > 0 then a = now end
+    if iszero(count) or cmp(divmod(a, n), win) ~= 0 then return Z end
+    local g = cost
+    if cmp(count, g) < 0 then g = count end
+    sw, sc = win, sub(count, g)
+    return g
+  end
+  if mode == 'r' then
+    x = frefund(c)
+  elseif charging then
+    local g = Z
+    local c2 = add(cap, cap)
+    if cmp(count, c2) < 0 then
+      g = sub(act, c)
+      local room = sub(c2, count)
+      if cmp(room, g) < 0 then g = room end
+      sw, sc = win, add(count, g)
+    end
+    x = add(c, g)
+    -- The Decision's ResetAfter is the time left in the window.
+    local ms = add(N(string.format('%d', ceilms(sub(n, e)))), margin)
+    if cmp(ms, MAXTAT) > 0 then ms = MAXTAT end
+    px = S(ms)
+  elseif cmp(act, c) == 0 then
+    x = c
+  else
+    x = sub(c, frefund(sub(c, act)))
+  end
+  local new = S(now) .. ' ' .. S(sw) .. ' ' .. S(sc)
+  if new == old then return {old, reading, '', S(x), ''} end
+  if px ~= '' then
+    redis.call('SET', KEYS[1], new, 'PX', px)
+  else
+    redis.call('SET', KEYS[1], new, 'KEEPTTL')
+  end
+  return {old, reading, new, S(x), px}
 end
 
 local ts, fr = Z, Z

@@ -209,17 +209,17 @@ func (h *interloper) hook() redis.Hook {
 	})
 }
 
-// TestSettleConflict: a window rule's settlement (a compare-and-set) whose
+// TestSettleConflict: a sliding counter's settlement (a compare-and-set) whose
 // key another process changes before every one of its writes gives up
 // after casAttempts attempts with ErrConflict, and has charged or given
 // back nothing: the key holds what the other process's last check left.
-// A bucket rule's settlement is one script, with no write to interlope
-// before (TestHotKeyCheckAndRefund).
+// A bucket rule's or a fixed window's settlement is one script, with no
+// write to interlope before (TestHotKeyCheckAndRefund).
 func TestSettleConflict(t *testing.T) {
 	rdb := needRedis(t)
 	ctx := context.Background()
 	clk := ratelimit.NewManualClock(unixNow)
-	rule := ratelimit.FixedWindow{Limit: 20, Window: time.Hour}
+	rule := ratelimit.SlidingCounter{Limit: 20, Window: time.Hour}
 	prefix := testPrefix()
 	other, err := New(rdb, rule, WithClock(clk), WithPrefix(prefix), WithDenyCache(0))
 	require.NoError(t, err)
