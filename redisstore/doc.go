@@ -110,8 +110,8 @@
 // Decisions and amounts, each
 // within a deadline as a check is. A peek reads the key's state and the
 // instant in one round trip and decides in Go with the rule's Machine,
-// writing nothing. On a bucket rule (token bucket, GCRA, leaky bucket) or a
-// fixed window a refund is one script that reads the key, computes the amount and the new
+// writing nothing. On a bucket rule (token bucket, GCRA, leaky bucket), a
+// fixed window or a sliding counter a refund is one script that reads the key, computes the amount and the new
 // state in exact integer arithmetic and writes it, keeping the key's
 // expiry: atomic with the checks around it, so it never conflicts, however
 // hot the key. The store then runs the rule's Machine
@@ -128,7 +128,7 @@
 // and what it turned out to cost ([ratelimit.Machine.Settle]): more is
 // charged at once even past the limit, into a debt of at most one capacity
 // beyond empty that the key's next checks wait off; less is a refund. It
-// runs as a refund does: one script on a bucket rule or a fixed window,
+// runs as a refund does: one script on a bucket rule, a fixed window or a sliding counter,
 // never a conflict; a compare-and-set on the other window rules, which on a hot key may find the key
 // changed at every attempt and return [ErrConflict] having charged
 // nothing. The caller then still owes the difference: settle again

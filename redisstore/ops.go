@@ -17,11 +17,11 @@ import (
 // other requests between reading and writing them on every one of its
 // attempts; nothing was given back or charged. Only the operations
 // computed in Go and written with a compare-and-set can return it: a
-// sliding log's, a sliding counter's, a sub-window's and a Composite's. Every check writes its key, so a key checked by many
+// sliding log's, a sub-window's and a Composite's. Every check writes its key, so a key checked by many
 // processes at once (more often than once per round trip) can refuse most
 // of those this way. A [Store]'s refunds and settlements on a bucket rule
-// (token bucket, GCRA, leaky bucket) or a fixed window run in one script
-// and never return it.
+// (token bucket, GCRA, leaky bucket), a fixed window or a sliding counter
+// run in one script and never return it.
 var ErrConflict = errors.New("redisstore: compare-and-set conflicted with concurrent requests on every attempt")
 
 // casAttempts bounds the compare-and-set attempts of a refund or a
@@ -219,7 +219,7 @@ func (s *Store) Refund(key string, cost ratelimit.Units, at time.Duration) (rate
 //
 // The refund is made at the store's instant (the Redis server's TIME, or
 // the client clock, raised to the key's latest instant as for a check),
-// keeping the key's expiry. On a bucket rule or a fixed window it is one script, one round
+// keeping the key's expiry. On a bucket rule, a fixed window or a sliding counter it is one script, one round
 // trip, atomic with the key's checks: it never conflicts; the store checks
 // its amount and state against the rule's [ratelimit.Machine] on the
 // state and instant the script read (an error wrapping [ErrMismatch] if
@@ -344,8 +344,8 @@ func (s *Store) Settle(key string, charged, actual ratelimit.Units, at time.Dura
 //
 // Cost errors are ratelimit.Store.Settle's ([ratelimit.ErrInvalidCost],
 // [ratelimit.ErrCostExceedsCapacity]), with no server reached. The
-// settlement runs as a refund does: on a bucket rule or a fixed window in
-// one script that never conflicts, checked against the rule's
+// settlement runs as a refund does: on a bucket rule, a fixed window or a sliding
+// counter in one script that never conflicts, checked against the rule's
 // [ratelimit.Machine]; on the other window rules computed in Go and written back with a compare-and-set,
 // retried as a refund is: on a key checked by many processes at once it
 // may conflict on every attempt, and then returns [ErrConflict] with

@@ -11,8 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// settleLua refunds and settles a bucket rule's or a fixed window's key in
-// one script (see settle.lua), after the limb arithmetic it uses.
+// settleLua refunds and settles a bucket rule's, a fixed window's or a
+// sliding counter's key in one script (see settle.lua), after the limb arithmetic it uses.
 //
 //go:embed settle.lua
 var settleLua string
@@ -21,8 +21,8 @@ var settleScript = redis.NewScript(arithLua + "\n" + settleLua)
 
 // inScript reports whether the store's refunds and settlements run in
 // one script (settle.lua), rather than as a compare-and-set computed in Go:
-// those of the bucket rules and the fixed window.
-func (s *Store) inScript() bool { return s.alg == "m" || s.alg == "f" }
+// those of the bucket rules, the fixed window and the sliding counter.
+func (s *Store) inScript() bool { return s.alg == "m" || s.alg == "f" || s.alg == "c" }
 
 // scriptReply is settle.lua's reply: the state it read, the instant it
 // read, the state it wrote (nil for none), the amount given back or the
@@ -46,13 +46,16 @@ func (s *Store) scriptOp(ctx context.Context, rk, mode string, a, b ratelimit.Un
 		bs = strconv.FormatInt(int64(b), 10)
 		cn, cf = s.m.Span(a)
 	}
-	n := u(p.RateUnits)
-	if s.alg == "f" {
-		n = strconv.FormatInt(p.WindowNanos, 10)
+	n, pn := u(p.RateUnits), u(p.RateNanos)
+	if s.alg != "m" {
+		n, pn = strconv.FormatInt(p.WindowNanos, 10), "0"
+		if p.CountRefused {
+			pn = "1"
+		}
 	}
 	reply, err := s.runOn(ctx, rk, s.floor(rk), settleScript, mode,
 		strconv.FormatInt(int64(a), 10), bs, strconv.FormatInt(int64(max(at, 0)), 10),
-		strconv.FormatInt(s.marginMs, 10), n, u(p.RateNanos), u(p.TauNanos), u(p.TauFrac),
+		strconv.FormatInt(s.marginMs, 10), n, pn, u(p.TauNanos), u(p.TauFrac),
 		strconv.FormatInt(int64(p.Capacity), 10), u(cn), u(cf), s.alg)
 	if err != nil {
 		return scriptReply{}, err

@@ -21,10 +21,12 @@ import (
 func TestHotKeyCheckAndRefund(t *testing.T) {
 	rdb := needRedis(t)
 	for name, rule := range map[string]ratelimit.Rule{
-		"gcra":         ratelimit.GCRA{Rate: ratelimit.PerHour(1), Burst: 40},
-		"token bucket": ratelimit.TokenBucket{Rate: ratelimit.PerHour(1), Burst: 40},
-		"leaky bucket": ratelimit.LeakyBucket{Rate: ratelimit.PerHour(1), Capacity: 40},
-		"fixed window": ratelimit.FixedWindow{Limit: 40, Window: time.Hour},
+		"gcra":                          ratelimit.GCRA{Rate: ratelimit.PerHour(1), Burst: 40},
+		"token bucket":                  ratelimit.TokenBucket{Rate: ratelimit.PerHour(1), Burst: 40},
+		"leaky bucket":                  ratelimit.LeakyBucket{Rate: ratelimit.PerHour(1), Capacity: 40},
+		"fixed window":                  ratelimit.FixedWindow{Limit: 40, Window: time.Hour},
+		"sliding counter":               ratelimit.SlidingCounter{Limit: 40, Window: time.Hour},
+		"sliding counter, CountRefused": ratelimit.SlidingCounter{Limit: 40, Window: time.Hour, CountRefused: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			clk := ratelimit.NewManualClock(unixNow) // time stands still
@@ -98,8 +100,8 @@ func TestHotKeyCheckAndRefund(t *testing.T) {
 	}
 }
 
-// TestScriptOpsOnServerTime: refunds and settlements on a bucket rule or a
-// fixed window with the server's clock. Each is computed by the script at the instant Redis
+// TestScriptOpsOnServerTime: refunds and settlements on a bucket rule, a
+// fixed window or a sliding counter with the server's clock. Each is computed by the script at the instant Redis
 // read and checked by the store against the rule's Machine on the state
 // and instant the script read (a disagreement is an error), so a sequence
 // of checks, refunds and settlements that all succeed has decided exactly
@@ -112,7 +114,7 @@ func TestScriptOpsOnServerTime(t *testing.T) {
 		for rule == nil {
 			r := drawRule(t)
 			m, _ := ratelimit.NewMachine(r)
-			if p := m.Params(); p.RateUnits != 0 || p.Algorithm == "fixed_window" {
+			if p := m.Params(); p.RateUnits != 0 || p.Algorithm == "fixed_window" || p.Algorithm == "sliding_counter" {
 				rule = r
 			}
 		}

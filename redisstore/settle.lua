@@ -1,5 +1,5 @@
--- Refund and Settle of a bucket rule (token bucket, GCRA, leaky bucket) or
--- a fixed window on one key, computed here and written in the same script, so that checks
+-- Refund and Settle of a bucket rule (token bucket, GCRA, leaky bucket), a
+-- fixed window or a sliding counter on one key, computed here and written in the same script, so that checks
 -- running at the same time never make it retry: the arithmetic of the
 -- rule's Machine (Refund, Settle) in exact limbs (arith.lua, which the
 -- script defines before this file). The Go side runs the Machine on the
@@ -18,12 +18,14 @@
 --           (ns, frac/n), and the capacity (milli-units); for a fixed
 --           window, ARGV[7] is the window (ns) and ARGV[8..10] are unused
 -- ARGV[12..13] settle: the span of the cost charged (ns, frac/n)
--- ARGV[14]  'm' a bucket rule, 'f' a fixed window
+-- ARGV[14]  'm' a bucket rule, 'f' a fixed window, 'c' a sliding counter
+--           (ARGV[7] its window, as for 'f', and ARGV[8] '1' if it has
+--           CountRefused)
 --
 -- Returns {old state or '', now used before clamping, state written or '',
 -- given back (refund) or the cost as settled (settle), the expiry set in
 -- ms or ''}. A state that is not well formed, more than twice the
--- capacity's span in debt, or (a fixed window) counting more than twice the
+-- capacity's span in debt, or (a window) counting more than twice the
 -- capacity or a window later than now, is an error reply and nothing is written: the
 -- states the Machine refuses. A key Redis does not hold gives nothing back
 -- and is not created, but for a settlement that charges.
@@ -36,10 +38,11 @@ local mode = ARGV[2]
 local c, act, at, margin = N(ARGV[3]), N(ARGV[4]), N(ARGV[5]), N(ARGV[6])
 local alg = ARGV[14]
 local n, p, tau, tauf, cap = N(ARGV[7]), N(ARGV[8]), N(ARGV[9]), N(ARGV[10]), N(ARGV[11])
-if alg == 'f' then p, tau, tauf = ONE, Z, Z end
+local counts = alg == 'c' and ARGV[8] == '1'
+if alg == 'f' or alg == 'c' then p, tau, tauf = ONE, Z, Z end
 if not (c and at and margin and n and p and tau and tauf and cap) or iszero(c) or iszero(n) or iszero(p)
     or (mode == 's' and not (act and not iszero(act))) or (mode ~= 's' and mode ~= 'r')
-    or (alg ~= 'm' and alg ~= 'f') then
+    or (alg ~= 'm' and alg ~= 'f' and alg ~= 'c') then
   return fail('invalid argument')
 end
 
@@ -119,6 +122,93 @@ if alg == 'f' then
     x = sub(c, frefund(sub(c, act)))
   end
   local new = S(now) .. ' ' .. S(sw) .. ' ' .. S(sc)
+  if new == old then return {old, reading, '', S(x), ''} end
+  if px ~= '' then
+    redis.call('SET', KEYS[1], new, 'PX', px)
+  else
+    redis.call('SET', KEYS[1], new, 'KEEPTTL')
+  end
+  return {old, reading, new, S(x), px}
+end
+
+-- A sliding counter: "last win prev cur", n the window.
+if alg == 'c' then
+  local sw, sp, sc = Z, Z, Z
+  if old ~= '' then
+    local f1, f2, f3, f4 = string.match(old, '^(%d+) (%d+) (%d+) (%d+)$')
+    if not f1 then f1 = string.match(old, '^%d+$') end
+    local last = f1 and N(f1, true)
+    if not last or cmp(last, MAXT) > 0 then return fail('invalid state') end
+    if cmp(last, now) > 0 then now = last end
+    if f2 then
+      sw, sp, sc = N(f2, true), N(f3, true), N(f4, true)
+      local c2 = add(cap, cap)
+      if not (sw and sp and sc) or cmp(sp, c2) > 0 or cmp(sc, c2) > 0 then return fail('invalid state') end
+    end
+  end
+  local win, e = divmod(now, n)
+  if cmp(sw, win) > 0 then return fail('invalid state') end
+  local prev, cur = Z, Z
+  if cmp(sw, win) == 0 then
+    prev, cur = sp, sc
+  elseif cmp(add(sw, ONE), win) == 0 then
+    prev = sc
+  end
+  local left = sub(n, e)
+  -- crefund gives back up to cost of what was admitted at at, in this
+  -- window or the one before.
+  local function crefund(cost)
+    local a = at
+    if cmp(a, now) > 0 then a = now end
+    local aw = divmod(a, n)
+    local g = cost
+    if cmp(aw, win) == 0 then
+      if cmp(cur, g) < 0 then g = cur end
+      cur = sub(cur, g)
+    elseif cmp(add(aw, ONE), win) == 0 then
+      if cmp(prev, g) < 0 then g = prev end
+      prev = sub(prev, g)
+    else
+      g = Z
+    end
+    if not iszero(g) then sw, sp, sc = win, prev, cur end
+    return g
+  end
+  local x, px = nil, ''
+  if mode == 'r' then
+    x = crefund(c)
+  elseif charging then
+    -- In use: the estimate at now, rounded up.
+    local q, r = divmod(mul(prev, left), n)
+    if not iszero(r) then q = add(q, ONE) end
+    local spent, c2, g = add(q, cur), add(cap, cap), Z
+    if cmp(spent, c2) < 0 then
+      g = sub(act, c)
+      local room = sub(c2, spent)
+      if cmp(room, g) < 0 then g = room end
+      cur = add(cur, g)
+      sw, sp, sc = win, prev, cur
+    end
+    x = add(c, g)
+    -- The Decision's ResetAfter: a peek of the cost charged, after.
+    local reset = Z
+    if not iszero(cur) or counts then
+      reset = add(left, n)
+    elseif not iszero(prev) then
+      reset = left
+      if cmp(c, cap) <= 0 and cmp(mul(prev, left), mul(sub(cap, c), n)) <= 0 then reset = add(left, n) end
+    else
+      reset = add(left, n)
+    end
+    local ms = add(N(string.format('%d', ceilms(reset))), margin)
+    if cmp(ms, MAXTAT) > 0 then ms = MAXTAT end
+    px = S(ms)
+  elseif cmp(act, c) == 0 then
+    x = c
+  else
+    x = sub(c, crefund(sub(c, act)))
+  end
+  local new = S(now) .. ' ' .. S(sw) .. ' ' .. S(sp) .. ' ' .. S(sc)
   if new == old then return {old, reading, '', S(x), ''} end
   if px ~= '' then
     redis.call('SET', KEYS[1], new, 'PX', px)
