@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -153,4 +154,38 @@ func TestScriptOpsOnServerTime(t *testing.T) {
 		st := s.Stats()
 		require.Zero(t, st.Mismatches+st.InvalidStates+st.Failures)
 	})
+}
+
+// TestScriptOpsRefuseTamperedStates: a refund or a settlement in the
+// script on a state no rule wrote (malformed, or beyond the bounds the
+// Machine's decoder sets) fails with ErrInvalidState and writes nothing.
+func TestScriptOpsRefuseTamperedStates(t *testing.T) {
+	rdb := needRedis(t)
+	ctx := context.Background()
+	malformed := []string{"abc", "01 2 3", "1 2 3 4 5 6", "1  2 3", "99999999999999999999 1 1", "1 2", " 1 2 3"}
+	for name, tc := range map[string]struct {
+		rule ratelimit.Rule
+		bad  []string
+	}{
+		"gcra":            {ratelimit.GCRA{Rate: ratelimit.PerSecond(10), Burst: 10}, []string{"1000 3780000000000000000 0", "1000 2000 30000000000"}},
+		"fixed window":    {ratelimit.FixedWindow{Limit: 10, Window: time.Second}, []string{"1000 0 100000", "1000 9999999999 1"}},
+		"sliding counter": {ratelimit.SlidingCounter{Limit: 10, Window: time.Second}, []string{"1000 0 100000 0", "1000 0 0 100000", "1000 9999999999 0 1"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			clk := ratelimit.NewManualClock(unixNow)
+			s, err := New(rdb, tc.rule, WithClock(clk), WithPrefix(testPrefix()))
+			require.NoError(t, err)
+			for _, state := range append(malformed, tc.bad...) {
+				require.NoError(t, rdb.Set(ctx, s.Key("k"), state, time.Hour).Err())
+				_, err := s.Refund("k", ratelimit.Unit, clk.Now())
+				assert.ErrorIs(t, err, ratelimit.ErrInvalidState, "refund on %q", state)
+				_, _, err = s.Settle("k", ratelimit.Unit, 3*ratelimit.Unit, clk.Now())
+				assert.ErrorIs(t, err, ratelimit.ErrInvalidState, "settle on %q", state)
+				got, err := rdb.Get(ctx, s.Key("k")).Result()
+				require.NoError(t, err)
+				assert.Equal(t, state, got, "written over")
+			}
+			assert.Zero(t, s.Stats().Mismatches)
+		})
+	}
 }

@@ -71,20 +71,46 @@ if old == '' and not charging then
   return {'', reading, '', x, ''}
 end
 
--- A fixed window: "last win count", n the window.
-if alg == 'f' then
-  local sw, sc = Z, Z
+-- state reads the state read as "last" and k fields more, or "last" alone
+-- (a reset key's), raising now to last, and returns the k fields, as many
+-- zeros for "last" alone; nil for anything else.
+local function state(k)
+  local f = {}
   if old ~= '' then
-    local f1, f2, f3 = string.match(old, '^(%d+) (%d+) (%d+)$')
-    if not f1 then f1 = string.match(old, '^%d+$') end
-    local last = f1 and N(f1, true)
-    if not last or cmp(last, MAXT) > 0 then return fail('invalid state') end
+    f = {string.match(old, '^(%d+)' .. string.rep(' (%d+)', k) .. '$')}
+    if #f == 0 then f = {string.match(old, '^(%d+)$')} end
+    local last = f[1] and N(f[1], true)
+    if not last or cmp(last, MAXT) > 0 then return nil end
     if cmp(last, now) > 0 then now = last end
-    if f2 then
-      sw, sc = N(f2, true), N(f3, true)
-      if not (sw and sc) or cmp(sc, add(cap, cap)) > 0 then return fail('invalid state') end
+  end
+  local out = {}
+  for i = 1, k do
+    out[i] = Z
+    if f[i + 1] then
+      out[i] = N(f[i + 1], true)
+      if not out[i] then return nil end
     end
   end
+  return out
+end
+
+-- finish writes new, with the expiry px ms, or keeping the key's if px is
+-- '', unless it is the state read, and returns the reply for the amount x.
+local function finish(new, x, px)
+  if new == old then return {old, reading, '', S(x), ''} end
+  if px ~= '' then
+    redis.call('SET', KEYS[1], new, 'PX', px)
+  else
+    redis.call('SET', KEYS[1], new, 'KEEPTTL')
+  end
+  return {old, reading, new, S(x), px}
+end
+
+-- A fixed window: "last win count", n the window.
+if alg == 'f' then
+  local f = state(2)
+  if not f or cmp(f[2], add(cap, cap)) > 0 then return fail('invalid state') end
+  local sw, sc = f[1], f[2]
   local win, e = divmod(now, n)
   if cmp(sw, win) > 0 then return fail('invalid state') end
   local count = Z
@@ -122,30 +148,14 @@ if alg == 'f' then
     x = sub(c, frefund(sub(c, act)))
   end
   local new = S(now) .. ' ' .. S(sw) .. ' ' .. S(sc)
-  if new == old then return {old, reading, '', S(x), ''} end
-  if px ~= '' then
-    redis.call('SET', KEYS[1], new, 'PX', px)
-  else
-    redis.call('SET', KEYS[1], new, 'KEEPTTL')
-  end
-  return {old, reading, new, S(x), px}
+  return finish(new, x, px)
 end
 
 -- A sliding counter: "last win prev cur", n the window.
 if alg == 'c' then
-  local sw, sp, sc = Z, Z, Z
-  if old ~= '' then
-    local f1, f2, f3, f4 = string.match(old, '^(%d+) (%d+) (%d+) (%d+)$')
-    if not f1 then f1 = string.match(old, '^%d+$') end
-    local last = f1 and N(f1, true)
-    if not last or cmp(last, MAXT) > 0 then return fail('invalid state') end
-    if cmp(last, now) > 0 then now = last end
-    if f2 then
-      sw, sp, sc = N(f2, true), N(f3, true), N(f4, true)
-      local c2 = add(cap, cap)
-      if not (sw and sp and sc) or cmp(sp, c2) > 0 or cmp(sc, c2) > 0 then return fail('invalid state') end
-    end
-  end
+  local f = state(3)
+  if not f or cmp(f[2], add(cap, cap)) > 0 or cmp(f[3], add(cap, cap)) > 0 then return fail('invalid state') end
+  local sw, sp, sc = f[1], f[2], f[3]
   local win, e = divmod(now, n)
   if cmp(sw, win) > 0 then return fail('invalid state') end
   local prev, cur = Z, Z
@@ -209,27 +219,13 @@ if alg == 'c' then
     x = sub(c, crefund(sub(c, act)))
   end
   local new = S(now) .. ' ' .. S(sw) .. ' ' .. S(sp) .. ' ' .. S(sc)
-  if new == old then return {old, reading, '', S(x), ''} end
-  if px ~= '' then
-    redis.call('SET', KEYS[1], new, 'PX', px)
-  else
-    redis.call('SET', KEYS[1], new, 'KEEPTTL')
-  end
-  return {old, reading, new, S(x), px}
+  return finish(new, x, px)
 end
 
-local ts, fr = Z, Z
-if old ~= '' then
-  local f1, f2, f3 = string.match(old, '^(%d+) (%d+) (%d+)$')
-  if not f1 then f1 = string.match(old, '^%d+$') end
-  local last = f1 and N(f1, true)
-  if not last or cmp(last, MAXT) > 0 then return fail('invalid state') end
-  if cmp(last, now) > 0 then now = last end
-  if f2 then
-    ts, fr = N(f2, true), N(f3, true)
-    if not (ts and fr) or cmp(fr, n) >= 0 then return fail('invalid state') end
-  end
-end
+-- A bucket rule: "last t f".
+local f = state(2)
+if not f or cmp(f[2], n) >= 0 then return fail('invalid state') end
+local ts, fr = f[1], f[2]
 
 -- The debt: how far the schedule runs ahead of now, at most 2 tau.
 local dn, df = Z, Z
@@ -332,10 +328,4 @@ else
 end
 
 local new = S(now) .. ' ' .. S(ts) .. ' ' .. S(fr)
-if new == old then return {old, reading, '', S(x), ''} end
-if px ~= '' then
-  redis.call('SET', KEYS[1], new, 'PX', px)
-else
-  redis.call('SET', KEYS[1], new, 'KEEPTTL')
-end
-return {old, reading, new, S(x), px}
+return finish(new, x, px)
