@@ -109,6 +109,20 @@ func (lm *LayeredMachine) Instant(states [][]byte, now time.Duration, cost Units
 // error matching [ErrInvalidState] naming the layer, with a Decision that
 // admits nothing.
 func (lm *LayeredMachine) Step(states [][]byte, now time.Duration, cost Units, commit bool) (Decision, [][]byte, []ShadowReport, error) {
+	return lm.step(states, now, cost, commit, nil)
+}
+
+// StepLayers is [LayeredMachine.Step] that also appends to dst, in layer
+// order, the Decision of every enforced layer, as [Composite.CheckLayers]
+// does, and returns the extended slice; on an error nothing is appended.
+func (lm *LayeredMachine) StepLayers(states [][]byte, now time.Duration, cost Units, commit bool, dst []Decision) (Decision, [][]byte, []ShadowReport, []Decision, error) {
+	d, next, reports, err := lm.step(states, now, cost, commit, &dst)
+	return d, next, reports, dst, err
+}
+
+// step is Step, appending the enforced layers' Decisions to *out if out is
+// not nil.
+func (lm *LayeredMachine) step(states [][]byte, now time.Duration, cost Units, commit bool, out *[]Decision) (Decision, [][]byte, []ShadowReport, error) {
 	layers := make([]compositeLayer, len(lm.machines))
 	stores := make([]machineStore, len(lm.machines))
 	first := -1
@@ -155,6 +169,15 @@ func (lm *LayeredMachine) Step(states [][]byte, now time.Duration, cost Units, c
 		a = decideLocked(layers, turns, lm.enforced, int64(t), int64(cost), maxBudget)
 	} else {
 		a = lookLayers(layers, turns, lm.enforced, int64(t), int64(cost))
+	}
+	if out != nil && a.err == nil {
+		for i := range layers {
+			layers[i].store.(*machineStore).frozen = true // describing, not spending
+		}
+		*out = appendLayers(layers, turns, int64(t), commit && a.committed, *out)
+		for i := range layers {
+			layers[i].store.(*machineStore).frozen = false
+		}
 	}
 	var reports []ShadowReport
 	for i := range layers {

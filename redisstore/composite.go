@@ -292,7 +292,13 @@ func (c *Composite) Check(key string, cost ratelimit.Units) (ratelimit.Decision,
 // [ratelimit.ErrDegraded]: the Decision returned with it is the one to act
 // on.
 func (c *Composite) CheckContext(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
-	d, shadow, err := c.check(ctx, key, cost)
+	d, shadow, err := c.check(ctx, key, cost, nil)
+	c.observe(d, shadow, cost, err)
+	return d, err
+}
+
+// observe reports a check to the observer, if any.
+func (c *Composite) observe(d, shadow ratelimit.Decision, cost ratelimit.Units, err error) {
 	if obs := c.o.observer; obs != nil && err == nil && d.Allowed && d.Shadowed {
 		// A shadow layer's own answer, as the in-process Composite
 		// reports it.
@@ -300,19 +306,20 @@ func (c *Composite) CheckContext(ctx context.Context, key string, cost ratelimit
 	} else {
 		observe(obs, d.Policy, d, cost, err)
 	}
-	return d, err
 }
 
 // check is CheckContext without the observer. shadow is, for an admission
 // that a shadow layer would have refused, the first such layer's Decision.
 // Errors are marked as [Store]'s are (see degradedError).
-func (c *Composite) check(ctx context.Context, key string, cost ratelimit.Units) (d, shadow ratelimit.Decision, err error) {
-	d, shadow, err = c.decide(ctx, key, cost)
+// out, if not nil, gets the enforced layers' Decisions appended (see
+// CheckLayers).
+func (c *Composite) check(ctx context.Context, key string, cost ratelimit.Units, out *[]ratelimit.Decision) (d, shadow ratelimit.Decision, err error) {
+	d, shadow, err = c.decide(ctx, key, cost, out)
 	return d, shadow, degradedError(err)
 }
 
 // decide is check without marking its errors.
-func (c *Composite) decide(ctx context.Context, key string, cost ratelimit.Units) (d, shadow ratelimit.Decision, err error) {
+func (c *Composite) decide(ctx context.Context, key string, cost ratelimit.Units, out *[]ratelimit.Decision) (d, shadow ratelimit.Decision, err error) {
 	n := c.lm.Len()
 	fresh := make([][]byte, n)
 	if d, _, _, err := c.lm.Step(fresh, 0, cost, false); err != nil {
@@ -362,7 +369,7 @@ func (c *Composite) decide(ctx context.Context, key string, cost ratelimit.Units
 		d, err := c.degraded(cost, fmt.Errorf("%w: %w", ErrUnavailable, err))
 		return d, ratelimit.Decision{}, err
 	}
-	return c.verify(key, cost, reply)
+	return c.verify(key, cost, reply, out)
 }
 
 // run sends the script, on a goroutine of its own when the client might
@@ -373,8 +380,9 @@ func (c *Composite) run(ctx context.Context, keys []string, args []any) ([]any, 
 
 // verify recomputes the Decision with the layered machine from the old
 // states and the instant the script used, and checks that the script wrote
-// exactly the states the machine computes.
-func (c *Composite) verify(key string, cost ratelimit.Units, reply []any) (ratelimit.Decision, ratelimit.Decision, error) {
+// exactly the states the machine computes. out, if not nil, gets the
+// enforced layers' Decisions appended once all is verified.
+func (c *Composite) verify(key string, cost ratelimit.Units, reply []any, out *[]ratelimit.Decision) (ratelimit.Decision, ratelimit.Decision, error) {
 	var none ratelimit.Decision
 	n := c.lm.Len()
 	bad := func() (ratelimit.Decision, ratelimit.Decision, error) {
@@ -399,7 +407,11 @@ func (c *Composite) verify(key string, cost ratelimit.Units, reply []any) (ratel
 		}
 		old[i], written[i] = []byte(o), w
 	}
-	d, next, reports, err := c.lm.Step(old, time.Duration(at), cost, true)
+	var layers []ratelimit.Decision
+	if out != nil {
+		layers = *out
+	}
+	d, next, reports, layers, err := c.lm.StepLayers(old, time.Duration(at), cost, true, layers)
 	if err != nil {
 		return c.refused(), none, fmt.Errorf("key %q: %w", clipKey(key), err)
 	}
@@ -417,6 +429,9 @@ func (c *Composite) verify(key string, cost ratelimit.Units, reply []any) (ratel
 		if written[i] != want {
 			return c.refused(), none, fmt.Errorf("%w: key %q layer %d at %d: script wrote %q, machine %q", ErrMismatch, clipKey(key), i, at, clipKey(written[i]), clipKey(want))
 		}
+	}
+	if out != nil {
+		*out = layers
 	}
 	var shadow ratelimit.Decision
 	refusing := false

@@ -16,8 +16,12 @@
 //
 // # How a check runs
 //
-// A check is one script call (EVALSHA, or EVAL once after the server lost
-// its script cache), atomic on the server. Redis Lua has only doubles,
+// A check is one script call, atomic on the server. On a [redis.Client]
+// (one server) it is a function of a library the store loads with
+// FUNCTION LOAD on first use (Redis 7): the library builds the script's
+// Lua functions once when it loads, not on every call. A server without
+// Redis Functions, a Cluster and a Ring get EVALSHA (or EVAL once after
+// the server lost its script cache), running the same Lua. Redis Lua has only doubles,
 // exact to 2^53, while nanosecond Unix times, capacities in milli-units and
 // the sliding counter's products go far beyond. The script therefore has
 // two paths that decide alike:
@@ -116,25 +120,31 @@
 // Decisions and amounts, each
 // within a deadline as a check is. A peek reads the key's state and the
 // instant in one round trip and decides in Go with the rule's Machine,
-// writing nothing. A refund reads the same, computes the amount and the new
-// state in Go ([ratelimit.Machine.Refund]), and writes it with a
-// compare-and-set that keeps the key's expiry: if checks changed the key in
-// between it reads again, a bounded number of times, then fails with
-// [ErrConflict]; it never gives back twice or on a state it did not read.
-// On a key that checks write more often than once per round trip most
-// refunds conflict (see [ErrConflict]).
+// writing nothing. On a bucket rule (token bucket, GCRA, leaky bucket), a
+// fixed window or a sliding counter a refund is one script that reads the key, computes the amount and the new
+// state in exact integer arithmetic and writes it, keeping the key's
+// expiry: atomic with the checks around it, so it never conflicts, however
+// hot the key. The store then runs the rule's Machine
+// ([ratelimit.Machine.Refund]) on the state and instant the script read
+// and checks that it gives back and writes the same ([ErrMismatch]
+// otherwise). On the other window rules a refund reads the state and the instant,
+// computes in Go, and writes with a compare-and-set: if checks changed the
+// key in between it reads again, a bounded number of times, then fails
+// with [ErrConflict]; on a key that checks write more often than once per
+// round trip most such refunds conflict. Either way it never gives back
+// twice or on a state it did not read.
 //
 // A settlement charges the difference between what a request was charged
 // and what it turned out to cost ([ratelimit.Machine.Settle]): more is
 // charged at once even past the limit, into a debt of at most one capacity
 // beyond empty that the key's next checks wait off; less is a refund. It
-// goes through the refund's compare-and-set, so it never charges twice nor
-// on a state it did not read, and it conflicts as a refund does: on a hot
-// key every attempt may find the key changed, and the settlement returns
-// [ErrConflict] having charged nothing. The caller then still owes the
-// difference: settle again (nothing was written), or, for a difference
-// within the capacity, check it instead (one atomic script, never a
-// conflict, but refused rather than put into debt). A charge moves the
+// runs as a refund does: one script on a bucket rule, a fixed window or a sliding counter,
+// never a conflict; a compare-and-set on the other window rules, which on a hot key may find the key
+// changed at every attempt and return [ErrConflict] having charged
+// nothing. The caller then still owes the difference: settle again
+// (nothing was written), or, for a difference within the capacity, check
+// it instead (one atomic script, never a conflict, but refused rather than
+// put into debt). A charge moves the
 // key's expiry on, to at least when the settled state is as good as a
 // fresh key's, plus the margin, as a check does; a refund keeps the key's expiry. The check
 // scripts, on every path, accept the debts a settlement leaves (up to the
@@ -167,6 +177,13 @@
 // the last period of Hold) is at least twice the request's cost, and k is
 // that demand capped at LeaseOptions.Max, so a lease is sized to be used
 // within about one Hold; a cold key goes to Redis as on the Store.
+//
+// [Leased.Peek], [Leased.Refund] and [Leased.Settle] answer from the key's
+// live lease, with no round trip, for a request that lease admitted (its
+// Decision's At is the lease's): a refund gives back to the lease, which
+// admits it again or returns it to Redis when it ends; a settlement's
+// extra cost is charged to the lease if it can admit it now. Anything else
+// goes to the Store.
 //
 // Every admission is paid for in Redis before it is made, so the replicas
 // together never admit more than the rule allows; the bound stays exact:

@@ -15,10 +15,13 @@ import (
 
 // ErrConflict means a refund or a settlement found its keys changed by
 // other requests between reading and writing them on every one of its
-// attempts; nothing was given back or charged. Every check writes its key,
-// so a key checked by many processes at once (more often than once per
-// round trip) can refuse most refunds and settlements this way: they are
-// computed in Go, and their write must find the key as it was read.
+// attempts; nothing was given back or charged. Only the operations
+// computed in Go and written with a compare-and-set can return it: a
+// sliding log's, a sub-window's and a Composite's. Every check writes its key, so a key checked by many
+// processes at once (more often than once per round trip) can refuse most
+// of those this way. A [Store]'s refunds and settlements on a bucket rule
+// (token bucket, GCRA, leaky bucket), a fixed window or a sliding counter
+// run in one script and never return it.
 var ErrConflict = errors.New("redisstore: compare-and-set conflicted with concurrent requests on every attempt")
 
 // casAttempts bounds the compare-and-set attempts of a refund or a
@@ -94,6 +97,21 @@ func withTimeout(ctx context.Context, d time.Duration) (context.Context, context
 // breaker. floor is the latest instant the store used for rk without
 // telling Redis (see args).
 func (s *Store) op(ctx context.Context, rk string, floor int64, args ...any) (opReply, error) {
+	reply, err := s.runOn(ctx, rk, floor, opsScript, args...)
+	if err != nil {
+		return opReply{}, err
+	}
+	r, err := parseOp(reply, 1)
+	if err != nil {
+		s.mismatches.Add(1)
+	}
+	return r, err
+}
+
+// runOn runs script on the store's key rk, with the instant to use (or an empty string
+// for the server's TIME) before args, through the circuit breaker. floor
+// is as for op.
+func (s *Store) runOn(ctx context.Context, rk string, floor int64, script scriptRunner, args ...any) ([]any, error) {
 	now := ""
 	if s.clock != nil {
 		now = strconv.FormatInt(max(clamp(s.clock.Now()), floor), 10)
@@ -101,24 +119,20 @@ func (s *Store) op(ctx context.Context, rk string, floor int64, args ...any) (op
 	br := s.br.forKey(ctx, rk)
 	probe, ok := br.allow(time.Now(), s.o.pause)
 	if !ok {
-		return opReply{}, ErrCircuitOpen
+		return nil, ErrCircuitOpen
 	}
-	reply, err := runScript(ctx, s.rdb, opsScript, s.guard, []string{rk}, append([]any{now}, args...))
+	reply, err := runScript(ctx, s.rdb, script, s.guard, []string{rk}, append([]any{now}, args...))
 	if err != nil {
 		if isStateError(err) {
 			br.success(probe)
 			s.invalid.Add(1)
-			return opReply{}, fmt.Errorf("%w: redis key %q: %v", ratelimit.ErrInvalidState, clipKey(rk), err)
+			return nil, fmt.Errorf("%w: redis key %q: %v", ratelimit.ErrInvalidState, clipKey(rk), err)
 		}
 		br.failure(time.Now(), probe, s.o.failures, s.o.pause)
-		return opReply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	br.success(probe)
-	r, err := parseOp(reply, 1)
-	if err != nil {
-		s.mismatches.Add(1)
-	}
-	return r, err
+	return reply, nil
 }
 
 // floor is the deny cache's floor for rk (see denyCache.floor).
@@ -203,15 +217,19 @@ func (s *Store) Refund(key string, cost ratelimit.Units, at time.Duration) (rate
 // the rule's capacity is capped at it. An at later than the store's time is
 // taken as that time.
 //
-// The refund is computed in Go by the rule's [ratelimit.Machine] on the
-// key's state and the store's instant (the Redis server's TIME, or the
-// client clock, raised to the key's latest instant as for a check), and
-// written back only if the key still holds the state it was computed
-// from, keeping the key's expiry. When checks change the key in between,
-// it reads again and retries, at most a few times; then it gives back
-// nothing and returns [ErrConflict]. A refund is never made twice nor on
-// a state it was not computed from. It takes two round trips, and one more
-// per retry. It drops the key's refusal from this store's deny cache; other
+// The refund is made at the store's instant (the Redis server's TIME, or
+// the client clock, raised to the key's latest instant as for a check),
+// keeping the key's expiry. On a bucket rule, a fixed window or a sliding counter it is one script, one round
+// trip, atomic with the key's checks: it never conflicts; the store checks
+// its amount and state against the rule's [ratelimit.Machine] on the
+// state and instant the script read (an error wrapping [ErrMismatch] if
+// they disagree, which would be a bug). On the other window rules it is
+// computed in Go by the Machine and written back only if the key still holds the
+// state it was computed from. When checks change the key in between, it
+// reads again and retries, at most a few times; then it gives back
+// nothing and returns [ErrConflict]. That takes two round trips, and one
+// more per retry. A refund is never made twice nor on a state it was not
+// computed from. It drops the key's refusal from this store's deny cache; other
 // processes' caches do not know of it (see [WithDenyCache]).
 //
 // ctx bounds the whole refund; without a deadline, the store's timeout
@@ -230,6 +248,9 @@ func (s *Store) RefundContext(ctx context.Context, key string, cost ratelimit.Un
 	ctx, cancel := withTimeout(ctx, s.o.timeout)
 	defer cancel()
 	rk := s.Key(key)
+	if s.inScript() {
+		return s.refundInScript(ctx, key, rk, cost, at)
+	}
 	var g ratelimit.Units
 	w, err := s.update(ctx, key, rk, func(state []byte, now time.Duration) ([]byte, int64, error) {
 		var next []byte
@@ -323,11 +344,13 @@ func (s *Store) Settle(key string, charged, actual ratelimit.Units, at time.Dura
 //
 // Cost errors are ratelimit.Store.Settle's ([ratelimit.ErrInvalidCost],
 // [ratelimit.ErrCostExceedsCapacity]), with no server reached. The
-// settlement is computed in Go by the rule's [ratelimit.Machine] and
-// written back with a compare-and-set, retried as a refund is: on a key
-// checked by many processes at once it may conflict on every attempt, and
-// then returns [ErrConflict] with nothing charged or given back (the
-// Decision is then a refusal with no wait). A caller that must not lose
+// settlement runs as a refund does: on a bucket rule, a fixed window or a sliding
+// counter in one script that never conflicts, checked against the rule's
+// [ratelimit.Machine]; on the other window rules computed in Go and written back with a compare-and-set,
+// retried as a refund is: on a key checked by many processes at once it
+// may conflict on every attempt, and then returns [ErrConflict] with
+// nothing charged or given back (the Decision is then a refusal with no
+// wait). A caller that must not lose
 // the charge can settle again (nothing was written), or, for a hot key,
 // check the difference instead when it is within the capacity: a check is
 // one atomic script and never conflicts, though it is refused where a
@@ -355,6 +378,9 @@ func (s *Store) SettleContext(ctx context.Context, key string, charged, actual r
 	ctx, cancel := withTimeout(ctx, s.o.timeout)
 	defer cancel()
 	rk := s.Key(key)
+	if s.inScript() {
+		return s.settleInScript(ctx, key, rk, charged, actual, at)
+	}
 	var d ratelimit.Decision
 	var settled ratelimit.Units
 	w, err := s.update(ctx, key, rk, func(state []byte, now time.Duration) ([]byte, int64, error) {

@@ -209,15 +209,17 @@ func (h *interloper) hook() redis.Hook {
 	})
 }
 
-// TestSettleConflict: a settlement whose key another process changes
-// before every one of its writes gives up after casAttempts attempts with
-// ErrConflict, and has charged or given back nothing: the key holds what
-// the other process's last check left.
+// TestSettleConflict: a sliding log's settlement (a compare-and-set) whose
+// key another process changes before every one of its writes gives up
+// after casAttempts attempts with ErrConflict, and has charged or given
+// back nothing: the key holds what the other process's last check left.
+// A bucket rule's, a fixed window's or a sliding counter's settlement is
+// one script, with no write to interlope before (TestHotKeyCheckAndRefund).
 func TestSettleConflict(t *testing.T) {
 	rdb := needRedis(t)
 	ctx := context.Background()
 	clk := ratelimit.NewManualClock(unixNow)
-	rule := ratelimit.GCRA{Rate: ratelimit.PerSecond(10), Burst: 10}
+	rule := ratelimit.SlidingLog{Limit: 20, Window: time.Hour}
 	prefix := testPrefix()
 	other, err := New(rdb, rule, WithClock(clk), WithPrefix(prefix), WithDenyCache(0))
 	require.NoError(t, err)
@@ -250,7 +252,7 @@ func TestSettleConflict(t *testing.T) {
 	}
 	// Without the other process, the same settlement is made.
 	h.before = func() {}
-	_, settled, err := s.Settle("k", 3*ratelimit.Unit, ratelimit.Unit, clk.Now())
+	_, settled, err := s.Settle("k", 3*ratelimit.Unit, ratelimit.Unit, a.At)
 	require.NoError(t, err)
 	assert.Equal(t, ratelimit.Unit, settled)
 }

@@ -62,7 +62,7 @@ type Store struct {
 	guard    bool  // the client may not stop at a context's deadline
 	marginMs int64 // expiry margin in ms
 	ruleArgs []any // the arguments after the cost and margin for windows
-	script   *redis.Script
+	script   scriptRunner
 	br       *circuit
 	dl       atomic.Pointer[deadline]
 
@@ -103,6 +103,12 @@ func New(rdb redis.UniversalClient, rule ratelimit.Rule, opts ...Option) (*Store
 		script:   stepScript,
 		deny:     newDenyCache(o.denyCache),
 		marginMs: max(1, ceilMs(o.margin)),
+	}
+	if _, ok := rdb.(*redis.Client); ok {
+		// One server: the step runs as a function where the server has
+		// Redis Functions (see functionCaller). A Cluster or a Ring keeps
+		// EVALSHA, which each of its servers loads as it is first called.
+		s.script = &functionCaller{lib: stepLibrary, fn: stepFunction, fallback: stepScript}
 	}
 	s.br = newCircuit(rdb, s.guard)
 	switch p.Algorithm {
@@ -364,7 +370,7 @@ func (s *Store) run(ctx context.Context, rk string, cost ratelimit.Units, floor 
 // runScript runs script on rdb, on a goroutine of its own when guard says
 // the client might not stop at ctx's deadline, so that the caller never
 // waits past it.
-func runScript(ctx context.Context, rdb redis.UniversalClient, script *redis.Script, guard bool, keys []string, args []any) ([]any, error) {
+func runScript(ctx context.Context, rdb redis.UniversalClient, script scriptRunner, guard bool, keys []string, args []any) ([]any, error) {
 	if !guard {
 		return script.Run(ctx, rdb, keys, args...).Slice()
 	}

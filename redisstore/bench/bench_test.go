@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -167,8 +168,8 @@ func (c *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	}
 }
 
-// BenchmarkPeers runs every subject against the same redis-server from 64
-// goroutines over 1,000 keys, one after another, and reports checks/s, p50
+// BenchmarkPeers runs every subject against the same redis-server from 8
+// and from 64 goroutines over 10,000 keys, one after another, and reports checks/s, p50
 // and p99 latency, Redis CPU per check (the commands' own time from INFO
 // commandstats, and the server process's whole CPU time from INFO cpu),
 // this process's CPU time per check (the client's side, go-redis
@@ -178,59 +179,66 @@ func BenchmarkPeers(b *testing.B) {
 	admin := client(b, 1)
 	trips := &roundTrips{names: map[string]bool{}}
 	rdb.AddHook(trips)
-	ctx := context.Background()
-	for _, sub := range subjects() {
-		b.Run(sub.name, func(b *testing.B) {
-			check := sub.new(b, rdb)
-			if _, err := check(ctx, "warm-up"); err != nil { // loads scripts
-				b.Fatal(err)
-			}
-			if err := admin.ConfigResetStat(ctx).Err(); err != nil {
-				b.Fatal(err)
-			}
-			trips.take()
-			server0, client0 := serverCPU(b, admin), clientCPU()
-			var mu sync.Mutex
-			var lat []time.Duration
-			b.SetParallelism(32) // 64 goroutines on 2 cores
-			b.ResetTimer()
-			start := time.Now()
-			b.RunParallel(func(pb *testing.PB) {
-				own := make([]time.Duration, 0, 4096)
-				i := 0
-				for pb.Next() {
-					t0 := time.Now()
-					_, err := check(ctx, "key"+strconv.Itoa(i%1000))
-					own = append(own, time.Since(t0))
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					i += 7
-				}
-				mu.Lock()
-				lat = append(lat, own...)
-				mu.Unlock()
-			})
-			elapsed := time.Since(start)
-			b.StopTimer()
-			server, client := serverCPU(b, admin)-server0, clientCPU()-client0
-			calls, sent := trips.take()
-			usec := serverUsec(b, admin, sent)
-			slices.Sort(lat)
-			n := float64(len(lat))
-			if n == 0 {
-				return
-			}
-			b.ReportMetric(n/elapsed.Seconds(), "checks/s")
-			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
-			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
-			b.ReportMetric(float64(usec)/n, "redis-µs/check")
-			b.ReportMetric(float64(calls)/n, "trips/check")
-			b.ReportMetric(float64(server.Microseconds())/n, "server-cpu-µs/check")
-			b.ReportMetric(float64(client.Microseconds())/n, "client-cpu-µs/check")
-		})
+	for _, workers := range []int{8, 64} {
+		for _, sub := range subjects() {
+			peer(b, rdb, admin, trips, sub, workers)
+		}
 	}
+}
+
+// peer runs one subject from workers goroutines (see BenchmarkPeers).
+func peer(b *testing.B, rdb, admin *redis.Client, trips *roundTrips, sub subject, workers int) {
+	ctx := context.Background()
+	b.Run(sub.name+"/w"+strconv.Itoa(workers), func(b *testing.B) {
+		check := sub.new(b, rdb)
+		if _, err := check(ctx, "warm-up"); err != nil { // loads scripts
+			b.Fatal(err)
+		}
+		if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
+		trips.take()
+		server0, client0 := serverCPU(b, admin), clientCPU()
+		var mu sync.Mutex
+		var lat []time.Duration
+		b.SetParallelism(max(1, workers/runtime.GOMAXPROCS(0)))
+		b.ResetTimer()
+		start := time.Now()
+		b.RunParallel(func(pb *testing.PB) {
+			own := make([]time.Duration, 0, 4096)
+			i := 0
+			for pb.Next() {
+				t0 := time.Now()
+				_, err := check(ctx, "key"+strconv.Itoa(i%10000))
+				own = append(own, time.Since(t0))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				i += 7
+			}
+			mu.Lock()
+			lat = append(lat, own...)
+			mu.Unlock()
+		})
+		elapsed := time.Since(start)
+		b.StopTimer()
+		server, client := serverCPU(b, admin)-server0, clientCPU()-client0
+		calls, sent := trips.take()
+		usec := serverUsec(b, admin, sent)
+		slices.Sort(lat)
+		n := float64(len(lat))
+		if n == 0 {
+			return
+		}
+		b.ReportMetric(n/elapsed.Seconds(), "checks/s")
+		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+		b.ReportMetric(float64(usec)/n, "redis-µs/check")
+		b.ReportMetric(float64(calls)/n, "trips/check")
+		b.ReportMetric(float64(server.Microseconds())/n, "server-cpu-µs/check")
+		b.ReportMetric(float64(client.Microseconds())/n, "client-cpu-µs/check")
+	})
 }
 
 // TestMemoryPerKey reports what one key's state takes in Redis after five

@@ -1,0 +1,86 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"strings"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// scriptRunner runs a script: a [redis.Script] (EVALSHA, then EVAL on
+// NOSCRIPT), or a function of a library (FCALL).
+type scriptRunner interface {
+	Run(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd
+}
+
+// stepLibrary is the check's step as a Redis Functions library (Redis 7):
+// the same Lua as stepScript, with the fast path's and the exact path's
+// functions built once when the library loads rather than on every call.
+// ARGV is an upvalue the registered function sets before each step, so
+// that the step's sources read it as the script's ARGV. The library's
+// name carries a digest of its source, so that stores of different
+// versions on one server each find their own.
+var stepLibrary, stepFunction = library("step", "local ARGV\n"+fastLua+"\nlocal function exact(key, alg, old, tm)\n"+pairsLua+
+	"\nif alg == 'm' then return pmeter(key, old, tm) end\n"+arithLua+"\n"+limbsLua+"\nend\n", stepLua)
+
+// library returns the source of a library that registers body as a
+// function named for name and the source's digest, after top (Lua run
+// when the library loads), and that function's name.
+func library(name, top, body string) (src, fn string) {
+	sum := sha1.Sum([]byte(top + body))
+	lib := "ratekit_" + hex.EncodeToString(sum[:6])
+	fn = lib + "_" + name
+	return "#!lua name=" + lib + "\n" + top + "\nredis.register_function('" + fn + "', function(KEYS, argv)\nARGV = argv\n" + body + "\nend)\n", fn
+}
+
+// functionCaller calls a library's function with FCALL, loading the
+// library when the server does not have it (a new server, a restart
+// without persistence, FUNCTION FLUSH), and falls back to the script for
+// good on a server without Redis Functions (before 7.0, or one that
+// refuses FUNCTION). Either way the step is the same Lua.
+type functionCaller struct {
+	lib, fn  string
+	fallback *redis.Script
+	noFCALL  atomic.Bool
+}
+
+// functionClient is what a client needs for FCALL.
+type functionClient interface {
+	FCall(ctx context.Context, function string, keys []string, args ...any) *redis.Cmd
+	FunctionLoadReplace(ctx context.Context, code string) *redis.StringCmd
+}
+
+func (f *functionCaller) Run(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd {
+	fc, ok := c.(functionClient)
+	if !ok || f.noFCALL.Load() {
+		return f.fallback.Run(ctx, c, keys, args...)
+	}
+	cmd := fc.FCall(ctx, f.fn, keys, args...)
+	err := cmd.Err()
+	switch {
+	case err == nil:
+		return cmd
+	case unknownCommand(err):
+		// No FCALL: the command did not run.
+		f.noFCALL.Store(true)
+		return f.fallback.Run(ctx, c, keys, args...)
+	case !strings.HasPrefix(err.Error(), "ERR Function not found"):
+		return cmd
+	}
+	// The function did not run: load the library and call it again.
+	if lerr := fc.FunctionLoadReplace(ctx, f.lib).Err(); lerr != nil {
+		if unknownCommand(lerr) || strings.Contains(lerr.Error(), "NOPERM") {
+			f.noFCALL.Store(true)
+		}
+		return f.fallback.Run(ctx, c, keys, args...)
+	}
+	return fc.FCall(ctx, f.fn, keys, args...)
+}
+
+// unknownCommand reports a server that does not know the command sent.
+func unknownCommand(err error) bool {
+	return strings.Contains(err.Error(), "unknown command")
+}

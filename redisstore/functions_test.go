@@ -1,0 +1,90 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ratekit/ratelimit"
+)
+
+// refuseFCALL is a client hook that answers every FCALL and FUNCTION as a
+// server without Redis Functions does, sending nothing.
+type refuseFCALL struct{ refused int }
+
+func (h *refuseFCALL) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *refuseFCALL) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *refuseFCALL) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); n == "fcall" || n == "function" {
+			h.refused++
+			cmd.SetErr(errors.New("ERR unknown command '" + n + "', with args beginning with: "))
+			return cmd.Err()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestStepRunsAsAFunction: on one server the check's step runs by FCALL,
+// the library loaded on first use and loaded again after FUNCTION FLUSH;
+// a server without Redis Functions gets EVALSHA, deciding the same.
+func TestStepRunsAsAFunction(t *testing.T) {
+	rdb := needRedis(t)
+	ctx := context.Background()
+	rule := ratelimit.GCRA{Rate: ratelimit.PerSecond(10), Burst: 5}
+	clk := ratelimit.NewManualClock(unixNow)
+	prefix := testPrefix()
+	s, err := New(rdb, rule, WithClock(clk), WithPrefix(prefix))
+	require.NoError(t, err)
+	calls := func() int64 {
+		st, err := rdb.Info(ctx, "commandstats").Result()
+		require.NoError(t, err)
+		return statCalls(st, "fcall")
+	}
+	before := calls()
+	d, err := s.Check("k", ratelimit.Unit)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	assert.Greater(t, calls(), before, "the check was an FCALL")
+	libs, err := rdb.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: "ratekit_*"}).Result()
+	require.NoError(t, err)
+	require.NotEmpty(t, libs)
+
+	require.NoError(t, rdb.FunctionFlush(ctx).Err())
+	d, err = s.Check("k", ratelimit.Unit)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed)
+	assert.Equal(t, int64(3), d.Remaining, "the second check, after the library was loaded again")
+
+	h := &refuseFCALL{}
+	old := shared.client(nil)
+	defer old.Close()
+	old.AddHook(h)
+	o, err := New(old, rule, WithClock(clk), WithPrefix(prefix))
+	require.NoError(t, err)
+	for want := int64(2); want >= 0; want-- {
+		d, err = o.Check("k", ratelimit.Unit)
+		require.NoError(t, err)
+		assert.True(t, d.Allowed)
+		assert.Equal(t, want, d.Remaining)
+	}
+	assert.Equal(t, 1, h.refused, "FCALL is not tried again on a server without it")
+}
+
+// statCalls returns the calls INFO commandstats counts for cmd.
+func statCalls(info, cmd string) int64 {
+	m := regexp.MustCompile(`cmdstat_` + cmd + `:calls=(\d+)`).FindStringSubmatch(info)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(m[1], 10, 64)
+	return n
+}
