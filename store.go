@@ -17,7 +17,7 @@ import (
 // Sizing defaults and limits of a [Store].
 const (
 	// DefaultMaxKeys is the bound of a store built without [WithMaxKeys]:
-	// one million keys, about 41 to 51 MB for the bucket rules (see [Store]),
+	// one million keys, about 43 to 54 MB for the bucket rules (see [Store]),
 	// enough for the distinct clients a busy service sees in a while, small
 	// enough that a flood of made-up keys cannot take the process down.
 	DefaultMaxKeys = 1_000_000
@@ -83,12 +83,14 @@ func WithShards(n int) Option {
 }
 
 // WithPreallocation makes a [Store] allocate, when it is built, the memory
-// for its whole bound (about 1.3 slots per key: 45 MB for a million keys of
-// the 16-byte states) instead of segment by segment as keys arrive, so
+// for its whole bound (about 1.3 slots per key, and arenas for keys of 16
+// bytes on average: 53 MB for a million keys of the 16-byte states)
+// instead of segment by segment as keys arrive, so
 // that no Check allocates as the store fills, nor once it is full, as new
-// keys take the place of old ones: nothing for the garbage collector to do
-// on the store's account, and no Check waits for a segment's growth or
-// split (see [Store]; docs/tail.md has the latencies). The memory is
+// keys take the place of old ones (longer keys grow an arena now and then
+// until the arenas fit them): nothing for the garbage collector to do on
+// the store's account, and no Check waits for a segment's growth or split
+// (see [Store]; docs/tail.md has the latencies). The memory is
 // taken whether or not keys ever come, so size the bound with it
 // (WithMaxKeys(1<<40) would ask for about 45 TB). Each
 // store of a [Plans] or [Composite] built with it preallocates too, a
@@ -115,20 +117,22 @@ func WithPreallocation() Option {
 // [StoreStats].LossyEvictions counts those; a store whose count grows is
 // too small for its traffic.
 //
-// Memory. A key costs one slot of its shard's table: a pointer to the
-// key's bytes, a word of hash tag, key length and bookkeeping, and the
-// rule's state inline (16 bytes for the token bucket, GCRA, the leaky
+// Memory. A key costs one slot of its shard's table, a word of hash tag,
+// key length, the key's place in its segment's arena and bookkeeping, with
+// the rule's state inline (16 bytes for the token bucket, GCRA, the leaky
 // bucket, the fixed window and the sliding counter, 24 for a sliding
 // counter whose Limit is over 2,147,483; a sliding log's state also points
-// at its log): 40.6 to 41.6 bytes a key for the 16-byte states and 48.7 to
-// 50.6 for the 24-byte one, measured at 1M and 1.4M keys.
+// at its log), and a copy of the key's bytes in the arena: no pointer per
+// key, so that however many keys a store holds, the garbage collector has
+// only its arrays to mark (BenchmarkStoreMemory and docs/tail.md have the
+// bytes per key and the collector's times).
 // A shard's table is a directory of segments, each an array of at most 32
-// KiB allocated as keys arrive: a segment grows by about 1/8 at a time and
-// splits in two when it would pass 32 KiB, so that no check copies more than
-// one segment under its shard's lock, however many keys the store holds
-// (docs/tail.md has the latencies); [WithPreallocation] allocates them all
-// when the store is built instead. The key's bytes are the caller's: see
-// [Store.Check].
+// KiB allocated as keys arrive, and an arena of its keys' bytes: a segment
+// grows by about 1/8 at a time and splits in two when it would pass 32 KiB,
+// and an arena is compacted as its keys are dropped, so that no check copies
+// more than one segment under its shard's lock, however many keys the store
+// holds (docs/tail.md has the latencies); [WithPreallocation] allocates them
+// all when the store is built instead.
 type Store struct {
 	core keyedStore
 	obs  Observer // nil: none
@@ -187,10 +191,9 @@ func newKeyedStore(rule Rule, opts []Option) (keyedStore, error) {
 // before the key is looked at, and never adds it to the store. Checking an
 // existing key does not allocate.
 //
-// The store keeps the key string it is given without copying it: a key
-// that is a slice of a larger string keeps that string alive while the key
-// is held (pass [strings.Clone] of such a key), and a string made with
-// package unsafe over a buffer that is later reused must be cloned first.
+// The store copies the bytes of a key it adds and keeps no reference to
+// the string: a key that is a slice of a larger string, or a string made
+// with package unsafe over a buffer that is later reused, needs no cloning.
 // A key longer than [MaxKeyLen] bytes is replaced by its SHA-256 digest
 // (kept apart from ordinary keys, so no two distinct keys share an
 // allowance), which costs a hash and one small allocation per Check.
