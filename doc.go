@@ -199,14 +199,12 @@
 // fresh key's, which loses nothing, then the least recently used. Dropping
 // a partly spent key hands it a fresh allowance when it comes back;
 // [StoreStats].LossyEvictions counts those, and a count that keeps growing
-// means the store is too small for its traffic. Measured at 1M and 1.4M
-// keys, a store costs 40.6 to 41.6 bytes per key for the token bucket,
-// GCRA, the leaky bucket, the fixed window and the sliding counter (48.7 to
-// 50.6 for a sliding counter whose Limit is over 2,147,483; see [Store]),
-// plus the bytes of the key strings it keeps. It grows in segments of at
-// most 32 KiB, so that no Check copies more than one; [WithPreallocation]
-// allocates them all when the store is built (45 bytes a key), so that no
-// Check allocates.
+// means the store is too small for its traffic. A key costs the store a
+// slot of a word and its state, and a copy of its bytes (see [Store]): no
+// pointer per key, so that the garbage collector has only the store's
+// arrays to mark. It grows in segments of at most 32 KiB, so that no Check
+// copies more than one; [WithPreallocation] allocates them all when the
+// store is built, so that no Check allocates.
 //
 // # Lockouts
 //
