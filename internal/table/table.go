@@ -63,6 +63,7 @@ package table
 import (
 	"math"
 	"slices"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -261,6 +262,80 @@ type Table[S any] struct {
 	segSlots int // the most slots a segment grows to (see segmentBytes); fewer in tests
 	fresh    func(s *S, now int64) bool
 	Stats    Stats
+
+	// pool, if set, bounds t with other tables (see Share): t holds up to
+	// floor entries of its own, and one unit of pool for each past that.
+	pool  *Pool
+	floor int
+}
+
+// Pool is a bound on the entries of several tables together, a store's
+// shards: each table holds up to a floor of entries of its own, and takes
+// a unit of the pool for each entry past it, so that the tables together
+// never hold more than their floors and the pool, and a table makes room
+// in itself only when the pool is spent, however unevenly the keys
+// spread over the tables. Its count is the one word the tables share.
+type Pool struct {
+	used atomic.Int64
+	max  int64
+	_    [48]byte // keeps the count off its neighbours' cache lines
+}
+
+// NewPool returns a pool of max units.
+func NewPool(max int) *Pool { return &Pool{max: int64(max)} }
+
+// take takes a unit, if one is left.
+func (p *Pool) take() bool {
+	if p.used.Load() >= p.max {
+		return false
+	}
+	if p.used.Add(1) <= p.max {
+		return true
+	}
+	p.used.Add(-1)
+	return false
+}
+
+// Share makes t one of the tables p bounds, holding up to floor entries
+// (at least 1) without taking from p: t's own bound (Init's max) then
+// sizes its arrays' budget and Preallocate, as the entries t is expected
+// to hold, but no longer bounds them. Call it after Init, before the first
+// Insert.
+func (t *Table[S]) Share(p *Pool, floor int) {
+	t.pool, t.floor = p, max(1, floor)
+}
+
+// pooled returns the units of t's pool that a table of n entries holds.
+func (t *Table[S]) pooled(n int) int { return max(0, n-t.floor) }
+
+// full reports, before an insertion, whether t must make room for it, and
+// whether it took a unit of its pool for it.
+func (t *Table[S]) full() (full, took bool) {
+	if t.pool == nil {
+		return t.n >= t.max, false
+	}
+	if t.n < t.floor {
+		return false, false
+	}
+	took = t.pool.take()
+	return !took, took
+}
+
+// settlePool gives t's pool back the units that an operation which began
+// with n entries (and took a unit, if took) no longer holds. Every unit is
+// taken before the entry it counts is added, and given back after, so that
+// the pool's count never passes its bound.
+func (t *Table[S]) settlePool(n int, took bool) {
+	if t.pool == nil {
+		return
+	}
+	back := t.pooled(n) - t.pooled(t.n)
+	if took {
+		back++
+	}
+	if back != 0 {
+		t.pool.used.Add(-int64(back))
+	}
 }
 
 // Init readies t to hold at most max entries; fresh reports whether a state
@@ -329,7 +404,8 @@ func (t *Table[S]) Preallocate() {
 // Len returns the number of entries held.
 func (t *Table[S]) Len() int { return t.n }
 
-// Max returns the bound on Len.
+// Max returns the bound Init was given: the bound on Len, unless t shares
+// a Pool.
 func (t *Table[S]) Max() int { return t.max }
 
 // entry returns the directory entry for tag, or nil before the first
@@ -432,11 +508,14 @@ func (t *Table[S]) Insert(key string, tag uint32, now int64) (*S, bool) {
 		t.resize(g, minSlots)
 	}
 	g := t.seg(tag)
-	if t.n >= t.max {
+	n, took := t.n, false
+	var full bool
+	if full, took = t.full(); full {
 		if t.settle {
 			t.budget, t.settle = t.slots, false
 		}
 		if !t.evict(t.victim(g), now, true) {
+			t.settlePool(n, took)
 			return nil, false
 		}
 	} else if g.n >= g.growAt && t.slots >= t.budget {
@@ -452,6 +531,7 @@ func (t *Table[S]) Insert(key string, tag uint32, now int64) (*S, bool) {
 	}
 	for !t.room(g, len(key)) {
 		if !t.clock(g, now) { // a segment at maxDepth whose arena is full
+			t.settlePool(n, took)
 			return nil, false
 		}
 	}
@@ -466,6 +546,7 @@ func (t *Table[S]) Insert(key string, tag uint32, now int64) (*S, bool) {
 	g.since++
 	t.n++
 	t.Stats.Inserts++
+	t.settlePool(n, took)
 	return &g.slots[i].state, true
 }
 
@@ -786,6 +867,7 @@ func (t *Table[S]) Delete(key string, tag uint32) bool {
 	}
 	t.remove(g, i, false)
 	t.Stats.Evictions--
+	t.settlePool(t.n+1, false)
 	return true
 }
 

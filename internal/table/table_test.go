@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"unsafe"
 
@@ -102,7 +104,11 @@ func consistent(t require.TestingT, tb *Table[int64]) {
 	}
 	require.Equal(t, tb.n, used)
 	require.Equal(t, slots, tb.slots)
-	require.LessOrEqual(t, tb.n, tb.max)
+	if tb.pool == nil {
+		require.LessOrEqual(t, tb.n, tb.max)
+	} else {
+		require.LessOrEqual(t, tb.n, tb.floor+int(tb.pool.max))
+	}
 }
 
 // Keys starting with "d" play digests: their tag carries the flag.
@@ -617,4 +623,108 @@ func TestTableArenasRecycled(t *testing.T) {
 		t.Logf("preallocated %v: arenas %.2f bytes a key byte", pre, float64(arenas)/float64(bytes))
 		consistent(t, &tb)
 	}
+}
+
+// TestTablePoolModel: tables that share a Pool hold together no more than
+// their floors and the pool, the pool's count is what they hold past their
+// floors, and a table makes room (drops an entry) only when it holds its
+// floor and the pool is spent: however unevenly keys spread over the
+// tables, none drops a key while the others leave room.
+func TestTablePoolModel(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		k := rapid.IntRange(1, 4).Draw(t, "tables")
+		pool := NewPool(rapid.IntRange(0, 60).Draw(t, "pool"))
+		tables := make([]Table[int64], k)
+		floors := 0
+		for i := range tables {
+			tables[i].Init(rapid.IntRange(1, 40).Draw(t, "share"), expired)
+			tables[i].segSlots = 16    // small segments, so that they split
+			tables[i].budget = 1 << 30 // no room made for the budget's sake
+			tables[i].Share(pool, rapid.IntRange(1, 30).Draw(t, "floor"))
+			floors += tables[i].floor
+		}
+		var now int64
+		key := func(t *rapid.T) (string, *Table[int64]) {
+			kk := "k" + strconv.Itoa(rapid.IntRange(0, 300).Draw(t, "key"))
+			return kk, &tables[hash(kk)%uint64(k)]
+		}
+		check := func(t *rapid.T) {
+			held, pooled := 0, 0
+			for i := range tables {
+				held += tables[i].n
+				pooled += tables[i].pooled(tables[i].n)
+				consistent(t, &tables[i])
+			}
+			require.Equal(t, int64(pooled), pool.used.Load(), "the pool's count")
+			require.LessOrEqual(t, held, floors+int(pool.max))
+		}
+		t.Repeat(map[string]func(*rapid.T){
+			"insert": func(t *rapid.T) {
+				kk, tb := key(t)
+				tag := Tag(hash(kk), false)
+				if tb.Find(kk, tag) != nil {
+					return
+				}
+				n, spent, ev := tb.n, pool.used.Load() == pool.max, tb.Stats.Evictions
+				p, ok := tb.Insert(kk, tag, now)
+				require.True(t, ok, "an insertion refused")
+				*p = now + rapid.Int64Range(0, 40).Draw(t, "until")
+				if tb.Stats.Evictions != ev {
+					require.True(t, n >= tb.floor && spent, "room made with %d of a floor of %d held and the pool not spent", n, tb.floor)
+				} else {
+					require.Equal(t, n+1, tb.n)
+				}
+				check(t)
+			},
+			"delete": func(t *rapid.T) {
+				kk, tb := key(t)
+				tb.Delete(kk, Tag(hash(kk), false))
+				check(t)
+			},
+			"advance": func(t *rapid.T) { now += rapid.Int64Range(0, 20).Draw(t, "advance") },
+		})
+	})
+}
+
+// TestTablePoolConcurrent: tables that share a Pool, each used by a
+// goroutine of its own (as a store's shards are, each under its own lock),
+// never hold more than their floors and the pool together, and the pool's
+// count ends as what they hold past their floors. (The pool goes to the
+// tables that ask first: a table holds the units it took until its
+// entries are dropped, evicting one of its own for each new one.)
+func TestTablePoolConcurrent(t *testing.T) {
+	const k, floor, units = 4, 100, 1000
+	pool := NewPool(units)
+	tables := make([]Table[int64], k)
+	for i := range tables {
+		tables[i].Init(floor+units/k, func(*int64, int64) bool { return false })
+		tables[i].Share(pool, floor)
+	}
+	var wg sync.WaitGroup
+	var over atomic.Bool
+	for i := range tables {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tb := &tables[i]
+			for j := range 20_000 * (i + 1) { // uneven: the last table takes the most keys
+				kk := strconv.Itoa(i) + "-" + strconv.Itoa(j)
+				if _, ok := tb.Insert(kk, Tag(hash(kk), false), 0); !ok {
+					panic("an insertion refused")
+				}
+				if pool.used.Load() > pool.max {
+					over.Store(true)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.False(t, over.Load(), "the pool's count passed its bound")
+	held, pooled := 0, 0
+	for i := range tables {
+		held += tables[i].n
+		pooled += tables[i].pooled(tables[i].n)
+	}
+	require.Equal(t, int64(pooled), pool.used.Load())
+	require.Equal(t, k*floor+units, held, "the tables hold their floors and the whole pool")
 }
