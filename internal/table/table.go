@@ -250,7 +250,7 @@ type Table[S any] struct {
 	max    int         // the bound on n
 	slots  int         // slots of every segment
 	budget int         // slots past which a full segment makes room rather than grow
-	settle bool        // Preallocate's: the budget comes down to slots when the table is first full
+	settle bool        // Preallocate's: the budget comes down to slots when the table first holds its bound or is first full
 	rove   int         // the next segment victim looks at
 	swept  *segment[S] // the segment swept last, for tests
 	pins   []pin
@@ -365,7 +365,8 @@ func budget(max, segSlots int) int { return max + max/7*2 + segSlots }
 // (about 1.3 slots per entry) from the start. The budget is that and one
 // segment more while the table fills, so that the few segments that stray
 // past their slack grow rather than drop a live entry of their own; once
-// the table first holds its bound, it comes down to the slots held then.
+// the table first holds its bound (Init's, even when it shares a Pool and
+// may hold more) or is full, it comes down to the slots held then.
 // From then on a segment that is full makes room in itself even when the
 // table is not (sweeps keep leaving a churning table a little below its
 // bound, and the room they free lands in other segments as keys arrive),
@@ -508,12 +509,14 @@ func (t *Table[S]) Insert(key string, tag uint32, now int64) (*S, bool) {
 		t.resize(g, minSlots)
 	}
 	g := t.seg(tag)
-	n, took := t.n, false
-	var full bool
-	if full, took = t.full(); full {
-		if t.settle {
-			t.budget, t.settle = t.slots, false
-		}
+	n := t.n
+	full, took := t.full()
+	if t.settle && (full || t.n >= t.max) {
+		// A preallocated table first full, or first holding its own
+		// bound while it shares a pool.
+		t.budget, t.settle = t.slots, false
+	}
+	if full {
 		if !t.evict(t.victim(g), now, true) {
 			t.settlePool(n, took)
 			return nil, false
