@@ -98,19 +98,7 @@ var benchSink atomic.Int64
 func BenchmarkStoreCheck(b *testing.B) {
 	keys, order := storeBenchKeys()
 	keys = keys[:benchStoreKeys]
-	b.Run("map/serial", func(b *testing.B) {
-		m := make(map[string]int64)
-		for i, k := range keys {
-			m[k] = int64(i)
-		}
-		b.ReportAllocs()
-		b.ResetTimer()
-		var sum int64
-		for i := 0; i < b.N; i++ {
-			sum += m[keys[order[i%len(order)]]]
-		}
-		benchSink.Add(sum)
-	})
+	b.Run("map/serial", func(b *testing.B) { benchMapSerial(b, keys, keys, order, false) })
 	b.Run("map/parallel", func(b *testing.B) {
 		m := make(map[string]int64)
 		for i, k := range keys {
@@ -136,19 +124,7 @@ func BenchmarkStoreCheck(b *testing.B) {
 	// ordered (a fenced RDTSC), so the loads of one iteration can no longer
 	// overlap those of the next, as they do in the bare map loop.
 	clk := ratelimit.SystemClock()
-	b.Run("map+clock/serial", func(b *testing.B) {
-		m := make(map[string]int64)
-		for i, k := range keys {
-			m[k] = int64(i)
-		}
-		b.ReportAllocs()
-		b.ResetTimer()
-		var sum int64
-		for i := 0; i < b.N; i++ {
-			sum += m[keys[order[i%len(order)]]] + int64(clk.Now())
-		}
-		benchSink.Add(sum)
-	})
+	b.Run("map+clock/serial", func(b *testing.B) { benchMapSerial(b, keys, keys, order, true) })
 	b.Run("map+clock/parallel", func(b *testing.B) {
 		m := make(map[string]int64)
 		for i, k := range keys {
@@ -205,19 +181,7 @@ func BenchmarkStoreCheck(b *testing.B) {
 			}
 			return s
 		}
-		b.Run(br.name+"/serial", func(b *testing.B) {
-			s := fill(b)
-			b.ReportAllocs()
-			b.ResetTimer()
-			var allowed int64
-			for i := 0; i < b.N; i++ {
-				d, _ := s.Check(keys[order[i%len(order)]], ratelimit.Unit)
-				if d.Allowed {
-					allowed++
-				}
-			}
-			benchSink.Add(allowed)
-		})
+		b.Run(br.name+"/serial", func(b *testing.B) { benchStoreSerial(b, fill(b), keys, order) })
 		b.Run(br.name+"/parallel", func(b *testing.B) {
 			s := fill(b)
 			var start atomic.Int64
@@ -350,20 +314,7 @@ func BenchmarkStoreCheckCopies(b *testing.B) {
 	for i, k := range keys {
 		copies[i] = strings.Clone(k)
 	}
-	clk := ratelimit.SystemClock()
-	b.Run("map+clock/serial", func(b *testing.B) {
-		m := make(map[string]int64)
-		for i, k := range keys {
-			m[k] = int64(i)
-		}
-		b.ReportAllocs()
-		b.ResetTimer()
-		var sum int64
-		for i := 0; i < b.N; i++ {
-			sum += m[copies[order[i%len(order)]]] + int64(clk.Now())
-		}
-		benchSink.Add(sum)
-	})
+	b.Run("map+clock/serial", func(b *testing.B) { benchMapSerial(b, keys, copies, order, true) })
 	b.Run("GCRA/serial", func(b *testing.B) {
 		var rule ratelimit.Rule
 		for _, br := range storeBenchRules() {
@@ -380,15 +331,42 @@ func BenchmarkStoreCheckCopies(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		b.ReportAllocs()
-		b.ResetTimer()
-		var allowed int64
-		for i := 0; i < b.N; i++ {
-			d, _ := s.Check(copies[order[i%len(order)]], ratelimit.Unit)
-			if d.Allowed {
-				allowed++
-			}
-		}
-		benchSink.Add(allowed)
+		benchStoreSerial(b, s, copies, order)
 	})
+}
+
+// benchMapSerial fills a map with keys and looks up lookups[order[i]]
+// (keys, or copies of them), each with a clock read if clock is set, from
+// one goroutine.
+func benchMapSerial(b *testing.B, keys, lookups []string, order []int32, clock bool) {
+	clk := ratelimit.SystemClock()
+	m := make(map[string]int64)
+	for i, k := range keys {
+		m[k] = int64(i)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	var sum int64
+	for i := 0; i < b.N; i++ {
+		sum += m[lookups[order[i%len(order)]]]
+		if clock {
+			sum += int64(clk.Now())
+		}
+	}
+	benchSink.Add(sum)
+}
+
+// benchStoreSerial checks lookups[order[i]] in s, filled, from one
+// goroutine.
+func benchStoreSerial(b *testing.B, s *ratelimit.Store, lookups []string, order []int32) {
+	b.ReportAllocs()
+	b.ResetTimer()
+	var allowed int64
+	for i := 0; i < b.N; i++ {
+		d, _ := s.Check(lookups[order[i%len(order)]], ratelimit.Unit)
+		if d.Allowed {
+			allowed++
+		}
+	}
+	benchSink.Add(allowed)
 }
