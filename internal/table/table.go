@@ -4,12 +4,20 @@
 //
 // A Table is not safe for concurrent use: the store guards each one with its
 // shard's mutex. It never allocates an object per key: its entries live in
-// arrays of slots, each holding a pointer to the key's bytes, its state, and
-// a word with the key's 32-bit hash tag, its length and a use count, kept
-// inline so that finding a key and reading its state touch one place in
-// memory. A slot is 16 bytes plus the state (the length shares the tag's
-// word, where a string header would take 16 bytes of its own), so a 16-byte
-// state takes 32-byte slots.
+// arrays of slots, each holding the entry's state and a word with the key's
+// 32-bit hash tag, its length, its offset in its segment's arena and a use
+// count, so that finding a key and reading its state touch the slot and the
+// key's bytes. A slot is 8 bytes plus the state, so a 16-byte state takes
+// 24-byte slots.
+//
+// Arenas. A key's bytes are copied, when it is inserted, to the end of an
+// arena of its segment, a byte array, and the slot names their offset: a
+// slot holds no pointer, so that the garbage collector has nothing to mark
+// per key (for states without pointers, a table is a few arrays per
+// segment to it, however many keys it holds), and the table keeps no
+// reference to the caller's string. A dropped key leaves its bytes behind; when an arena has
+// no room for a new key, its keys are copied into the table's spare arena
+// (see Table.room), which costs one pass over the segment, as a sweep does.
 //
 // Segments. No operation may pause for long, so no operation touches more
 // than one segment's array of slots (at most segmentBytes, 32 KiB, for
