@@ -17,7 +17,8 @@ import (
 // Sizing defaults and limits of a [Store].
 const (
 	// DefaultMaxKeys is the bound of a store built without [WithMaxKeys]:
-	// one million keys, about 43 to 54 MB for the bucket rules (see [Store]),
+	// one million keys, about 43 MB for the bucket rules and keys of 13
+	// bytes (see [Store]),
 	// enough for the distinct clients a busy service sees in a while, small
 	// enough that a flood of made-up keys cannot take the process down.
 	DefaultMaxKeys = 1_000_000
@@ -93,7 +94,7 @@ func WithShards(n int) Option {
 // the store's account, and no Check waits for a segment's growth or split
 // (see [Store]; docs/tail.md has the latencies). The memory is
 // taken whether or not keys ever come, so size the bound with it
-// (WithMaxKeys(1<<40) would ask for about 45 TB). Each
+// (WithMaxKeys(1<<40) would ask for about 53 TB). Each
 // store of a [Plans] or [Composite] built with it preallocates too, a
 // whole bound each. [New] and [NewInFlight] ignore this option.
 func WithPreallocation() Option {

@@ -15,9 +15,10 @@
 // slot holds no pointer, so that the garbage collector has nothing to mark
 // per key (for states without pointers, a table is a few arrays per
 // segment to it, however many keys it holds), and the table keeps no
-// reference to the caller's string. A dropped key leaves its bytes behind; when an arena has
-// no room for a new key, its keys are copied into the table's spare arena
-// (see Table.room), which costs one pass over the segment, as a sweep does.
+// reference to the caller's string. A dropped key leaves its bytes behind;
+// when an arena has no room for a new key, its keys are copied into the
+// table's spare arena (see Table.room), which costs one pass over the
+// segment, as a sweep does.
 //
 // Segments. No operation may pause for long, so no operation touches more
 // than one segment's array of slots (at most segmentBytes, 32 KiB, for
@@ -827,8 +828,8 @@ func (t *Table[S]) clock(g *segment[S], now int64) bool {
 // run back into the gap (so that no tombstones are needed) and clearing the
 // slot left over.
 func (t *Table[S]) remove(g *segment[S], i int, lossy bool) {
-	if m := g.slots[i].meta; keyOff(m)+keyLen(m) == g.end { // the empty key's is 0
-		g.end = keyOff(m) // the last key stored: its bytes are free at once
+	if m := g.slots[i].meta; keyOff(m)+keyLen(m) == g.end {
+		g.end = keyOff(m) // the last key stored: its bytes are free at once (the empty key's are none)
 	} else {
 		g.dead += keyLen(m)
 	}
