@@ -73,8 +73,8 @@ func WithMaxKeys(n int) Option {
 // lock between goroutines, and a shorter tail when many new keys arrive (a
 // check rarely waits for a shard whose holder the machine has interrupted:
 // docs/tail.md measures 256 shards of a million keys against 8). The
-// shards share the bound: each holds up to 7/8 of its share of MaxKeys of
-// its own and takes room for more from a count they share, so that a store
+// shards share the bound: each holds up to half its share of MaxKeys of its
+// own and takes room for more from a count they share, so that a store
 // fills to its bound before any shard drops a key, however many shards it
 // has and however unevenly keys spread over them. Each shard costs about
 // 240 bytes from the start
@@ -300,7 +300,7 @@ type keyedStore interface {
 	// acquire finds k's entry in its locked shard, or adds a fresh one,
 	// evicting as Check does; the entry is pinned (it will not be evicted)
 	// until unlockShard. It returns false if the shard has no room left
-	// that is not pinned (more keys in one shard at once than 7/8 of its
+	// that is not pinned (more keys in one shard at once than half its
 	// share of MaxKeys, and the store full).
 	acquire(k storeKey, now int64) bool
 	// stepAt runs the rule's step on k's acquired entry, with its shard
@@ -518,18 +518,12 @@ func newStoreCore[S any, A algorithm[S]](alg A, o *options) *storeCore[S, A] {
 	}
 	fresh := alg.fresh
 	spin := runtime.GOMAXPROCS(0) > 1
-	// The shards share the bound: each holds up to 7/8 of its share of its
-	// own, and the rest of the bound is a pool any shard may take from (see
-	// table.Pool), so that no shard makes room while the store has some
-	// (unless a shard holds less than 7/8 of its share, 7 standard
-	// deviations below it at a million keys in 256 shards). A shard that
-	// its sweeps leave below the others keeps 7/8 of its share: were its
-	// own room smaller, the pool would go to the others and its eviction
-	// would drop live keys while they hold fresh ones.
-	floor := maxKeys/n - maxKeys/n/8
+	// The shards share the bound: each holds up to half its share of its
+	// own, the rest of the bound is a pool any shard may take from (see
+	// table.Pool), so that no shard makes room while the store has some.
 	var pool *table.Pool
 	if n > 1 {
-		pool = table.NewPool(maxKeys - floor*n)
+		pool = table.NewPool(maxKeys - (maxKeys/n+1)/2*n)
 	}
 	for i := range c.shards {
 		share := maxKeys / n
@@ -538,7 +532,7 @@ func newStoreCore[S any, A algorithm[S]](alg A, o *options) *storeCore[S, A] {
 		}
 		c.shards[i].t.Init(share, fresh)
 		if pool != nil {
-			c.shards[i].t.Share(pool, floor)
+			c.shards[i].t.Share(pool, (maxKeys/n+1)/2)
 		}
 		c.shards[i].spin = spin
 		if o.store.prealloc {
