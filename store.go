@@ -72,12 +72,11 @@ func WithMaxKeys(n int) Option {
 // fewer than 256 of the store's keys. More shards mean less waiting on a
 // lock between goroutines, and a shorter tail when many new keys arrive (a
 // check rarely waits for a shard whose holder the machine has interrupted:
-// docs/tail.md measures 256 shards of a million keys against 8). The
-// shards share the bound: each holds up to half its share of MaxKeys of its
-// own and takes room for more from a count they share, so that a store
-// fills to its bound before any shard drops a key, however many shards it
-// has and however unevenly keys spread over them. Each shard costs about
-// 240 bytes from the start
+// docs/tail.md measures 256 shards of a million keys against 8). Each shard
+// is bounded by its share of MaxKeys, and keys do not spread evenly, so
+// with many shards eviction starts before the store as a whole is full: at
+// about 95% of a million keys with 256 shards, 99% or more with 8. Each
+// shard costs about 240 bytes from the start
 // (15 MB for 65536 shards); its array of keys is allocated as keys arrive.
 // [New] ignores this option.
 func WithShards(n int) Option {
@@ -150,7 +149,7 @@ type StoreStats struct {
 	Limit  int64
 	Window time.Duration
 
-	Keys           int    // keys held now (never above MaxKeys)
+	Keys           int    // keys held now
 	MaxKeys        int    // the bound on Keys
 	Shards         int    // the number of shards
 	Inserts        uint64 // keys added (a key's first check, or its first after it was dropped)
@@ -300,8 +299,8 @@ type keyedStore interface {
 	// acquire finds k's entry in its locked shard, or adds a fresh one,
 	// evicting as Check does; the entry is pinned (it will not be evicted)
 	// until unlockShard. It returns false if the shard has no room left
-	// that is not pinned (more keys in one shard at once than half its
-	// share of MaxKeys, and the store full).
+	// that is not pinned (more keys in one shard at once than its share of
+	// MaxKeys).
 	acquire(k storeKey, now int64) bool
 	// stepAt runs the rule's step on k's acquired entry, with its shard
 	// locked. A look (commit false) at a key the store does not hold steps
@@ -376,9 +375,9 @@ func storeShape(o storeOptions) (maxKeys, shards int, err error) {
 // shard. Each shard has its own lock and its own clamp on time: the clock
 // is read before the lock is taken, and inside it a reading earlier than
 // the latest the shard has used is taken as that latest instant, so every
-// key sees time only move forwards. The shards share the store's bound
-// (see newStoreCore); eviction within a shard is the table's
-// (internal/table explains CLOCK and its sweeps of fresh keys).
+// key sees time only move forwards. Each shard is bounded by its share of
+// the store's bound; eviction within it is the table's (internal/table
+// explains CLOCK and its sweeps of fresh keys).
 type storeShard[S any] struct {
 	tl timeLock
 	// spin is whether a check waiting for the lock may spin at all: not
@@ -518,22 +517,12 @@ func newStoreCore[S any, A algorithm[S]](alg A, o *options) *storeCore[S, A] {
 	}
 	fresh := alg.fresh
 	spin := runtime.GOMAXPROCS(0) > 1
-	// The shards share the bound: each holds up to half its share of its
-	// own, the rest of the bound is a pool any shard may take from (see
-	// table.Pool), so that no shard makes room while the store has some.
-	var pool *table.Pool
-	if n > 1 {
-		pool = table.NewPool(maxKeys - (maxKeys/n+1)/2*n)
-	}
 	for i := range c.shards {
 		share := maxKeys / n
 		if i < maxKeys%n {
 			share++
 		}
 		c.shards[i].t.Init(share, fresh)
-		if pool != nil {
-			c.shards[i].t.Share(pool, (maxKeys/n+1)/2)
-		}
 		c.shards[i].spin = spin
 		if o.store.prealloc {
 			c.shards[i].t.Preallocate()
@@ -597,11 +586,6 @@ func (c *storeCore[S, A]) stats() StoreStats {
 		st.LossyEvictions += ts.LossyEvictions
 		st.Sweeps += ts.Sweeps
 	}
-	// The shards' counts are read one after another while the shards
-	// share the bound (see newStoreCore), and room one shard gives back
-	// another may take before it is read: the sum may pass the bound that
-	// no instant does.
-	st.Keys = min(st.Keys, st.MaxKeys)
 	return st
 }
 

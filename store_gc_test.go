@@ -52,30 +52,3 @@ func TestStoreKeysCostCollectorNothing(t *testing.T) {
 		runtime.KeepAlive(check)
 	}
 }
-
-// TestStoreShardsShareTheBound: a store of many shards takes its whole
-// bound of distinct keys without dropping one (its shards share the bound,
-// rather than each hold its share), and drops one key for each key past
-// it.
-func TestStoreShardsShareTheBound(t *testing.T) {
-	const bound = 50_000
-	for _, shards := range []int{2, 256} {
-		s, err := ratelimit.NewStore(ratelimit.GCRA{Rate: ratelimit.PerHour(1), Burst: 10},
-			ratelimit.WithMaxKeys(bound), ratelimit.WithShards(shards), ratelimit.WithClock(ratelimit.NewManualClock(0)))
-		require.NoError(t, err)
-		for i := range bound {
-			_, err := s.Check("key-"+strconv.Itoa(i), ratelimit.Unit)
-			require.NoError(t, err)
-		}
-		st := s.Stats()
-		require.Zero(t, st.Evictions, "%d shards: keys dropped before the store was full", shards)
-		require.Equal(t, bound, st.Keys)
-		for i := range 1000 {
-			_, err := s.Check("more-"+strconv.Itoa(i), ratelimit.Unit)
-			require.NoError(t, err)
-		}
-		st = s.Stats()
-		require.Equal(t, uint64(1000), st.Evictions, "%d shards", shards)
-		require.Equal(t, bound, st.Keys)
-	}
-}
