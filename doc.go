@@ -207,13 +207,13 @@
 // fresh key's, which loses nothing, then the least recently used. Dropping
 // a partly spent key hands it a fresh allowance when it comes back;
 // [StoreStats].LossyEvictions counts those, and a count that keeps growing
-// means the store is too small for its traffic. A key costs one slot: a
-// pointer to its key's bytes, a word of bookkeeping and the rule's state
-// inline (see [Store]; docs/performance.md measures the bytes per key),
-// plus the bytes of the key strings it keeps. It grows in segments of at
-// most 32 KiB, so that no Check copies more than one; [WithPreallocation]
-// allocates them all when the store is built, so that hardly any Check
-// allocates.
+// means the store is too small for its traffic. A key costs the store a
+// slot of a word and its state, and a copy of its bytes (see [Store];
+// docs/tail.md measures the bytes per key): no pointer per key, so that the
+// garbage collector has only the store's arrays to mark. It grows in
+// segments of at most 32 KiB, so that no Check copies more than one;
+// [WithPreallocation] allocates them all when the store is built, so that
+// hardly any Check allocates.
 //
 // # Lockouts
 //

@@ -129,6 +129,7 @@ var definedFigures = map[string]string{
 	"100 ms":   "redisstore's default deadline (WithTimeout)",
 	"64 bytes": "MaxKeyLen",
 	"32 bytes": "the SHA-256 digest a longer key is replaced by",
+	"16 bytes": "the mean key length a preallocated table sizes its arenas for, internal/table's preallocKeyBytes",
 }
 
 // TestDocsFiguresInOnePlace checks that a measured figure is written in one

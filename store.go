@@ -17,8 +17,8 @@ import (
 // Sizing defaults and limits of a [Store].
 const (
 	// DefaultMaxKeys is the bound of a store built without [WithMaxKeys]:
-	// one million keys, one slot each (see [Store]; docs/performance.md
-	// measures a slot's bytes),
+	// one million keys, one slot each and a copy of each key's bytes (see
+	// [Store]; docs/tail.md measures the bytes per key),
 	// enough for the distinct clients a busy service sees in a while, small
 	// enough that a flood of made-up keys cannot take the process down.
 	DefaultMaxKeys = 1_000_000
@@ -86,15 +86,17 @@ func WithShards(n int) Option {
 
 // WithPreallocation makes a [Store] allocate, when it is built, the memory
 // for its whole bound (each segment sized for its share of the bound and
-// three standard deviations more) instead of segment by segment as keys
-// arrive, so that hardly any Check allocates as the store fills or once it
-// is full, as new keys take the place of old ones: only a segment whose
-// keys stray past that slack grows, rarely, near the bound. That leaves
-// the garbage collector almost nothing to do on the store's account, and
-// hardly any Check waits for a segment's growth or split (see [Store];
-// docs/tail.md has the memory and the latencies). The memory is taken
-// whether or not keys ever come, so size the bound with it: it grows in
-// proportion to the bound, however large. Each
+// three standard deviations more, and arenas for keys of 16 bytes on
+// average) instead of segment by segment as keys arrive, so that hardly any
+// Check allocates as the store fills or once it is full, as new keys take
+// the place of old ones: only a segment whose keys stray past that slack
+// grows, rarely, near the bound, and longer keys grow an arena now and then
+// until the arenas fit them. That leaves the garbage collector almost
+// nothing to do on the store's account, and hardly any Check waits for a
+// segment's growth or split (see [Store]; docs/tail.md has the memory and
+// the latencies). The memory is taken whether or not keys ever come, so
+// size the bound with it: it grows in proportion to the bound, however
+// large. Each
 // store of a [Plans] or [Composite] built with it preallocates too, a
 // whole bound each. [New] and [NewInFlight] ignore this option.
 func WithPreallocation() Option {
@@ -136,20 +138,23 @@ func WithPreallocation() Option {
 // [StoreStats].LossyEvictions counts those; a store whose count grows is
 // too small for its traffic.
 //
-// Memory. A key costs one slot of its shard's table: a pointer to the
-// key's bytes, a word of hash tag, key length and bookkeeping, and the
-// rule's state inline (16 bytes for the token bucket, GCRA, the leaky
+// Memory. A key costs one slot of its shard's table, a word of hash tag,
+// key length, the key's place in its segment's arena and bookkeeping, with
+// the rule's state inline (16 bytes for the token bucket, GCRA, the leaky
 // bucket, the fixed window and the sliding counter, 24 for a sliding
 // counter whose Limit is over 2,147,483; a sliding log's state also points
-// at its log), and the slack of an open-addressed table (docs/performance.md
-// measures the bytes per key).
+// at its log), the slack of an open-addressed table, and a copy of the
+// key's bytes in the arena: no pointer per key, so that however many keys a
+// store holds, the garbage collector has only its arrays to mark
+// (BenchmarkStoreMemory and docs/tail.md have the bytes per key and the
+// collector's times).
 // A shard's table is a directory of segments, each an array of at most 32
-// KiB allocated as keys arrive: a segment grows by about 1/8 at a time and
-// splits in two when it would pass 32 KiB, so that no check copies more than
-// one segment under its shard's lock, however many keys the store holds
-// (docs/tail.md has the latencies); [WithPreallocation] allocates them all
-// when the store is built instead. The key's bytes are the caller's: see
-// [Store.Check].
+// KiB allocated as keys arrive, and an arena of its keys' bytes: a segment
+// grows by about 1/8 at a time and splits in two when it would pass 32 KiB,
+// and an arena is compacted as its keys are dropped, so that no check copies
+// more than one segment under its shard's lock, however many keys the store
+// holds (docs/tail.md has the latencies); [WithPreallocation] allocates them
+// all when the store is built instead.
 type Store struct {
 	core keyedStore
 	obs  Observer // nil: none
@@ -209,10 +214,9 @@ func newKeyedStore(rule Rule, opts []Option) (keyedStore, error) {
 // before the key is looked at, and never adds it to the store. Checking an
 // existing key does not allocate.
 //
-// The store keeps the key string it is given without copying it: a key
-// that is a slice of a larger string keeps that string alive while the key
-// is held (pass [strings.Clone] of such a key), and a string made with
-// package unsafe over a buffer that is later reused must be cloned first.
+// The store copies the bytes of a key it adds and keeps no reference to
+// the string: a key that is a slice of a larger string, or a string made
+// with package unsafe over a buffer that is later reused, needs no cloning.
 // A key longer than [MaxKeyLen] bytes is replaced by its SHA-256 digest
 // (kept apart from ordinary keys, so no two distinct keys share an
 // allowance), which costs a hash and one small allocation per Check.

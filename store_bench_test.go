@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -97,19 +98,7 @@ var benchSink atomic.Int64
 func BenchmarkStoreCheck(b *testing.B) {
 	keys, order := storeBenchKeys()
 	keys = keys[:benchStoreKeys]
-	b.Run("map/serial", func(b *testing.B) {
-		m := make(map[string]int64)
-		for i, k := range keys {
-			m[k] = int64(i)
-		}
-		b.ReportAllocs()
-		b.ResetTimer()
-		var sum int64
-		for i := 0; i < b.N; i++ {
-			sum += m[keys[order[i%len(order)]]]
-		}
-		benchSink.Add(sum)
-	})
+	b.Run("map/serial", func(b *testing.B) { benchMapSerial(b, keys, keys, order, false) })
 	b.Run("map/parallel", func(b *testing.B) {
 		m := make(map[string]int64)
 		for i, k := range keys {
@@ -135,19 +124,7 @@ func BenchmarkStoreCheck(b *testing.B) {
 	// ordered (a fenced RDTSC), so the loads of one iteration can no longer
 	// overlap those of the next, as they do in the bare map loop.
 	clk := ratelimit.SystemClock()
-	b.Run("map+clock/serial", func(b *testing.B) {
-		m := make(map[string]int64)
-		for i, k := range keys {
-			m[k] = int64(i)
-		}
-		b.ReportAllocs()
-		b.ResetTimer()
-		var sum int64
-		for i := 0; i < b.N; i++ {
-			sum += m[keys[order[i%len(order)]]] + int64(clk.Now())
-		}
-		benchSink.Add(sum)
-	})
+	b.Run("map+clock/serial", func(b *testing.B) { benchMapSerial(b, keys, keys, order, true) })
 	b.Run("map+clock/parallel", func(b *testing.B) {
 		m := make(map[string]int64)
 		for i, k := range keys {
@@ -204,19 +181,7 @@ func BenchmarkStoreCheck(b *testing.B) {
 			}
 			return s
 		}
-		b.Run(br.name+"/serial", func(b *testing.B) {
-			s := fill(b)
-			b.ReportAllocs()
-			b.ResetTimer()
-			var allowed int64
-			for i := 0; i < b.N; i++ {
-				d, _ := s.Check(keys[order[i%len(order)]], ratelimit.Unit)
-				if d.Allowed {
-					allowed++
-				}
-			}
-			benchSink.Add(allowed)
-		})
+		b.Run(br.name+"/serial", func(b *testing.B) { benchStoreSerial(b, fill(b), keys, order) })
 		b.Run(br.name+"/parallel", func(b *testing.B) {
 			s := fill(b)
 			var start atomic.Int64
@@ -270,16 +235,25 @@ func BenchmarkStoreHotKey(b *testing.B) {
 	})
 }
 
-// BenchmarkStoreMemory reports the heap a store takes per key held, key
-// string bytes excluded (the benchmark holds every key before it starts),
+// BenchmarkStoreMemory reports the heap a store takes per key held (B/key),
 // after 1,000,000 and 1,400,000 distinct keys: in a store bounded at 2^21
 // (room for all), in one bounded at 1,000,000 (the default: the last
-// 400,000 evict), and for a bare map[string]int64 of the same keys.
+// 400,000 evict), and for a bare map[string]int64 of the same keys. The
+// caller's key strings are not counted (the benchmark holds every key
+// before it starts): a map keeps them, where a store keeps copies of their
+// bytes in its arenas, which B/key counts. keyB/key is the keys' mean
+// length, what those copies hold; B/key less keyB/key is what the store
+// itself costs a key.
 func BenchmarkStoreMemory(b *testing.B) {
 	allKeys, _ := storeBenchKeys()
 	for _, n := range []int{1_000_000, 1_400_000} {
 		keys := allKeys[:n]
 		nk := "/keys=" + strconv.Itoa(n)
+		keyBytes := 0
+		for _, k := range keys {
+			keyBytes += len(k)
+		}
+		meanLen := float64(keyBytes) / float64(n)
 		b.Run("map"+nk, func(b *testing.B) {
 			var perKey float64
 			for i := 0; i < b.N; i++ {
@@ -319,8 +293,80 @@ func BenchmarkStoreMemory(b *testing.B) {
 						runtime.KeepAlive(s)
 					}
 					b.ReportMetric(perKey, "B/key")
+					b.ReportMetric(meanLen, "keyB/key")
 				})
 			}
 		}
 	}
+}
+
+// BenchmarkStoreCheckCopies is BenchmarkStoreCheck's map+clock/serial and
+// GCRA/serial, checked with copies of the keys the map and the store were
+// filled with (made before the benchmark starts), as a server's keys come
+// in strings of their own. Checked with the very strings it holds, a map
+// (and a store that kept its callers' strings) finds the key's bytes equal
+// by their address without reading them; a store that keeps its own copy
+// reads them, one more cache miss. With copies, every subject reads them.
+func BenchmarkStoreCheckCopies(b *testing.B) {
+	keys, order := storeBenchKeys()
+	keys = keys[:benchStoreKeys]
+	copies := make([]string, len(keys))
+	for i, k := range keys {
+		copies[i] = strings.Clone(k)
+	}
+	b.Run("map+clock/serial", func(b *testing.B) { benchMapSerial(b, keys, copies, order, true) })
+	b.Run("GCRA/serial", func(b *testing.B) {
+		var rule ratelimit.Rule
+		for _, br := range storeBenchRules() {
+			if br.name == "GCRA" {
+				rule = br.rule
+			}
+		}
+		s, err := ratelimit.NewStore(rule, ratelimit.WithMaxKeys(benchMaxKeys))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, k := range keys {
+			if _, err := s.Check(k, ratelimit.Unit); err != nil {
+				b.Fatal(err)
+			}
+		}
+		benchStoreSerial(b, s, copies, order)
+	})
+}
+
+// benchMapSerial fills a map with keys and looks up lookups[order[i]]
+// (keys, or copies of them), each with a clock read if clock is set, from
+// one goroutine.
+func benchMapSerial(b *testing.B, keys, lookups []string, order []int32, clock bool) {
+	clk := ratelimit.SystemClock()
+	m := make(map[string]int64)
+	for i, k := range keys {
+		m[k] = int64(i)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	var sum int64
+	for i := 0; i < b.N; i++ {
+		sum += m[lookups[order[i%len(order)]]]
+		if clock {
+			sum += int64(clk.Now())
+		}
+	}
+	benchSink.Add(sum)
+}
+
+// benchStoreSerial checks lookups[order[i]] in s, filled, from one
+// goroutine.
+func benchStoreSerial(b *testing.B, s *ratelimit.Store, lookups []string, order []int32) {
+	b.ReportAllocs()
+	b.ResetTimer()
+	var allowed int64
+	for i := 0; i < b.N; i++ {
+		d, _ := s.Check(lookups[order[i%len(order)]], ratelimit.Unit)
+		if d.Allowed {
+			allowed++
+		}
+	}
+	benchSink.Add(allowed)
 }

@@ -4,12 +4,21 @@
 //
 // A Table is not safe for concurrent use: the store guards each one with its
 // shard's mutex. It never allocates an object per key: its entries live in
-// arrays of slots, each holding a pointer to the key's bytes, its state, and
-// a word with the key's 32-bit hash tag, its length and a use count, kept
-// inline so that finding a key and reading its state touch one place in
-// memory. A slot is 16 bytes plus the state (the length shares the tag's
-// word, where a string header would take 16 bytes of its own), so a 16-byte
-// state takes 32-byte slots.
+// arrays of slots, each holding the entry's state and a word with the key's
+// 32-bit hash tag, its length, its offset in its segment's arena and a use
+// count, so that finding a key and reading its state touch the slot and the
+// key's bytes. A slot is 8 bytes plus the state, so a 16-byte state takes
+// 24-byte slots.
+//
+// Arenas. A key's bytes are copied, when it is inserted, to the end of an
+// arena of its segment, a byte array, and the slot names their offset: a
+// slot holds no pointer, so that the garbage collector has nothing to mark
+// per key (for states without pointers, a table is a few arrays per
+// segment to it, however many keys it holds), and the table keeps no
+// reference to the caller's string. A dropped key leaves its bytes behind;
+// when an arena has no room for a new key, its keys are copied into the
+// table's spare arena (see Table.room), which costs one pass over the
+// segment, as a sweep does.
 //
 // Segments. No operation may pause for long, so no operation touches more
 // than one segment's array of slots (at most segmentBytes, 32 KiB, for
@@ -63,6 +72,7 @@ package table
 import (
 	"math"
 	"slices"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -89,8 +99,10 @@ func Tag(h uint64, flag bool) uint32 {
 // of the hand is not counted down twice in one turn. A new entry takes the
 // current turn's parity: it is first counted down in the next turn.
 //
-// The key's length takes the 28 bits between those and the tag, so that
-// tag and length are matched by one comparison before any byte of the key.
+// The key's length takes the 7 bits above those, and its offset in its
+// segment's arena the 21 between them and the tag, so that tag and length
+// are matched by one comparison before any byte of the key, and a slot
+// holds no pointer.
 const (
 	metaUsed     = 1 << 0
 	useShift     = 1
@@ -99,14 +111,30 @@ const (
 	useAgain     = 3 << useShift
 	metaTurn     = 1 << 3
 	lenShift     = 4
+	lenBits      = 7
 	lenMask      = MaxKeyLen << lenShift
+	offShift     = lenShift + lenBits
+	offBits      = 32 - offShift
+	offMask      = (1<<offBits - 1) << offShift
 	tagMask      = 0xffffffff << 32
 	handTurnsMax = 5 // turns that skip entries new this turn, count every use down to 0 and find it there
 )
 
 // MaxKeyLen is the longest key a Table holds: [Table.Insert] refuses a
 // longer one. (The store keeps no key longer than 64 bytes.)
-const MaxKeyLen = 1<<28 - 1
+const MaxKeyLen = 1<<lenBits - 1
+
+// arenaMax is the most bytes a segment's arena may hold: the offsets its
+// slots can name. No segment that splits comes near it (one of the
+// largest slots' segments holds 1,194 keys of at most 127 bytes, 152 KB);
+// only one at maxDepth, which grows instead of splitting, could reach it,
+// and then it makes room in itself (see Table.room).
+const arenaMax = 1 << offBits
+
+// preallocKeyBytes is the arena room Preallocate gives every entry: keys
+// of up to 16 bytes on average fill a preallocated table without a
+// growth of any arena.
+const preallocKeyBytes = 16
 
 // minSlots is the size of a new segment's array.
 const minSlots = 8
@@ -146,8 +174,7 @@ const maxDepth = 24
 const handPrime = 1<<32 + 15
 
 type slot[S any] struct {
-	meta  uint64         // tag<<32 | key length<<lenShift | turn | use count<<useShift | metaUsed; 0 when empty
-	key   unsafe.Pointer // the key's first byte; nil for the empty key
+	meta  uint64 // tag<<32 | key offset<<offShift | key length<<lenShift | turn | use count<<useShift | metaUsed; 0 when empty
 	state S
 }
 
@@ -157,14 +184,25 @@ func match(key string, tag uint32) uint64 {
 	return uint64(tag)<<32 | uint64(len(key))<<lenShift
 }
 
-// is reports whether s holds key, whose match (see match) is m.
-func (s *slot[S]) is(key string, m uint64) bool {
-	return s.meta&(tagMask|lenMask) == m && unsafe.String((*byte)(s.key), len(key)) == key
+// keyLen and keyOff return the length of the key a slot's meta describes
+// and its offset in its segment's arena.
+func keyLen(meta uint64) int { return int(meta & lenMask >> lenShift) }
+func keyOff(meta uint64) int { return int(meta & offMask >> offShift) }
+
+// is reports whether s, a slot of the segment whose arena is keys, holds
+// key, whose match (see match) is m.
+func (s *slot[S]) is(keys []byte, key string, m uint64) bool {
+	if s.meta&(tagMask|lenMask) != m {
+		return false
+	}
+	off := keyOff(s.meta)
+	return string(keys[off:off+len(key)]) == key
 }
 
-// keyOf returns the key s holds.
-func (s *slot[S]) keyOf() string {
-	return unsafe.String((*byte)(s.key), int(s.meta&lenMask>>lenShift))
+// keyOf returns a copy of the key s, a slot of g, holds.
+func (g *segment[S]) keyOf(s *slot[S]) string {
+	off := keyOff(s.meta)
+	return string(g.keys[off : off+keyLen(s.meta)])
 }
 
 type pin struct {
@@ -179,12 +217,16 @@ type Stats struct {
 	LossyEvictions uint64 // of those, the ones whose state was not fresh
 	Sweeps         uint64 // passes over a segment dropping every fresh entry
 	Splits         uint64 // segments split in two
+	Compactions    uint64 // arenas whose keys were copied to make room (see room)
 }
 
 // segment is one array of a table: the tags whose top depth bits are
 // prefix.
 type segment[S any] struct {
 	slots  []slot[S]
+	keys   []byte // its arena: the bytes of its keys, at the offsets its slots hold
+	end    int    // bytes of keys used, from the start
+	dead   int    // of those, the bytes of keys dropped
 	n      int    // entries held
 	growAt int    // n at which the array grows or splits: 7/8 of it
 	since  int    // insertions since its last sweep
@@ -198,10 +240,11 @@ type segment[S any] struct {
 }
 
 // dirEntry is a directory entry: its segment, and copies of the segment's
-// array and depth, so that finding a key reads the directory and the array
-// but not the segment.
+// array, arena and depth, so that finding a key reads the directory, the
+// array and the arena but not the segment.
 type dirEntry[S any] struct {
 	slots []slot[S]
+	keys  []byte
 	depth uint
 	g     *segment[S]
 }
@@ -216,14 +259,94 @@ type Table[S any] struct {
 	max    int         // the bound on n
 	slots  int         // slots of every segment
 	budget int         // slots past which a full segment makes room rather than grow
-	settle bool        // Preallocate's: the budget comes down to slots when the table is first full
+	settle bool        // Preallocate's: the budget comes down to slots when the table first holds its bound or is first full
 	rove   int         // the next segment victim looks at
 	swept  *segment[S] // the segment swept last, for tests
 	pins   []pin
+	// spare is the arena a segment's compaction copies its keys into; the
+	// arena they leave is the next spare (see room).
+	spare    []byte
+	arenaMax int // arenaMax; less in tests
 
 	segSlots int // the most slots a segment grows to (see segmentBytes); fewer in tests
 	fresh    func(s *S, now int64) bool
 	Stats    Stats
+
+	// pool, if set, bounds t with other tables (see Share): t holds up to
+	// floor entries of its own, and one unit of pool for each past that.
+	pool  *Pool
+	floor int
+}
+
+// Pool is a bound on the entries of several tables together, a store's
+// shards: each table holds up to a floor of entries of its own, and takes
+// a unit of the pool for each entry past it, so that the tables together
+// never hold more than their floors and the pool, and a table makes room
+// in itself only when the pool is spent, however unevenly the keys
+// spread over the tables. Its count is the one word the tables share.
+// The store does not use it: docs/tail.md has what it cost the tail of a
+// preallocated store on two goroutines.
+type Pool struct {
+	used atomic.Int64
+	max  int64
+	_    [48]byte // keeps the count off its neighbours' cache lines
+}
+
+// NewPool returns a pool of max units.
+func NewPool(max int) *Pool { return &Pool{max: int64(max)} }
+
+// take takes a unit, if one is left.
+func (p *Pool) take() bool {
+	if p.used.Load() >= p.max {
+		return false
+	}
+	if p.used.Add(1) <= p.max {
+		return true
+	}
+	p.used.Add(-1)
+	return false
+}
+
+// Share makes t one of the tables p bounds, holding up to floor entries
+// (at least 1) without taking from p: t's own bound (Init's max) then
+// sizes its arrays' budget and Preallocate, as the entries t is expected
+// to hold, but no longer bounds them. Call it after Init, before the first
+// Insert.
+func (t *Table[S]) Share(p *Pool, floor int) {
+	t.pool, t.floor = p, max(1, floor)
+}
+
+// pooled returns the units of t's pool that a table of n entries holds.
+func (t *Table[S]) pooled(n int) int { return max(0, n-t.floor) }
+
+// full reports, before an insertion, whether t must make room for it, and
+// whether it took a unit of its pool for it.
+func (t *Table[S]) full() (full, took bool) {
+	if t.pool == nil {
+		return t.n >= t.max, false
+	}
+	if t.n < t.floor {
+		return false, false
+	}
+	took = t.pool.take()
+	return !took, took
+}
+
+// settlePool gives t's pool back the units that an operation which began
+// with n entries (and took a unit, if took) no longer holds. Every unit is
+// taken before the entry it counts is added, and given back after, so that
+// the pool's count never passes its bound.
+func (t *Table[S]) settlePool(n int, took bool) {
+	if t.pool == nil {
+		return
+	}
+	back := t.pooled(n) - t.pooled(t.n)
+	if took {
+		back++
+	}
+	if back != 0 {
+		t.pool.used.Add(-int64(back))
+	}
 }
 
 // Init readies t to hold at most max entries; fresh reports whether a state
@@ -235,7 +358,7 @@ func (t *Table[S]) Init(max int, fresh func(s *S, now int64) bool) {
 	if segSlots < segmentMinSlots {
 		segSlots = segmentMinSlots
 	}
-	*t = Table[S]{max: max, fresh: fresh, segSlots: segSlots, budget: budget(max, segSlots)}
+	*t = Table[S]{max: max, fresh: fresh, segSlots: segSlots, budget: budget(max, segSlots), arenaMax: arenaMax}
 }
 
 // budget returns the slots a table of at most max entries in segments of
@@ -253,7 +376,8 @@ func budget(max, segSlots int) int { return max + max/7*2 + segSlots }
 // (about 1.3 slots per entry) from the start. The budget is that and one
 // segment more while the table fills, so that the few segments that stray
 // past their slack grow rather than drop a live entry of their own; once
-// the table first holds its bound, it comes down to the slots held then.
+// the table first holds its bound (Init's, even when it shares a Pool and
+// may hold more) or is full, it comes down to the slots held then.
 // From then on a segment that is full makes room in itself even when the
 // table is not (sweeps keep leaving a churning table a little below its
 // bound, and the room they free lands in other segments as keys arrive),
@@ -278,11 +402,13 @@ func (t *Table[S]) Preallocate() {
 	t.depth = d
 	t.dir = make([]dirEntry[S], 1<<d)
 	t.segs = make([]*segment[S], 1<<d)
+	arena := want * preallocKeyBytes
 	for i := range t.segs {
-		g := &segment[S]{depth: d, prefix: uint64(i), idx: i}
+		g := &segment[S]{depth: d, prefix: uint64(i), idx: i, keys: t.newArena(arena)}
 		t.segs[i] = g
 		t.resize(g, size)
 	}
+	t.spare = t.newArena(arena)
 	t.budget = max(t.budget, t.slots+t.segSlots)
 	t.settle = true
 }
@@ -290,7 +416,8 @@ func (t *Table[S]) Preallocate() {
 // Len returns the number of entries held.
 func (t *Table[S]) Len() int { return t.n }
 
-// Max returns the bound on Len.
+// Max returns the bound Init was given: the bound on Len, unless t shares
+// a Pool.
 func (t *Table[S]) Max() int { return t.max }
 
 // entry returns the directory entry for tag, or nil before the first
@@ -346,7 +473,7 @@ func (t *Table[S]) slotOf(key string, tag uint32) *slot[S] {
 	if e == nil {
 		return nil
 	}
-	i := lookup(e.slots, e.depth, key, tag)
+	i := lookup(e.slots, e.keys, e.depth, key, tag)
 	if i < 0 {
 		return nil
 	}
@@ -355,19 +482,19 @@ func (t *Table[S]) slotOf(key string, tag uint32) *slot[S] {
 
 // lookup returns key's slot in g, or -1.
 func (g *segment[S]) lookup(key string, tag uint32) int {
-	return lookup(g.slots, g.depth, key, tag)
+	return lookup(g.slots, g.keys, g.depth, key, tag)
 }
 
-// lookup returns key's slot in slots, the array of a segment of depth, or
-// -1.
-func lookup[S any](slots []slot[S], depth uint, key string, tag uint32) int {
+// lookup returns key's slot in slots, the array of a segment of depth whose
+// arena is keys, or -1.
+func lookup[S any](slots []slot[S], keys []byte, depth uint, key string, tag uint32) int {
 	want := match(key, tag)
 	for i := home(tag, depth, len(slots)); ; {
 		s := &slots[i]
 		if s.meta == 0 {
 			return -1
 		}
-		if s.is(key, want) {
+		if s.is(keys, key, want) {
 			return i
 		}
 		if i++; i == len(slots) {
@@ -380,24 +507,29 @@ func lookup[S any](slots []slot[S], depth uint, key string, tag uint32) int {
 // t is full (or its segment is, and the arrays hold their budget); now is
 // the time fresh is asked about. It returns the new entry's state, or false
 // if no entry can be dropped (every one is pinned, or the bound is 0) or
-// key is longer than MaxKeyLen. The table keeps the key's bytes, which
-// must not change.
+// key is longer than MaxKeyLen. The table copies the key's bytes into its
+// segment's arena: it keeps no reference to key.
 func (t *Table[S]) Insert(key string, tag uint32, now int64) (*S, bool) {
 	if t.max == 0 || len(key) > MaxKeyLen {
 		return nil, false
 	}
 	if len(t.dir) == 0 {
-		g := &segment[S]{}
+		g := &segment[S]{keys: t.newArena(arenaSize(0))}
 		t.dir = []dirEntry[S]{{g: g}}
 		t.segs = []*segment[S]{g}
 		t.resize(g, minSlots)
 	}
 	g := t.seg(tag)
-	if t.n >= t.max {
-		if t.settle {
-			t.budget, t.settle = t.slots, false
-		}
+	n := t.n
+	full, took := t.full()
+	if t.settle && (full || t.n >= t.max) {
+		// A preallocated table first full, or first holding its own
+		// bound while it shares a pool.
+		t.budget, t.settle = t.slots, false
+	}
+	if full {
 		if !t.evict(t.victim(g), now, true) {
+			t.settlePool(n, took)
 			return nil, false
 		}
 	} else if g.n >= g.growAt && t.slots >= t.budget {
@@ -411,16 +543,24 @@ func (t *Table[S]) Insert(key string, tag uint32, now int64) (*S, bool) {
 		t.split(g)
 		g = t.seg(tag)
 	}
-	i := g.place(tag)
-	var p unsafe.Pointer // nil for the empty key, whose StringData is unspecified
-	if len(key) > 0 {
-		p = unsafe.Pointer(unsafe.StringData(key))
+	for !t.room(g, len(key)) {
+		if !t.clock(g, now) { // a segment at maxDepth whose arena is full
+			t.settlePool(n, took)
+			return nil, false
+		}
 	}
-	g.slots[i] = slot[S]{meta: match(key, tag) | g.turn | useNew | metaUsed, key: p}
+	off := 0 // the empty key's, so that it never lies past the arena's end
+	if len(key) > 0 {
+		off = g.end
+		g.end += copy(g.keys[off:], key)
+	}
+	i := g.place(tag)
+	g.slots[i] = slot[S]{meta: match(key, tag) | uint64(off)<<offShift | g.turn | useNew | metaUsed}
 	g.n++
 	g.since++
 	t.n++
 	t.Stats.Inserts++
+	t.settlePool(n, took)
 	return &g.slots[i].state, true
 }
 
@@ -466,10 +606,11 @@ func (t *Table[S]) split(g *segment[S]) {
 	}
 	d := g.depth + 1
 	bit := uint64(1) << (32 - d) // the tag bit that parts the halves
-	var n1 int
+	var n1, bytes1 int
 	for i := range g.slots {
 		if m := g.slots[i].meta; m != 0 && m>>32&bit != 0 {
 			n1++
+			bytes1 += keyLen(m)
 		}
 	}
 	halves := [2]*segment[S]{
@@ -479,17 +620,20 @@ func (t *Table[S]) split(g *segment[S]) {
 	t.segs[g.idx] = halves[0]
 	t.segs = append(t.segs, halves[1])
 	t.slots -= len(g.slots)
+	live := [2]int{g.end - g.dead - bytes1, bytes1}
 	for h, n := range [2]int{g.n - n1, n1} {
 		halves[h].resize(fit[S](max(minSlots-1, n*8/7+1)))
 		halves[h].n = n
+		halves[h].keys = t.newArena(arenaSize(live[h]))
 		t.slots += len(halves[h].slots)
 	}
 	for i := range g.slots {
 		if s := &g.slots[i]; s.meta != 0 {
 			h := halves[s.meta>>32&bit>>(32-d)]
-			h.slots[h.place(uint32(s.meta>>32))] = *s
+			h.slots[h.place(uint32(s.meta>>32))] = slot[S]{meta: h.store(g.keys, s.meta), state: s.state}
 		}
 	}
+	t.recycle(g.keys)
 	t.point(halves[0])
 	t.point(halves[1])
 	t.Stats.Splits++
@@ -501,7 +645,7 @@ func (t *Table[S]) point(g *segment[S]) {
 	run := 1 << (t.depth - g.depth)
 	first := int(g.prefix) << (t.depth - g.depth)
 	for i := range run {
-		t.dir[first+i] = dirEntry[S]{slots: g.slots, depth: g.depth, g: g}
+		t.dir[first+i] = dirEntry[S]{slots: g.slots, keys: g.keys, depth: g.depth, g: g}
 	}
 }
 
@@ -514,6 +658,79 @@ func (t *Table[S]) resize(g *segment[S], size int) {
 	t.point(g)
 }
 
+// room makes room for a key of n bytes at the end of g's arena, if it has
+// none: it copies g's keys into an arena of their own size (the spare, if it
+// is large enough, else a new one), leaving the bytes of the keys dropped
+// behind, and the arena they leave becomes the spare. The new arena is the
+// old one's size, unless the keys and n would fill more than 8/9 of it; it
+// is then 5/4 of them. So a segment's keys are copied at most once for
+// every eighth of them dropped, and a table whose keys come and go reuses
+// its arenas rather than allocate. It reports false if g's keys and n would
+// not fit in arenaMax bytes.
+func (t *Table[S]) room(g *segment[S], n int) bool {
+	if g.end+n <= len(g.keys) {
+		return true
+	}
+	need := g.end - g.dead + n
+	if need > t.arenaMax {
+		return false
+	}
+	size := len(g.keys)
+	if need+need/8 > size {
+		size = arenaSize(need)
+	}
+	keys := t.spare
+	if len(keys) < size {
+		keys = t.newArena(size)
+	} else {
+		t.spare = nil
+	}
+	old := g.keys
+	g.keys, g.end, g.dead = keys, 0, 0
+	for i := range g.slots {
+		if s := &g.slots[i]; s.meta != 0 {
+			s.meta = g.store(old, s.meta)
+		}
+	}
+	t.recycle(old)
+	t.point(g)
+	t.Stats.Compactions++
+	return true
+}
+
+// store copies the key that meta, a slot's of the segment whose arena is
+// from, describes to the end of g's arena, and returns meta with the key's
+// new offset.
+func (g *segment[S]) store(from []byte, meta uint64) uint64 {
+	off, n := keyOff(meta), keyLen(meta)
+	if n == 0 {
+		return meta &^ offMask // at 0, as Insert puts it
+	}
+	copy(g.keys[g.end:], from[off:off+n])
+	meta = meta&^offMask | uint64(g.end)<<offShift
+	g.end += n
+	return meta
+}
+
+// recycle offers an arena no segment uses any more as the spare: it is
+// kept if it is larger than the spare.
+func (t *Table[S]) recycle(keys []byte) {
+	if len(keys) > len(t.spare) {
+		t.spare = keys
+	}
+}
+
+// arenaSize returns the size of a new arena for keys of n bytes: 5/4 of
+// them and a few more.
+func arenaSize(n int) int { return n + n/4 + 64 }
+
+// newArena returns an arena of at least size bytes, as large as the
+// allocator's size class for it but not past arenaMax.
+func (t *Table[S]) newArena(size int) []byte {
+	b := slices.Grow([]byte(nil), min(size, t.arenaMax))
+	return b[:min(cap(b), t.arenaMax)]
+}
+
 // Pin keeps key's entry from being evicted until [Table.Unpin].
 func (t *Table[S]) Pin(key string, tag uint32) { t.pins = append(t.pins, pin{tag, key}) }
 
@@ -523,9 +740,9 @@ func (t *Table[S]) Unpin() {
 	t.pins = t.pins[:0]
 }
 
-func (t *Table[S]) pinned(s *slot[S]) bool {
+func (t *Table[S]) pinned(g *segment[S], s *slot[S]) bool {
 	for _, p := range t.pins {
-		if s.is(p.key, match(p.key, p.tag)) {
+		if s.is(g.keys, p.key, match(p.key, p.tag)) {
 			return true
 		}
 	}
@@ -563,7 +780,7 @@ func (t *Table[S]) sweepSeg(g *segment[S], now int64) int {
 	dropped := 0
 	for i := 0; i < len(g.slots); {
 		s := &g.slots[i]
-		if s.meta != 0 && t.fresh(&s.state, now) && !t.pinned(s) {
+		if s.meta != 0 && t.fresh(&s.state, now) && !t.pinned(g, s) {
 			t.remove(g, i, false)
 			dropped++
 			continue // another entry may have moved into slot i
@@ -591,7 +808,7 @@ func (t *Table[S]) clock(g *segment[S], now int64) bool {
 			g.turn ^= metaTurn
 		}
 		s := &g.slots[i]
-		if s.meta == 0 || s.meta&metaTurn == g.turn || t.pinned(s) {
+		if s.meta == 0 || s.meta&metaTurn == g.turn || t.pinned(g, s) {
 			continue
 		}
 		s.meta ^= metaTurn
@@ -611,8 +828,13 @@ func (t *Table[S]) clock(g *segment[S], now int64) bool {
 
 // remove drops the entry at slot i of g, moving later members of its probe
 // run back into the gap (so that no tombstones are needed) and clearing the
-// slot left over, so that no key or state is kept alive.
+// slot left over.
 func (t *Table[S]) remove(g *segment[S], i int, lossy bool) {
+	if m := g.slots[i].meta; keyOff(m)+keyLen(m) == g.end {
+		g.end = keyOff(m) // the last key stored: its bytes are free at once (the empty key's are none)
+	} else {
+		g.dead += keyLen(m)
+	}
 	n := len(g.slots)
 	dist := func(from, to int) int { // cyclic distance
 		if d := to - from; d >= 0 {
@@ -659,6 +881,7 @@ func (t *Table[S]) Delete(key string, tag uint32) bool {
 	}
 	t.remove(g, i, false)
 	t.Stats.Evictions--
+	t.settlePool(t.n+1, false)
 	return true
 }
 
@@ -704,13 +927,13 @@ func (g *segment[S]) resize(size int) {
 	}
 }
 
-// Each calls f for every entry held, segment after segment. f must not add
-// or drop entries.
+// Each calls f for every entry held, with a copy of its key, segment after
+// segment. f must not add or drop entries.
 func (t *Table[S]) Each(f func(key string, s *S)) {
 	for _, g := range t.segs {
 		for i := range g.slots {
 			if s := &g.slots[i]; s.meta != 0 {
-				f(s.keyOf(), &s.state)
+				f(g.keyOf(s), &s.state)
 			}
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"unsafe"
 
@@ -31,7 +33,10 @@ func expired(s *int64, now int64) bool { return *s <= now }
 // consistent checks the table's structure: the directory points every
 // tag's top bits at the one segment that holds it, every entry is found
 // through its probe run from its home, no empty slot lies between an entry
-// and its home, and the counts agree.
+// and its home, and the counts agree; every entry's key bytes lie in its
+// segment's arena, below its end and apart from every other's, the arena's
+// dropped bytes are what the keys held leave of it, and the spare arena is
+// no segment's.
 func consistent(t require.TestingT, tb *Table[int64]) {
 	if len(tb.dir) == 0 {
 		require.Zero(t, tb.n, "a table with no array holds nothing")
@@ -46,6 +51,8 @@ func consistent(t require.TestingT, tb *Table[int64]) {
 		require.Equal(t, len(g.slots), len(e.slots), "directory entry %d holds a stale array", i)
 		require.Equal(t, g.depth, e.depth, "directory entry %d holds a stale depth", i)
 		require.Same(t, unsafe.SliceData(g.slots), unsafe.SliceData(e.slots), "directory entry %d holds a stale array", i)
+		require.Same(t, unsafe.SliceData(g.keys), unsafe.SliceData(e.keys), "directory entry %d holds a stale arena", i)
+		require.Equal(t, len(g.keys), len(e.keys), "directory entry %d holds a stale arena", i)
 		require.Equal(t, uint64(i>>(tb.depth-g.depth)), g.prefix, "directory entry %d points at the wrong segment", i)
 		require.LessOrEqual(t, g.depth, tb.depth)
 		seen[g]++
@@ -60,7 +67,11 @@ func consistent(t require.TestingT, tb *Table[int64]) {
 	for g, refs := range seen {
 		slots += len(g.slots)
 		require.Equal(t, 1<<(tb.depth-g.depth), refs, "a segment of depth %d has the wrong number of directory entries", g.depth)
-		held := 0
+		held, bytes := 0, 0
+		owner := make([]int, g.end) // the slot whose key holds each byte, +1
+		if len(tb.spare) > 0 {
+			require.NotSame(t, unsafe.SliceData(tb.spare), unsafe.SliceData(g.keys), "the spare arena is a segment's")
+		}
 		for i := range g.slots {
 			s := &g.slots[i]
 			if s.meta == 0 {
@@ -68,22 +79,36 @@ func consistent(t require.TestingT, tb *Table[int64]) {
 				continue
 			}
 			held++
-			tag := modelTag(s.keyOf())
+			off, n := keyOff(s.meta), keyLen(s.meta)
+			require.LessOrEqual(t, off+n, g.end, "slot %d's key lies past its arena's end", i)
+			for b := off; b < off+n; b++ {
+				require.Zero(t, owner[b], "slots %d and %d share byte %d of their arena", owner[b]-1, i, b)
+				owner[b] = i + 1
+			}
+			bytes += n
+			tag := modelTag(g.keyOf(s))
 			require.Equal(t, uint64(tag)<<32, s.meta&tagMask, "slot %d holds the wrong tag", i)
-			require.Same(t, g, tb.seg(tag), "entry %q is in the wrong segment", s.keyOf())
-			require.Equal(t, i, g.lookup(s.keyOf(), tag), "entry %q not found at its slot", s.keyOf())
+			require.Same(t, g, tb.seg(tag), "entry %q is in the wrong segment", g.keyOf(s))
+			require.Equal(t, i, g.lookup(g.keyOf(s), tag), "entry %q not found at its slot", g.keyOf(s))
 			for j := g.home(tag); j != i; j = (j + 1) % len(g.slots) {
-				require.NotZero(t, g.slots[j].meta, "a gap in the probe run of %q", s.keyOf())
+				require.NotZero(t, g.slots[j].meta, "a gap in the probe run of %q", g.keyOf(s))
 			}
 		}
 		require.Equal(t, g.n, held)
+		require.Equal(t, bytes, g.end-g.dead, "bytes of the keys held")
+		require.LessOrEqual(t, g.end, len(g.keys))
+		require.LessOrEqual(t, len(g.keys), tb.arenaMax, "an arena past arenaMax")
 		require.Less(t, g.n, len(g.slots))
 		require.LessOrEqual(t, g.n*8, len(g.slots)*7, "fuller than 7/8")
 		used += held
 	}
 	require.Equal(t, tb.n, used)
 	require.Equal(t, slots, tb.slots)
-	require.LessOrEqual(t, tb.n, tb.max)
+	if tb.pool == nil {
+		require.LessOrEqual(t, tb.n, tb.max)
+	} else {
+		require.LessOrEqual(t, tb.n, tb.floor+int(tb.pool.max))
+	}
 }
 
 // Keys starting with "d" play digests: their tag carries the flag.
@@ -107,7 +132,7 @@ func TestTableModel(t *testing.T) {
 		var tb Table[int64]
 		tb.Init(max, expired)
 		// Segments of 8 to 64 slots, so that tables this small split.
-		tb.segSlots = rapid.SampledFrom([]int{8, 16, 64, segmentBytes / 32}).Draw(t, "segSlots")
+		tb.segSlots = rapid.SampledFrom([]int{8, 16, 64, segmentBytes / 16}).Draw(t, "segSlots")
 		tb.budget = budget(max, tb.segSlots) // as Init would for these segments
 		if rapid.Bool().Draw(t, "preallocate") {
 			tb.Preallocate()
@@ -116,6 +141,9 @@ func TestTableModel(t *testing.T) {
 		model := map[string]int64{} // key -> the instant it becomes fresh
 		var now int64
 		pinned := map[string]bool{}
+		// Keys of 0 to MaxKeyLen bytes, so that arenas fill unevenly and
+		// compact (see Table.room).
+		long := rapid.IntRange(0, MaxKeyLen).Draw(t, "long")
 		key := func(t *rapid.T) string {
 			i := rapid.IntRange(0, universe-1).Draw(t, "key")
 			switch {
@@ -126,7 +154,11 @@ func TestTableModel(t *testing.T) {
 			case i%3 == 1: // three keys to a tag (see modelTag)
 				return "c" + strconv.Itoa(i/9) + [...]string{"", "-", "+"}[i/3%3]
 			}
-			return "k" + strconv.Itoa(i)
+			k := "k" + strconv.Itoa(i)
+			if pad := i*7%(long+1) - len(k); pad > 0 {
+				k += strings.Repeat("x", pad)
+			}
+			return k
 		}
 		use := func(t *rapid.T) {
 			k := key(t)
@@ -147,7 +179,7 @@ func TestTableModel(t *testing.T) {
 			for _, g := range tb.segs {
 				for i := range g.slots {
 					if g.slots[i].meta != 0 {
-						segOf[g.slots[i].keyOf()] = g
+						segOf[g.keyOf(&g.slots[i])] = g
 					}
 				}
 			}
@@ -219,6 +251,11 @@ func TestTableModel(t *testing.T) {
 			},
 			"advance": func(t *rapid.T) {
 				now += rapid.Int64Range(0, 30).Draw(t, "advance")
+			},
+			"too long": func(t *rapid.T) {
+				k := strings.Repeat("k", MaxKeyLen+1)
+				_, ok := tb.Insert(k, modelTag(k), now)
+				require.False(t, ok, "a key longer than MaxKeyLen was taken")
 			},
 			"": func(t *rapid.T) {
 				consistent(t, &tb)
@@ -392,7 +429,7 @@ func TestTableChurnKeepsBudget(t *testing.T) {
 // slots per entry once it holds more than one segment's worth.
 func TestTableSegmentsBounded(t *testing.T) {
 	const n = 300_000
-	var tb Table[[2]int64] // a 40-byte slot, as the store's 16-byte states
+	var tb Table[[2]int64] // a 24-byte slot, as the store's 16-byte states
 	tb.Init(n, func(*[2]int64, int64) bool { return false })
 	largest := 0
 	for i := range 2 * n {
@@ -428,7 +465,7 @@ func TestTableSweepsKeepSegmentsEven(t *testing.T) {
 	for run := range 16 {
 		var tb Table[int64]
 		tb.Init(size, expired)
-		tb.segSlots = segmentBytes / 32 // as for the store's 16-byte states
+		tb.segSlots = segmentBytes / 24 // as for the store's 16-byte states
 		insert := func(k string, until, now int64) {
 			k = strconv.Itoa(run) + k
 			p, ok := tb.Insert(k, Tag(hash(k), false), now)
@@ -459,7 +496,7 @@ func TestTablePreallocated(t *testing.T) {
 	}
 	var tb Table[int64]
 	tb.Init(size, expired)
-	tb.segSlots = segmentBytes / 32 // as for the store's 16-byte states
+	tb.segSlots = segmentBytes / 24 // as for the store's 16-byte states
 	tb.Preallocate()
 	slots := tb.slots
 	require.InDelta(t, 1.3, float64(slots)/size, 0.1, "slots per entry")
@@ -475,4 +512,219 @@ func TestTablePreallocated(t *testing.T) {
 	require.Zero(t, tb.Stats.Evictions)
 	require.LessOrEqual(t, tb.slots-slots, 2*tb.segSlots, "segments grew")
 	consistent(t, &tb)
+}
+
+// TestTableCopiesKeys: a table keeps a copy of each key's bytes, not the
+// caller's: a key whose bytes the caller reuses after Insert is still found
+// by what it was, and not by what the bytes became.
+func TestTableCopiesKeys(t *testing.T) {
+	var tb Table[int64]
+	tb.Init(100, expired)
+	buf := []byte("key-0")
+	for i := range 50 {
+		buf[4] = byte('0' + i%10)
+		buf = append(buf[:5], strconv.Itoa(i)...)
+		k := unsafe.String(&buf[0], len(buf)) // the caller's bytes, reused
+		p, ok := tb.Insert(k, Tag(hash(k), false), 0)
+		require.True(t, ok)
+		*p = int64(i)
+	}
+	for i := range 50 {
+		k := "key-" + string(rune('0'+i%10)) + strconv.Itoa(i)
+		k = k[:4] + k[4:5] + strconv.Itoa(i)
+		p := tb.Lookup(k, Tag(hash(k), false))
+		require.NotNil(t, p, "key %q", k)
+		require.Equal(t, int64(i), *p)
+	}
+	consistent(t, &tb)
+}
+
+// TestTableArenaBound: a segment whose arena holds arenaMax bytes (here a
+// few hundred; in a store only a segment at maxDepth could) makes room in
+// itself for a new key rather than pass it, and refuses the key only if
+// every entry it could drop is pinned.
+func TestTableArenaBound(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var tb Table[int64]
+		tb.Init(1000, expired)
+		tb.arenaMax = rapid.IntRange(MaxKeyLen, 600).Draw(t, "arenaMax")
+		tb.segSlots = 1 << 20 // one segment, which never splits
+		held := map[string]bool{}
+		for i := range rapid.IntRange(1, 300).Draw(t, "keys") {
+			k := strconv.Itoa(i) + strings.Repeat("x", rapid.IntRange(0, MaxKeyLen-4).Draw(t, "pad"))
+			pin := rapid.IntRange(0, 3).Draw(t, "pin") == 0
+			p, ok := tb.Insert(k, Tag(hash(k), false), 0)
+			if !ok {
+				g := tb.segs[0]
+				require.Greater(t, g.end-g.dead+len(k), tb.arenaMax, "refused %q with room in the arena", k)
+				tb.Each(func(m string, _ *int64) { require.True(t, held[m], "refused %q while %q could go", k, m) })
+				tb.Unpin()
+				clear(held)
+				continue
+			}
+			*p = 1 << 40 // never fresh
+			if pin {
+				tb.Pin(k, Tag(hash(k), false))
+				held[k] = true
+			}
+			require.NotNil(t, tb.Lookup(k, Tag(hash(k), false)))
+			for m := range held {
+				require.NotNil(t, tb.Lookup(m, Tag(hash(m), false)), "pinned %q dropped", m)
+			}
+			consistent(t, &tb)
+		}
+	})
+}
+
+// TestTableArenasRecycled: a preallocated table whose keys (of up to 16
+// bytes) come and go, each new key taking an old one's place, compacts its
+// arenas into the spare and reuses the arena left: it allocates nothing,
+// and its arenas stay within twice its keys' bytes (an arena is not made
+// smaller when its segment's sweeps leave it fewer keys). A table that
+// allocates as it goes keeps its arenas within the same bound.
+func TestTableArenasRecycled(t *testing.T) {
+	const size = 20_000
+	for _, pre := range []bool{true, false} {
+		var tb Table[int64]
+		tb.Init(size, expired)
+		tb.segSlots = segmentBytes / 24 // as for the store's 16-byte states
+		if pre {
+			tb.Preallocate()
+		}
+		keys := make([]string, 5*size)
+		for i := range keys {
+			keys[i] = "user-" + strconv.Itoa(i*7919)
+		}
+		insert := func(i int) {
+			k := keys[i]
+			p, ok := tb.Insert(k, Tag(hash(k), false), int64(i))
+			require.True(t, ok)
+			*p = int64(i + size*3/4) // fresh when 3/4 of a bound have come after it
+		}
+		for i := range size {
+			insert(i)
+		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for i := size; i < 5*size; i++ {
+			insert(i)
+		}
+		runtime.ReadMemStats(&after)
+		require.Greater(t, tb.Stats.Compactions, uint64(len(tb.segs)), "arenas compacted")
+		if pre {
+			require.LessOrEqual(t, after.Mallocs-before.Mallocs, uint64(4), "a preallocated table churning allocated")
+		}
+		arenas, bytes := len(tb.spare), 0
+		for _, g := range tb.segs {
+			arenas += len(g.keys)
+			bytes += g.end - g.dead
+		}
+		require.LessOrEqual(t, arenas, 2*bytes+len(tb.spare)+len(tb.segs)*arenaSize(0), "arenas (preallocated %v)", pre)
+		t.Logf("preallocated %v: arenas %.2f bytes a key byte", pre, float64(arenas)/float64(bytes))
+		consistent(t, &tb)
+	}
+}
+
+// TestTablePoolModel: tables that share a Pool hold together no more than
+// their floors and the pool, the pool's count is what they hold past their
+// floors, and a table makes room (drops an entry) only when it holds its
+// floor and the pool is spent: however unevenly keys spread over the
+// tables, none drops a key while the others leave room.
+func TestTablePoolModel(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		k := rapid.IntRange(1, 4).Draw(t, "tables")
+		pool := NewPool(rapid.IntRange(0, 60).Draw(t, "pool"))
+		tables := make([]Table[int64], k)
+		floors := 0
+		for i := range tables {
+			tables[i].Init(rapid.IntRange(1, 40).Draw(t, "share"), expired)
+			tables[i].segSlots = 16    // small segments, so that they split
+			tables[i].budget = 1 << 30 // no room made for the budget's sake
+			tables[i].Share(pool, rapid.IntRange(1, 30).Draw(t, "floor"))
+			floors += tables[i].floor
+		}
+		var now int64
+		key := func(t *rapid.T) (string, *Table[int64]) {
+			kk := "k" + strconv.Itoa(rapid.IntRange(0, 300).Draw(t, "key"))
+			return kk, &tables[hash(kk)%uint64(k)]
+		}
+		check := func(t *rapid.T) {
+			held, pooled := 0, 0
+			for i := range tables {
+				held += tables[i].n
+				pooled += tables[i].pooled(tables[i].n)
+				consistent(t, &tables[i])
+			}
+			require.Equal(t, int64(pooled), pool.used.Load(), "the pool's count")
+			require.LessOrEqual(t, held, floors+int(pool.max))
+		}
+		t.Repeat(map[string]func(*rapid.T){
+			"insert": func(t *rapid.T) {
+				kk, tb := key(t)
+				tag := Tag(hash(kk), false)
+				if tb.Find(kk, tag) != nil {
+					return
+				}
+				n, spent, ev := tb.n, pool.used.Load() == pool.max, tb.Stats.Evictions
+				p, ok := tb.Insert(kk, tag, now)
+				require.True(t, ok, "an insertion refused")
+				*p = now + rapid.Int64Range(0, 40).Draw(t, "until")
+				if tb.Stats.Evictions != ev {
+					require.True(t, n >= tb.floor && spent, "room made with %d of a floor of %d held and the pool not spent", n, tb.floor)
+				} else {
+					require.Equal(t, n+1, tb.n)
+				}
+				check(t)
+			},
+			"delete": func(t *rapid.T) {
+				kk, tb := key(t)
+				tb.Delete(kk, Tag(hash(kk), false))
+				check(t)
+			},
+			"advance": func(t *rapid.T) { now += rapid.Int64Range(0, 20).Draw(t, "advance") },
+		})
+	})
+}
+
+// TestTablePoolConcurrent: tables that share a Pool, each used by a
+// goroutine of its own (as a store's shards are, each under its own lock),
+// never hold more than their floors and the pool together, and the pool's
+// count ends as what they hold past their floors. (The pool goes to the
+// tables that ask first: a table holds the units it took until its
+// entries are dropped, evicting one of its own for each new one.)
+func TestTablePoolConcurrent(t *testing.T) {
+	const k, floor, units = 4, 100, 1000
+	pool := NewPool(units)
+	tables := make([]Table[int64], k)
+	for i := range tables {
+		tables[i].Init(floor+units/k, func(*int64, int64) bool { return false })
+		tables[i].Share(pool, floor)
+	}
+	var wg sync.WaitGroup
+	var over atomic.Bool
+	for i := range tables {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tb := &tables[i]
+			for j := range 20_000 * (i + 1) { // uneven: the last table takes the most keys
+				kk := strconv.Itoa(i) + "-" + strconv.Itoa(j)
+				if _, ok := tb.Insert(kk, Tag(hash(kk), false), 0); !ok {
+					panic("an insertion refused")
+				}
+				if pool.used.Load() > pool.max {
+					over.Store(true)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.False(t, over.Load(), "the pool's count passed its bound")
+	held, pooled := 0, 0
+	for i := range tables {
+		held += tables[i].n
+		pooled += tables[i].pooled(tables[i].n)
+	}
+	require.Equal(t, int64(pooled), pool.used.Load())
+	require.Equal(t, k*floor+units, held, "the tables hold their floors and the whole pool")
 }

@@ -19,7 +19,7 @@ var (
 // takes as many keys again, each evicting another; an entry turns fresh
 // 40,000 insertions after it came, so that sweeps find some. It reports
 // the quantiles and the slowest insertions with what they did (a growth of
-// the array, a sweep). It asserts nothing about time: run it with
+// the array, a split, a sweep, a compaction of an arena). It asserts nothing about time: run it with
 //
 //	go test -run TestInsertTail -tail -tailmax 125000 -v -count 1 ./internal/table/
 func TestInsertTail(t *testing.T) {
@@ -35,19 +35,19 @@ func TestInsertTail(t *testing.T) {
 	type slow struct {
 		d                   time.Duration
 		i, n, grown, splits int
-		swept               bool
+		swept, compacted    bool
 	}
 	var slowest []slow
 	lat := make([]int64, 0, len(keys))
 	for i, k := range keys {
 		tag := Tag(hash(k), false)
-		sweeps, splits, size := tb.Stats.Sweeps, tb.Stats.Splits, tb.slotCount()
+		sweeps, splits, compactions, size := tb.Stats.Sweeps, tb.Stats.Splits, tb.Stats.Compactions, tb.slotCount()
 		start := time.Now()
 		p, _ := tb.Insert(k, tag, int64(i))
 		d := time.Since(start)
 		*p = int64(i + 40_000)
 		lat = append(lat, int64(d))
-		slowest = append(slowest, slow{d, i, tb.n, tb.slotCount() - size, int(tb.Stats.Splits - splits), tb.Stats.Sweeps != sweeps})
+		slowest = append(slowest, slow{d, i, tb.n, tb.slotCount() - size, int(tb.Stats.Splits - splits), tb.Stats.Sweeps != sweeps, tb.Stats.Compactions != compactions})
 		slices.SortFunc(slowest, func(a, b slow) int { return int(b.d - a.d) })
 		slowest = slowest[:min(len(slowest), 10)]
 	}
@@ -56,7 +56,7 @@ func TestInsertTail(t *testing.T) {
 	t.Logf("inserts %d  p50 %v  p99 %v  p99.9 %v  p99.99 %v  max %v  segments %d, directory %d",
 		len(lat), q(0.5), q(0.99), q(0.999), q(0.9999), time.Duration(lat[len(lat)-1]), len(tb.segs), len(tb.dir))
 	for _, s := range slowest {
-		t.Logf("%10v  insert %d  entries %d  slots grown by %d  splits %d  swept %v", s.d, s.i, s.n, s.grown, s.splits, s.swept)
+		t.Logf("%10v  insert %d  entries %d  slots grown by %d  splits %d  swept %v  compacted %v", s.d, s.i, s.n, s.grown, s.splits, s.swept, s.compacted)
 	}
 }
 

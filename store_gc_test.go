@@ -1,0 +1,54 @@
+package ratelimit_test
+
+import (
+	"runtime"
+	"runtime/metrics"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ratekit/ratelimit"
+)
+
+// TestStoreKeysCostCollectorNothing: a store of 200,000 keys, and a rule
+// set's stores of as many, leave the garbage collector almost nothing to
+// scan (under one byte a key of scannable heap, where slots that pointed at
+// their keys' strings made the whole of every slot array scannable, 32
+// bytes a key, and every key string an object to mark).
+func TestStoreKeysCostCollectorNothing(t *testing.T) {
+	const n = 200_000
+	rule := ratelimit.GCRA{Rate: ratelimit.PerMinute(100), Burst: 100}
+	scannable := func() uint64 {
+		runtime.GC()
+		s := []metrics.Sample{{Name: "/gc/scan/heap:bytes"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+	for _, sub := range []struct {
+		name  string
+		check func() func(string) error
+	}{
+		{"store", func() func(string) error {
+			s, err := ratelimit.NewStore(rule, ratelimit.WithMaxKeys(n))
+			require.NoError(t, err)
+			return func(k string) error { _, err := s.Check(k, ratelimit.Unit); return err }
+		}},
+		{"plans", func() func(string) error {
+			set := ratelimit.PlanSet{Plans: map[string]ratelimit.Plan{"free": {Rule: rule}, "pro": {Rule: rule}}, Default: "free"}
+			p, err := ratelimit.NewPlans(set, func(k string) string { return [...]string{"free", "pro"}[len(k)%2] }, ratelimit.WithMaxKeys(n))
+			require.NoError(t, err)
+			return func(k string) error { _, err := p.Check(k, ratelimit.Unit); return err }
+		}},
+	} {
+		before := scannable()
+		check := sub.check()
+		for i := range n {
+			require.NoError(t, check("key-"+strconv.Itoa(i)))
+		}
+		after := scannable()
+		t.Logf("%s: %d bytes of scannable heap more", sub.name, int64(after)-int64(before))
+		require.Less(t, int64(after)-int64(before), int64(n), "%s: scannable heap per key", sub.name)
+		runtime.KeepAlive(check)
+	}
+}
