@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/ratekit/ratelimit"
 )
@@ -36,8 +37,11 @@ type Slots interface {
 // [WithLogger], [WithLegacyHeaders] and [WithPlan] (the plan reaches rate),
 // and [WithShadowMode], under which a request without a slot is forwarded
 // too and reported. With [WithMaxDelay], a request whose rate admission
-// would wait too long is refused as Middleware refuses it for a limiter
-// without CheckWithin: its rate allowance stays spent.
+// would wait too long is refused: without spending when rate tells its
+// layers (a [ratelimit.Composite], [ratelimit.Plans], redisstore's
+// Composite: it is asked with its CheckLayers and the cap), otherwise as
+// Middleware refuses it for a limiter without CheckWithin, its rate
+// allowance spent.
 //
 // Responses: a request refused by rate gets the fields, Retry-After and
 // body of rate's Decision, as from Middleware. A request refused a slot
@@ -45,7 +49,8 @@ type Slots interface {
 // and its Decision has no Window), a Retry-After of 1 (a slot frees as
 // soon as any request of the key ends, which cannot be known in advance:
 // the Decision's RetryAfter is 0), and the [DeniedHandler]'s answer. An
-// admitted request carries rate's fields, or none without rate.
+// admitted request carries rate's fields (every enforced layer of a rate
+// that tells its layers, as from Middleware), or none without rate.
 //
 // A rate limiter whose backend failed answers with an error matching
 // [ratelimit.ErrDegraded] and the Decision its failure policy made (a Redis
@@ -66,7 +71,11 @@ func InFlight(lim Slots, rate ratelimit.KeyedLimiter, opts ...Option) func(http.
 	if rate != nil && isNil(rate) {
 		panic(fmt.Sprintf("httplimit: InFlight given a nil rate limiter (%T); pass the limiter that ratelimit.NewStore or ratelimit.Compose returned, after checking their error, or a nil interface for no rate limit", rate))
 	}
-	wrap := Middleware(&slotLimiter{lim: lim, rate: rate}, opts...)
+	var slots ratelimit.KeyedLimiter = &slotLimiter{lim: lim, rate: rate}
+	if lr, ok := rate.(layered); ok {
+		slots = &layeredSlots{slotLimiter{lim: lim, rate: layersAsker{lr}}}
+	}
+	wrap := Middleware(slots, opts...)
 	return func(next http.Handler) http.Handler {
 		if next == nil {
 			panic("httplimit: nil handler")
@@ -92,6 +101,10 @@ type heldSlotKey struct{}
 type heldSlot struct {
 	context.Context
 	rel ratelimit.Release
+	// For a rate that tells its layers (see layeredSlots): the cap its
+	// check is asked with, and where it appends its layers' Decisions.
+	maxDelay time.Duration
+	layers   []ratelimit.Decision
 }
 
 // Value returns the heldSlot itself for heldSlotKey, and the parent's
@@ -145,10 +158,60 @@ func (l *slotLimiter) CheckContext(ctx context.Context, key string, cost ratelim
 
 // Clock is the clock a leaky bucket's Delay is waited out on: rate's.
 func (l *slotLimiter) Clock() ratelimit.Clock {
-	if l.rate != nil {
-		if c, ok := l.rate.(clocked); ok {
-			return c.Clock()
+	if c, ok := l.rate.(clocked); ok {
+		if clk := c.Clock(); clk != nil {
+			return clk
 		}
 	}
 	return l.lim.Clock()
+}
+
+// layeredSlots is the slot limiter over a rate limiter that tells its
+// layers' Decisions (a Composite, Plans, redisstore's Composite): it tells
+// them too, so that Middleware lists every layer of the rate in the fields
+// of a request that rate decided, and a request whose rate admission would
+// wait past WithMaxDelay is refused without spending (CheckLayers's cap).
+// Its rate is a layersAsker, which asks with the cap and the buffer the
+// request's heldSlot carries, so that asking allocates nothing more.
+type layeredSlots struct{ slotLimiter }
+
+func (l *layeredSlots) CheckLayers(ctx context.Context, key string, cost ratelimit.Units, maxDelay time.Duration, dst []ratelimit.Decision) (ratelimit.Decision, []ratelimit.Decision, error) {
+	s, ok := ctx.Value(heldSlotKey{}).(*heldSlot)
+	if !ok {
+		d, err := l.CheckContext(ctx, key, cost)
+		return d, dst, err
+	}
+	s.maxDelay, s.layers = maxDelay, dst
+	d, err := l.CheckContext(ctx, key, cost)
+	layers := s.layers // dst as it was if no slot was free: rate not asked
+	s.layers = nil
+	return d, layers, err
+}
+
+// layersAsker asks a layered rate limiter with the cap and buffer of the
+// request's heldSlot (see layeredSlots), keeping its layers' Decisions
+// there.
+type layersAsker struct{ rate layered }
+
+func (a layersAsker) Check(key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	return a.CheckContext(context.Background(), key, cost)
+}
+
+func (a layersAsker) CheckContext(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	s, ok := ctx.Value(heldSlotKey{}).(*heldSlot)
+	if !ok {
+		d, _, err := a.rate.CheckLayers(ctx, key, cost, 0, nil)
+		return d, err
+	}
+	d, layers, err := a.rate.CheckLayers(ctx, key, cost, s.maxDelay, s.layers)
+	s.layers = layers
+	return d, err
+}
+
+// Clock is the rate's clock, for a leaky bucket's Delay.
+func (a layersAsker) Clock() ratelimit.Clock {
+	if c, ok := a.rate.(clocked); ok {
+		return c.Clock()
+	}
+	return nil
 }

@@ -270,3 +270,29 @@ func TestInFlightMiddlewareNilRate(t *testing.T) {
 	assert.Panics(t, func() { httplimit.InFlight(lim, (*ratelimit.Composite)(nil)) })
 	assert.NotPanics(t, func() { httplimit.InFlight(lim, nil) })
 }
+
+// TestInFlightMiddlewareListsEveryLayer: an in-flight limit over a
+// composite rate lists every enforced layer of the rate in the fields, as
+// Middleware over the composite alone does, admitted and refused; a
+// request refused a slot still gets none.
+func TestInFlightMiddlewareListsEveryLayer(t *testing.T) {
+	c, err := ratelimit.Compose([]ratelimit.Layer{
+		{Rule: ratelimit.FixedWindow{Limit: 2, Window: time.Second, Name: "second"}},
+		{Rule: ratelimit.FixedWindow{Limit: 3, Window: 24 * time.Hour, Name: "day"}},
+		{Rule: ratelimit.FixedWindow{Limit: 1, Window: time.Hour, Name: "trial"}, Shadow: true},
+	}, ratelimit.WithClock(ratelimit.NewManualClock(0)))
+	require.NoError(t, err)
+	s := newSlotServer(t, 1, c)
+	a := s.hold(client1)
+	w := s.answered(client1)
+	assert.Equal(t, http.StatusTooManyRequests, w.Code, "no slot")
+	assert.Empty(t, w.Header().Get("RateLimit-Policy"), "a slot refusal has no fields")
+	ok := s.finish(a)
+	assert.Equal(t, `"second";q=2;w=1, "day";q=3;w=86400`, ok.Header().Get("RateLimit-Policy"))
+	assert.Equal(t, `"second";r=1;t=1, "day";r=2;t=86400`, ok.Header().Get("RateLimit"))
+	s.finish(s.hold(client1))
+	w = s.answered(client1)
+	assert.Equal(t, http.StatusTooManyRequests, w.Code, "the rate refuses")
+	assert.Equal(t, `"second";r=0;t=1, "day";r=1;t=86400`, w.Header().Get("RateLimit"))
+	assert.Zero(t, s.lim.Len(), "every slot given back")
+}
