@@ -211,7 +211,9 @@ func TestRulesFile(t *testing.T) {
 		require.NoError(t, resp.Body.Close())
 		return resp
 	}
-	assert.Equal(t, `"api-pro";q=200;w=2`, quote("demo-pro-key").Header.Get("RateLimit-Policy"))
+	// A plan of layers lists every layer: pro's own and the one all pro
+	// customers share.
+	assert.Equal(t, `"api-pro";q=200;w=2, "pro-all";q=2000;w=2`, quote("demo-pro-key").Header.Get("RateLimit-Policy"))
 	assert.Equal(t, `"api";q=20;w=2`, quote("someone").Header.Get("RateLimit-Policy"))
 	// "someone" spends 10 more on the batch route: 11 of 20.
 	req, err := http.NewRequest(http.MethodPost, base+"/labels:batch", nil)
@@ -239,7 +241,7 @@ func TestRulesFile(t *testing.T) {
 	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
 	reloaded("rules reloaded", 1)
 	resp = quote("someone")
-	assert.Equal(t, `"api-pro";q=400;w=4`, resp.Header.Get("RateLimit-Policy"))
+	assert.Equal(t, `"api-pro";q=400;w=4, "pro-all";q=2000;w=2`, resp.Header.Get("RateLimit-Policy"))
 	// It had spent 11 of 20, less what came back since at 10 a second: the
 	// same fraction of 400 is about 220, not a fresh burst.
 	var r, sec int
@@ -251,7 +253,7 @@ func TestRulesFile(t *testing.T) {
 	require.NoError(t, os.WriteFile(file, []byte(`{"rules": {"default": "gold", "plans": {}}}`), 0o600))
 	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
 	reloaded("rules refused", 1)
-	assert.Equal(t, `"api-pro";q=400;w=4`, quote("someone").Header.Get("RateLimit-Policy"))
+	assert.Equal(t, `"api-pro";q=400;w=4, "pro-all";q=2000;w=2`, quote("someone").Header.Get("RateLimit-Policy"))
 
 	srv.stop()
 }
