@@ -175,15 +175,7 @@ func ruleTag(p ratelimit.Params) string {
 // Key returns the Redis key that holds key's state: the prefix, the rule's
 // tag, and in braces (the Cluster hash tag) the hex of a hash of key, so
 // that keys of any length or bytes make short keys that are safe to route.
-func (s *Store) Key(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	var b strings.Builder
-	b.Grow(len(s.keyHead) + 33)
-	b.WriteString(s.keyHead)
-	b.WriteString(hex.EncodeToString(sum[:16]))
-	b.WriteByte('}')
-	return b.String()
-}
+func (s *Store) Key(key string) string { return hashedKey(s.keyHead, key) }
 
 // Params returns the rule's compiled parameters.
 func (s *Store) Params() ratelimit.Params { return s.p }
