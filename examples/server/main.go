@@ -56,190 +56,54 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
-	"os/signal"
-	"sort"
-	"strings"
 	"sync/atomic"
-	"syscall"
-	"time"
 
 	"github.com/ratekit/ratelimit"
 	"github.com/ratekit/ratelimit/httplimit"
+	"github.com/ratekit/ratelimit/internal/exampleserver"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	err := run(ctx, os.Args[1:], os.Stderr, nil)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		os.Exit(0)
-	case err != nil:
-		fmt.Fprintln(os.Stderr, "server:", err)
-		os.Exit(1)
-	}
-}
+func main() { exampleserver.Main(run) }
 
 // run serves until ctx ends, then shuts down, waiting up to 10 s for
 // requests in flight. It logs to logw, and calls ready (if not nil) with the
 // listening address once connections are accepted.
 func run(ctx context.Context, args []string, logw io.Writer, ready func(net.Addr)) error {
-	fs := flag.NewFlagSet("server", flag.ContinueOnError)
-	fs.SetOutput(logw)
-	addr := fs.String("addr", "127.0.0.1:8080", "`address` to listen on")
-	trust := fs.String("trust", "", "comma-separated `networks` of trusted reverse proxies, such as 10.0.0.0/8")
-	rulesFile := fs.String("rules", "", "`file` of plans and the API keys on them (JSON); SIGHUP reads it again")
-	password := fs.String("password", "letmein", "the `password` POST /login accepts")
-	work := fs.Duration("work", 0, "how long each quote takes (`duration`), to see its in-flight limit")
+	f, fs := exampleserver.NewFlags(logw)
 	wc := workFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := f.Parse(args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %q", fs.Args())
-	}
-	var proxies []netip.Prefix
-	for _, s := range strings.Split(*trust, ",") {
-		if s = strings.TrimSpace(s); s == "" {
-			continue
-		}
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return fmt.Errorf("-trust: %w", err)
-		}
-		proxies = append(proxies, p.Masked())
-	}
-
-	rules := defaultRules()
-	if *rulesFile != "" {
-		var err error
-		if rules, err = readRules(*rulesFile); err != nil {
-			return fmt.Errorf("-rules: %w", err)
-		}
 	}
 	logger := slog.New(slog.NewTextHandler(logw, nil))
-	a, err := newAPI(logger, proxies, rules, loginConfig{verify: passwordIs(*password), clock: ratelimit.SystemClock()})
+	a, err := newAPI(logger, f.Proxies, f.Rules, loginConfig{verify: passwordIs(f.Password), clock: ratelimit.SystemClock()})
 	if err != nil {
 		return err
 	}
-	if *work > 0 {
-		a.quoteWait = working(*work)
+	if f.Work > 0 {
+		a.quoteWait = exampleserver.Working(f.Work)
 	}
-	if err := a.mountWork(wc, rules.Rules); err != nil {
+	if err := a.mountWork(wc, f.Rules.Rules); err != nil {
 		return err
 	}
-	fmt.Fprintln(logw, "routes:")
-	for _, r := range *a.table.Load() {
-		fmt.Fprintf(logw, "  %-20s %s\n", r.Route, r.Limit)
-	}
-	if *rulesFile != "" {
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
-		go func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-hup:
-					a.reload(*rulesFile)
-				}
-			}
-		}()
-	}
-	ln, err := net.Listen("tcp", *addr)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{
-		Handler:           a.mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	logger.Info("listening", "addr", ln.Addr().String())
-	if ready != nil {
-		ready(ln.Addr())
-	}
-
-	select {
-	case err := <-served:
-		return err
-	case <-ctx.Done():
-	}
-	logger.Info("shutting down")
-	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(shutdown); err != nil {
-		return err
-	}
-	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	logger.Info("stopped")
-	return nil
+	exampleserver.PrintRoutes(logw, *a.table.Load())
+	defer exampleserver.ReloadOnHangup(ctx, f.RulesPath, a.reload)()
+	return exampleserver.Serve(ctx, f.Addr, a.mux, logger, ready)
 }
 
 // route is one route of the API and the limit it is under, as GET / lists
 // them.
-type route struct {
-	Route string `json:"route"`
-	Limit string `json:"limit"`
-}
-
-// rulesFile is the -rules file: plans, and the API keys on each.
-type rulesFile struct {
-	Rules ratelimit.PlanSet `json:"rules"`
-	Keys  map[string]string `json:"keys"` // API key -> plan
-}
+type route = exampleserver.Route
 
 // defaultRules are the limits without -rules: one plan, "free", for every
 // key.
-func defaultRules() rulesFile {
-	return rulesFile{Rules: ratelimit.PlanSet{
-		Plans: map[string]ratelimit.Plan{
-			"free": {Rule: ratelimit.TokenBucket{Rate: ratelimit.PerSecond(10), Burst: 20, Name: "api"}},
-		},
-		Default: "free",
-	}}
-}
-
-// readRules reads and checks a -rules file, strictly: an unknown field, a
-// malformed rule or a key on a plan that does not exist is an error.
-func readRules(path string) (rulesFile, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return rulesFile{}, err
-	}
-	var rf rulesFile
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&rf); err != nil {
-		return rulesFile{}, err
-	}
-	if rf.Rules.Plans == nil {
-		return rulesFile{}, errors.New(`"rules" is missing`)
-	}
-	for key, plan := range rf.Keys {
-		if _, ok := rf.Rules.Plans[plan]; !ok {
-			return rulesFile{}, fmt.Errorf("key %q is on plan %q, which is not one of the plans", key, plan)
-		}
-	}
-	return rf, nil
-}
+func defaultRules() exampleserver.RulesFile { return exampleserver.DefaultRules() }
 
 // api is the server's handler, its plans, and the routes as GET / lists
 // them.
@@ -264,7 +128,7 @@ const batchCost = 10
 const quoteInFlight = 4
 
 // newAPI builds the API with its limits.
-func newAPI(logger *slog.Logger, proxies []netip.Prefix, rules rulesFile, login loginConfig) (*api, error) {
+func newAPI(logger *slog.Logger, proxies []netip.Prefix, rules exampleserver.RulesFile, login loginConfig) (*api, error) {
 	a := &api{logger: logger}
 	a.keys.Store(limiterKeys(rules.Keys))
 	plans, err := ratelimit.NewPlans(rules.Rules, func(key string) string { return (*a.keys.Load())[key] })
@@ -314,28 +178,12 @@ func limiterKeys(keys map[string]string) *map[string]string {
 
 // routes lists the routes and their limits under a rule set.
 func (a *api) routes(set ratelimit.PlanSet) *[]route {
-	names := make([]string, 0, len(set.Plans))
-	for name := range set.Plans {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	var plans []string
-	for _, name := range names {
-		spec, _ := json.Marshal(ratelimit.PlanSet{Plans: map[string]ratelimit.Plan{name: set.Plans[name]}, Default: name})
-		var doc struct{ Plans map[string]json.RawMessage }
-		_ = json.Unmarshal(spec, &doc)
-		label := name
-		if name == set.Default {
-			label += " (default)"
-		}
-		plans = append(plans, label+" "+string(doc.Plans[name]))
-	}
-	limit := "per X-API-Key, or else client address, by its plan: " + strings.Join(plans, "; ")
+	limit := "per X-API-Key, or else client address, by its plan: " + exampleserver.Plans(set)
 	routes := append([]route{
-		{"GET /quote", limit + fmt.Sprintf("; 1 a call; at most %d in progress per key", quoteInFlight)},
-		{"POST /labels:batch", limit + fmt.Sprintf("; %d a call", batchCost)},
-		{"POST /login", a.loginL},
-		{"GET /", "none: this list"},
+		{Route: "GET /quote", Limit: limit + fmt.Sprintf("; 1 a call; at most %d in progress per key", quoteInFlight)},
+		{Route: "POST /labels:batch", Limit: limit + fmt.Sprintf("; %d a call", batchCost)},
+		{Route: "POST /login", Limit: a.loginL},
+		{Route: "GET /", Limit: "none: this list"},
 	}, a.more...)
 	return &routes
 }
@@ -343,7 +191,7 @@ func (a *api) routes(set ratelimit.PlanSet) *[]route {
 // reload reads the rules file again and puts it in force, logging what
 // changed, or why the file was refused (the rules in force then stay).
 func (a *api) reload(path string) {
-	rules, err := readRules(path)
+	rules, err := exampleserver.ReadRules(path)
 	if err == nil {
 		err = a.plans.Update(rules.Rules, ratelimit.MigrateProportional)
 	}
@@ -357,18 +205,6 @@ func (a *api) reload(path string) {
 		"limits", (*a.table.Load())[0].Limit)
 }
 
-// working returns a quoteWait that takes d, or until the client goes away.
-func working(d time.Duration) func(*http.Request) {
-	return func(r *http.Request) {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-		}
-	}
-}
-
 func (a *api) quote(w http.ResponseWriter, r *http.Request) {
 	if a.quoteWait != nil {
 		a.quoteWait(r)
@@ -380,7 +216,4 @@ func labels(w http.ResponseWriter, _ *http.Request) {
 	reply(w, map[string]any{"accepted": 10})
 }
 
-func reply(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(v)
-}
+func reply(w http.ResponseWriter, v any) { exampleserver.Reply(w, v) }

@@ -104,7 +104,7 @@ func (a *api) mountWork(c *workConfig, set ratelimit.PlanSet) error {
 		return fmt.Errorf("-shed must be fixed, adaptive or off, got %q", c.shed)
 	}
 	a.mux.Handle("GET /work", h)
-	a.more = append(a.more, route{"GET /work", desc})
+	a.more = append(a.more, route{Route: "GET /work", Limit: desc})
 	if c.control {
 		a.mux.HandleFunc("POST /work/slow", func(w http.ResponseWriter, r *http.Request) {
 			f, err := strconv.ParseInt(r.URL.Query().Get("factor"), 10, 64)
@@ -115,7 +115,7 @@ func (a *api) mountWork(c *workConfig, set ratelimit.PlanSet) error {
 			wk.factor.Store(f)
 			reply(w, map[string]any{"factor": f})
 		})
-		a.more = append(a.more, route{"POST /work/slow", "none: slows GET /work by ?factor"})
+		a.more = append(a.more, route{Route: "POST /work/slow", Limit: "none: slows GET /work by ?factor"})
 	}
 	a.table.Store(a.routes(set))
 	return nil

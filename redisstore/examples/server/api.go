@@ -1,72 +1,27 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
-	"sort"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/ratekit/ratelimit"
 	"github.com/ratekit/ratelimit/httplimit"
+	"github.com/ratekit/ratelimit/internal/exampleserver"
 	"github.com/ratekit/ratelimit/redisstore"
 	"github.com/redis/go-redis/v9"
 )
 
 // route is one route of the API and the limit it is under, as GET / lists
 // them.
-type route struct {
-	Route string `json:"route"`
-	Limit string `json:"limit"`
-}
+type route = exampleserver.Route
 
-// rulesFile is the -rules file: plans, and the API keys on each.
-type rulesFile struct {
-	Rules ratelimit.PlanSet `json:"rules"`
-	Keys  map[string]string `json:"keys"` // API key -> plan
-}
-
-// defaultRules are the limits without -rules: one plan, "free", for every
-// key.
-func defaultRules() rulesFile {
-	return rulesFile{Rules: ratelimit.PlanSet{
-		Plans: map[string]ratelimit.Plan{
-			"free": {Rule: ratelimit.TokenBucket{Rate: ratelimit.PerSecond(10), Burst: 20, Name: "api"}},
-		},
-		Default: "free",
-	}}
-}
-
-// readRules reads and checks a -rules file, strictly: an unknown field, a
-// malformed rule or a key on a plan that does not exist is an error.
-func readRules(path string) (rulesFile, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return rulesFile{}, err
-	}
-	var rf rulesFile
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&rf); err != nil {
-		return rulesFile{}, err
-	}
-	if rf.Rules.Plans == nil {
-		return rulesFile{}, errors.New(`"rules" is missing`)
-	}
-	for key, plan := range rf.Keys {
-		if _, ok := rf.Rules.Plans[plan]; !ok {
-			return rulesFile{}, fmt.Errorf("key %q is on plan %q, which is not one of the plans", key, plan)
-		}
-	}
-	return rf, nil
-}
+// readRules reads and checks a -rules file (exampleserver.ReadRules).
+func readRules(path string) (exampleserver.RulesFile, error) { return exampleserver.ReadRules(path) }
 
 const batchCost = 10
 
@@ -148,7 +103,7 @@ func newAPI(logger *slog.Logger, rdb redis.UniversalClient, cfg config, opts ...
 
 	quoteWait := cfg.quoteWait
 	if quoteWait == nil && cfg.work > 0 {
-		quoteWait = working(cfg.work)
+		quoteWait = exampleserver.Working(cfg.work)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /quote", perKeyQuote(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -182,7 +137,7 @@ func (a *api) policyOptions() []redisstore.Option {
 
 // build makes the Redis limiters of a rule set: a Store for a plan of one
 // rule, a Composite for a plan of layers.
-func (a *api) build(rules rulesFile) (*planSet, error) {
+func (a *api) build(rules exampleserver.RulesFile) (*planSet, error) {
 	if _, err := ratelimit.NewPlans(rules.Rules, nil); err != nil {
 		return nil, err // validated as in process
 	}
@@ -232,28 +187,12 @@ func (a *api) limiterFor(key string) ratelimit.KeyedLimiter {
 
 // routes lists the routes and their limits under a rule set.
 func (a *api) routes(set ratelimit.PlanSet) *[]route {
-	names := make([]string, 0, len(set.Plans))
-	for name := range set.Plans {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	var plans []string
-	for _, name := range names {
-		spec, _ := json.Marshal(ratelimit.PlanSet{Plans: map[string]ratelimit.Plan{name: set.Plans[name]}, Default: name})
-		var doc struct{ Plans map[string]json.RawMessage }
-		_ = json.Unmarshal(spec, &doc)
-		label := name
-		if name == set.Default {
-			label += " (default)"
-		}
-		plans = append(plans, label+" "+string(doc.Plans[name]))
-	}
-	limit := "per X-API-Key, or else client address, by its plan, in Redis: " + strings.Join(plans, "; ")
+	limit := "per X-API-Key, or else client address, by its plan, in Redis: " + exampleserver.Plans(set)
 	return &[]route{
-		{"GET /quote", limit + fmt.Sprintf("; 1 a call; at most %d in progress per key across every replica", quoteInFlight)},
-		{"POST /labels:batch", limit + fmt.Sprintf("; %d a call", batchCost)},
-		{"POST /login", a.loginL},
-		{"GET /", "none: this list"},
+		{Route: "GET /quote", Limit: limit + fmt.Sprintf("; 1 a call; at most %d in progress per key across every replica", quoteInFlight)},
+		{Route: "POST /labels:batch", Limit: limit + fmt.Sprintf("; %d a call", batchCost)},
+		{Route: "POST /login", Limit: a.loginL},
+		{Route: "GET /", Limit: "none: this list"},
 	}
 }
 
@@ -342,18 +281,6 @@ func markDecided(ctx context.Context, err error, policy string) {
 		h.Set(DecidedBy, "redis")
 	case errors.Is(err, redisstore.ErrUnavailable):
 		h.Set(DecidedBy, policy)
-	}
-}
-
-// working returns a quoteWait that takes d, or until the client goes away.
-func working(d time.Duration) func(*http.Request) {
-	return func(r *http.Request) {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-		}
 	}
 }
 

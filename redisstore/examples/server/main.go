@@ -78,78 +78,37 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
-	"os/signal"
-	"strings"
-	"syscall"
 	"time"
 
+	"github.com/ratekit/ratelimit/internal/exampleserver"
 	"github.com/redis/go-redis/v9"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	err := run(ctx, os.Args[1:], os.Stderr, nil)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		os.Exit(0)
-	case err != nil:
-		fmt.Fprintln(os.Stderr, "server:", err)
-		os.Exit(1)
-	}
-}
+func main() { exampleserver.Main(run) }
 
 // run serves until ctx ends, then shuts down, waiting up to 10 s for
 // requests in flight. It logs to logw, and calls ready (if not nil) with the
 // listening address once connections are accepted.
 func run(ctx context.Context, args []string, logw io.Writer, ready func(net.Addr)) error {
-	fs := flag.NewFlagSet("server", flag.ContinueOnError)
-	fs.SetOutput(logw)
-	addr := fs.String("addr", "127.0.0.1:8080", "`address` to listen on")
+	f, fs := exampleserver.NewFlags(logw)
 	redisAddr := fs.String("redis", "127.0.0.1:6379", "`host:port` of the Redis that keeps the limits")
 	cfg := defaultConfig()
-	trust := fs.String("trust", "", "comma-separated `networks` of trusted reverse proxies, such as 10.0.0.0/8")
-	rulesPath := fs.String("rules", "", "`file` of plans and the API keys on them (JSON); SIGHUP reads it again")
-	fs.StringVar(&cfg.password, "password", cfg.password, "the `password` POST /login accepts")
-	fs.DurationVar(&cfg.work, "work", 0, "how long each quote takes (`duration`), to see its in-flight limit")
 	fs.StringVar(&cfg.failure, "failure", cfg.failure, "what /quote and /labels:batch answer when Redis fails: `open, closed or fallback`")
 	fs.IntVar(&cfg.denyCache, "deny-cache", cfg.denyCache, "how many refused `keys` each store remembers (0: none)")
 	fs.BoolVar(&cfg.decidedBy, "decided-by", cfg.decidedBy, "say in "+DecidedBy+" which path decided each response")
-	if err := fs.Parse(args); err != nil {
+	if err := f.Parse(args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
 	if _, ok := failurePolicies[cfg.failure]; !ok {
 		return fmt.Errorf("-failure: %q is not open, closed or fallback", cfg.failure)
 	}
-	for _, s := range strings.Split(*trust, ",") {
-		if s = strings.TrimSpace(s); s == "" {
-			continue
-		}
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return fmt.Errorf("-trust: %w", err)
-		}
-		cfg.proxies = append(cfg.proxies, p.Masked())
-	}
-	if *rulesPath != "" {
-		var err error
-		if cfg.rules, err = readRules(*rulesPath); err != nil {
-			return fmt.Errorf("-rules: %w", err)
-		}
-	}
+	cfg.proxies, cfg.rules, cfg.password, cfg.work = f.Proxies, f.Rules, f.Password, f.Work
 
 	rdb := redis.NewClient(clientOptions(*redisAddr))
 	defer rdb.Close()
@@ -165,58 +124,9 @@ func run(ctx context.Context, args []string, logw io.Writer, ready func(net.Addr
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(logw, "routes:")
-	for _, r := range *a.table.Load() {
-		fmt.Fprintf(logw, "  %-20s %s\n", r.Route, r.Limit)
-	}
-	if *rulesPath != "" {
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
-		go func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-hup:
-					a.reload(*rulesPath)
-				}
-			}
-		}()
-	}
-	h := a.handler
-	ln, err := net.Listen("tcp", *addr)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	logger.Info("listening", "addr", ln.Addr().String(), "redis", *redisAddr)
-	if ready != nil {
-		ready(ln.Addr())
-	}
-
-	select {
-	case err := <-served:
-		return err
-	case <-ctx.Done():
-	}
-	logger.Info("shutting down")
-	shutdown, cancelShutdown := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancelShutdown()
-	if err := srv.Shutdown(shutdown); err != nil {
-		return err
-	}
-	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	logger.Info("stopped")
-	return nil
+	exampleserver.PrintRoutes(logw, *a.table.Load())
+	defer exampleserver.ReloadOnHangup(ctx, f.RulesPath, a.reload)()
+	return exampleserver.Serve(ctx, f.Addr, a.handler, logger, ready, "redis", *redisAddr)
 }
 
 // clientOptions are the go-redis options of the server's client. A check
@@ -230,13 +140,13 @@ func clientOptions(addr string) *redis.Options {
 
 // config is what the flags choose beyond the addresses.
 type config struct {
-	failure   string         // a key of failurePolicies
-	denyCache int            // redisstore.WithDenyCache's n
-	decidedBy bool           // set DecidedBy on every limited response
-	rules     rulesFile      // -rules, or defaultRules
-	password  string         // what POST /login accepts
-	work      time.Duration  // how long a quote takes
-	proxies   []netip.Prefix // trusted reverse proxies
+	failure   string                  // a key of failurePolicies
+	denyCache int                     // redisstore.WithDenyCache's n
+	decidedBy bool                    // set DecidedBy on every limited response
+	rules     exampleserver.RulesFile // -rules, or exampleserver.DefaultRules
+	password  string                  // what POST /login accepts
+	work      time.Duration           // how long a quote takes
+	proxies   []netip.Prefix          // trusted reverse proxies
 
 	// quoteWait, if set, is called by every quote before it answers
 	// (tests hold quotes in progress with it); -work sets one.
@@ -245,7 +155,7 @@ type config struct {
 
 // defaultConfig is the flags' defaults.
 func defaultConfig() config {
-	return config{failure: "open", denyCache: 10_000, rules: defaultRules(), password: "letmein"}
+	return config{failure: "open", denyCache: 10_000, rules: exampleserver.DefaultRules(), password: "letmein"}
 }
 
 // failurePolicies maps -failure to the value of DecidedBy for the answers
@@ -257,7 +167,4 @@ var failurePolicies = map[string]string{"open": "fail-open", "closed": "fail-clo
 // "fail-closed" or "fallback".
 const DecidedBy = "X-Ratelimit-Decided-By"
 
-func reply(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(v)
-}
+func reply(w http.ResponseWriter, v any) { exampleserver.Reply(w, v) }
