@@ -44,8 +44,10 @@ var WaitBuckets = prometheus.ExponentialBuckets(0.001, 4, 9)
 //
 // A load shedder ([ratelimit.WorkerShedder], [ratelimit.FleetShedder]) is
 // counted in ratelimit_decisions_total under its Name, and by class in
-// ratelimit_shed_total: the Observer is a [ratelimit.ShedObserver]. Classes
-// are as few as the shedder's configuration names.
+// ratelimit_shed_total: the Observer is a [ratelimit.ShedObserver]. A
+// shedder's classes are as few as its configuration names; past
+// [MaxShedClasses] class names for one policy, the others are counted as
+// class "other", so that the label stays bounded whoever calls Shed.
 //
 // The zero Observer is not usable; build one with [NewObserver].
 type Observer struct {
@@ -61,8 +63,21 @@ type Observer struct {
 	// called on every request, looks up a map instead of hashing label
 	// values: a copy-on-write map, read without a lock.
 	byPolicy atomic.Pointer[map[string]*policyCounters]
-	mu       sync.Mutex // serialises additions to byPolicy
+	// byClass holds the first MaxShedClasses class names of each policy,
+	// in the same way; classes counts them. A series is made on its first
+	// decision, as a CounterVec makes it.
+	byClass atomic.Pointer[map[shedKey]string]
+	classes map[string]int
+	mu      sync.Mutex // serialises additions to byPolicy, byClass and classes
 }
+
+// MaxShedClasses is how many class names of one policy
+// ratelimit_shed_total labels as they are: as many as a shedder may have
+// classes.
+const MaxShedClasses = 64
+
+// shedKey is a policy and a class of ratelimit_shed_total.
+type shedKey struct{ policy, class string }
 
 // policyCounters are one policy's counters, by outcome.
 type policyCounters struct {
@@ -107,6 +122,8 @@ func NewObserver() *Observer {
 		}, []string{"policy", "class", "outcome"}),
 	}
 	o.byPolicy.Store(&map[string]*policyCounters{})
+	o.byClass.Store(&map[shedKey]string{})
+	o.classes = map[string]int{}
 	return o
 }
 
@@ -172,7 +189,33 @@ func (o *Observer) Failed(policy string, _ error) {
 
 // Shed implements [ratelimit.ShedObserver].
 func (o *Observer) Shed(policy, class string, oc ratelimit.Outcome) {
-	o.shed.WithLabelValues(policy, class, oc.String()).Inc()
+	o.shed.WithLabelValues(policy, o.classLabel(policy, class), oc.String()).Inc()
+}
+
+// classLabel returns the class label of policy and class: class for the
+// first MaxShedClasses class names of policy, "other" past them.
+func (o *Observer) classLabel(policy, class string) string {
+	k := shedKey{policy, class}
+	if l, ok := (*o.byClass.Load())[k]; ok {
+		return l
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	old := *o.byClass.Load()
+	if l, ok := old[k]; ok {
+		return l
+	}
+	if o.classes[policy] >= MaxShedClasses {
+		return "other" // not remembered, or the names past the cap would grow the map
+	}
+	o.classes[policy]++
+	m := make(map[shedKey]string, len(old)+1)
+	for kk, v := range old {
+		m[kk] = v
+	}
+	m[k] = class
+	o.byClass.Store(&m)
+	return class
 }
 
 // Describe implements [prometheus.Collector].

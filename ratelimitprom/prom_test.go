@@ -2,6 +2,7 @@ package ratelimitprom_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -226,4 +227,44 @@ ratelimit_decisions_total{outcome="refused",policy="workers"} 1
 ratelimit_decisions_total{outcome="shadow_refused",policy="workers"} 0
 `
 	assert.NoError(t, testutil.CollectAndCompare(obs, strings.NewReader(want), "ratelimit_decisions_total"))
+}
+
+// Class labels are bounded: past MaxShedClasses names for one policy,
+// further ones are counted as class "other"; recording a known class
+// allocates nothing.
+func TestShedClassesBounded(t *testing.T) {
+	obs := ratelimitprom.NewObserver()
+	for i := range ratelimitprom.MaxShedClasses + 10 {
+		obs.Shed("p", "c"+strconv.Itoa(i), ratelimit.OutcomeRefused)
+	}
+	obs.Shed("q", "c0", ratelimit.OutcomeAllowed) // another policy has its own
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(obs))
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	classes := map[string]float64{}
+	var q float64
+	for _, f := range families {
+		if f.GetName() != "ratelimit_shed_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			switch labels["policy"] {
+			case "p":
+				classes[labels["class"]] += m.GetCounter().GetValue()
+			case "q":
+				assert.Equal(t, "c0", labels["class"])
+				q += m.GetCounter().GetValue()
+			}
+		}
+	}
+	assert.Len(t, classes, ratelimitprom.MaxShedClasses+1)
+	assert.Equal(t, 10.0, classes["other"])
+	assert.Equal(t, 1.0, classes["c0"])
+	assert.Equal(t, 1.0, q)
+	assert.Zero(t, testing.AllocsPerRun(100, func() { obs.Shed("p", "c1", ratelimit.OutcomeAllowed) }))
 }
