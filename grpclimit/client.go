@@ -3,6 +3,7 @@ package grpclimit
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -28,6 +29,7 @@ type clientConfig struct {
 	clock    ratelimit.Clock
 	retries  int
 	maxDelay time.Duration
+	randN    func(n int64) int64 // the jitter's random source
 }
 
 // WithPacer paces outbound calls with lim: each call, and each retry,
@@ -109,7 +111,7 @@ func WithMaxRetryDelay(d time.Duration) ClientOption {
 }
 
 func newClientConfig(opts []ClientOption) *clientConfig {
-	c := &clientConfig{retries: 2, cost: func(string) ratelimit.Units { return ratelimit.Unit }}
+	c := &clientConfig{retries: 2, cost: func(string) ratelimit.Units { return ratelimit.Unit }, randN: rand.Int64N}
 	for _, o := range opts {
 		if o != nil {
 			o(c)
@@ -133,12 +135,20 @@ func newClientConfig(opts []ClientOption) *clientConfig {
 // A call refused with a google.rpc.RetryInfo detail and codes.ResourceExhausted
 // (over its quota, as [UnaryServerInterceptor] refuses) or
 // codes.Unavailable (shed by an overloaded server, as
-// [UnaryShedInterceptor] refuses) is tried again after exactly the delay
-// it carries, waited out on the interceptor's clock (see [WithClock]), up
-// to [WithRetries] times (2 by default), pacing each try. The retry is
-// never made past the call's deadline: a delay that would reach the
-// deadline, or exceed [WithMaxRetryDelay], returns the refusal at once,
-// and a context that ends during the delay ends the call with its status.
+// [UnaryShedInterceptor] refuses) is tried again after the delay it
+// carries, waited out on the interceptor's clock (see [WithClock]), up to
+// [WithRetries] times (2 by default), pacing each try. A rate limit's
+// delay is exact for its client, and is waited exactly. A shed call's is
+// the same for every client the server shed at that moment, so its retry
+// waits that delay plus a jitter drawn uniformly from zero to half the
+// delay ("full jitter" over that half): never earlier than the server
+// asked, at most half as long again, so that the clients shed together do
+// not all come back together. The retry is never made past the call's
+// deadline: a delay that would reach the deadline, or exceed
+// [WithMaxRetryDelay], returns the refusal at once; the jitter is cut
+// short to keep the retry before the deadline and within
+// WithMaxRetryDelay; and a context that ends during the delay ends the
+// call with its status.
 // A refusal without RetryInfo (codes.Unavailable from a broken connection
 // or a [FailClosed] server, say), and every other error, is returned as it
 // is. Retrying is safe for refusals from [UnaryServerInterceptor] and
@@ -161,14 +171,35 @@ func UnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
 			if !ok || (c.maxDelay > 0 && delay > c.maxDelay) {
 				return err
 			}
-			if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= delay {
-				return err
+			room := c.maxDelay - delay // how much later than delay the retry may go
+			if c.maxDelay <= 0 {
+				room = delay
+			}
+			if dl, ok := ctx.Deadline(); ok {
+				left := time.Until(dl)
+				if left <= delay {
+					return err
+				}
+				room = min(room, left-delay-1)
+			}
+			if status.Code(err) == codes.Unavailable {
+				delay += c.jitter(delay, room)
 			}
 			if serr := ratelimit.Sleep(ctx, c.clock, delay); serr != nil {
 				return status.FromContextError(serr).Err()
 			}
 		}
 	}
+}
+
+// jitter returns the time a shed call's retry waits beyond the server's
+// delay: drawn uniformly from 0 to half the delay, and at most room.
+func (c *clientConfig) jitter(delay, room time.Duration) time.Duration {
+	bound := min(delay/2, room)
+	if bound <= 0 {
+		return 0
+	}
+	return time.Duration(c.randN(int64(bound) + 1))
 }
 
 // StreamClientInterceptor returns a stream client interceptor that paces

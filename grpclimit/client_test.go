@@ -2,6 +2,7 @@ package grpclimit_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -91,7 +92,9 @@ func givesUpAfterOneRetry(t *testing.T, cc *grpc.ClientConn, clk *ratelimit.Manu
 	done := make(chan error, 1)
 	go func() { _, _, err := say(ctx, cc, ""); done <- err }()
 	require.NoError(t, clk.BlockUntilSleepers(ctx, 1))
-	clk.Advance(time.Second)
+	wake, ok := clk.NextWake()
+	require.True(t, ok)
+	clk.Set(wake)
 	select {
 	case err := <-done:
 		assert.Equal(t, code, status.Code(err))
@@ -249,9 +252,10 @@ func shedServer(t *testing.T, retry time.Duration, copts ...grpclimit.ClientOpti
 }
 
 // A call shed (Unavailable with RetryInfo) is tried again after the delay
-// it carries, and goes through once the server has room.
+// it carries (with no jitter drawn here), and goes through once the server
+// has room.
 func TestClientRetriesShedCall(t *testing.T) {
-	cc, svc, s, clk, n := shedServer(t, 300*time.Millisecond)
+	cc, svc, s, clk, n := shedServer(t, 300*time.Millisecond, grpclimit.WithRandom(func(int64) int64 { return 0 }))
 	ctx := testCtx(t)
 	rel, d, err := s.Admit(ctx, 0)
 	require.NoError(t, err)
@@ -317,4 +321,89 @@ func TestClientUnavailableWithoutRetryInfo(t *testing.T) {
 	assert.False(t, ok)
 	assert.Equal(t, 1, n.count())
 	assert.Zero(t, clk.Sleepers())
+}
+
+// firstRetryAt makes a call with key through cc, which the server
+// refuses, and returns when the client's first retry is due on clk; the
+// call is then cancelled.
+func firstRetryAt(t *testing.T, ctx context.Context, cc *grpc.ClientConn, clk *ratelimit.ManualClock, key string) time.Duration {
+	t.Helper()
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _, _, _ = say(cctx, cc, key); close(done) }()
+	require.NoError(t, clk.BlockUntilSleepers(ctx, 1))
+	wake, ok := clk.NextWake()
+	require.True(t, ok)
+	cancel()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatal("the cancelled call never ended")
+	}
+	return wake
+}
+
+// jitteredWake returns when a shed call through a client with copts, to a
+// server shedding with delay retry, is first retried on the client's
+// ManualClock, and the bound n the jitter was drawn below (0 if it was
+// not drawn), the random source giving pick(n).
+func jitteredWake(t *testing.T, retry time.Duration, pick func(n int64) int64, copts ...grpclimit.ClientOption) (wake, bound time.Duration) {
+	t.Helper()
+	var drawn atomic.Int64
+	random := grpclimit.WithRandom(func(n int64) int64 {
+		drawn.Store(n)
+		return pick(n)
+	})
+	cc, _, s, clk, _ := shedServer(t, retry, append(copts, random)...)
+	ctx := testCtx(t)
+	rel, _, err := s.Admit(ctx, 0)
+	require.NoError(t, err)
+	defer rel()
+	wake = firstRetryAt(t, ctx, cc, clk, "")
+	return wake, time.Duration(drawn.Load())
+}
+
+// A shed call's retry waits the server's delay plus a jitter drawn
+// uniformly from [0, half the delay]: never earlier than the delay, at
+// most half as long again, within WithMaxRetryDelay and before the call's
+// deadline.
+func TestClientJittersShedRetry(t *testing.T) {
+	const retry = 300 * time.Millisecond
+	most := retry + retry/2
+	least := func(int64) int64 { return 0 }
+	highest := func(n int64) int64 { return n - 1 }
+
+	wake, bound := jitteredWake(t, retry, least)
+	assert.Equal(t, retry, wake, "never earlier than the server's delay")
+	assert.Equal(t, most-retry+1, bound)
+	wake, _ = jitteredWake(t, retry, highest)
+	assert.Equal(t, most, wake, "at most half as long again")
+	wake, _ = jitteredWake(t, retry, func(n int64) int64 { return n / 2 })
+	assert.Equal(t, retry+(most-retry+1)/2, wake)
+
+	wake, bound = jitteredWake(t, retry, highest, grpclimit.WithMaxRetryDelay(retry+time.Millisecond))
+	assert.Equal(t, retry+time.Millisecond, wake, "within the cap")
+	assert.Equal(t, time.Millisecond+1, bound)
+	wake, bound = jitteredWake(t, retry, highest, grpclimit.WithMaxRetryDelay(retry))
+	assert.Equal(t, retry, wake, "a cap equal to the delay leaves no jitter")
+	assert.Zero(t, bound)
+
+	// The call has ten seconds (testCtx): a retry asked for after 9.9 s is
+	// made before the deadline.
+	wake, _ = jitteredWake(t, 9900*time.Millisecond, highest)
+	assert.GreaterOrEqual(t, wake, 9900*time.Millisecond)
+	assert.Less(t, wake, 10*time.Second)
+}
+
+// A rate limit's refusal, whose delay is exact for its client, is retried
+// after exactly its delay: no jitter is drawn.
+func TestClientRateLimitRetryHasNoJitter(t *testing.T) {
+	var drawn atomic.Bool
+	cc, clk, _ := retrying(t, ratelimit.GCRA{Rate: ratelimit.PerSecond(4), Burst: 1},
+		grpclimit.WithRandom(func(n int64) int64 { drawn.Store(true); return n - 1 }))
+	ctx := testCtx(t)
+	_, _, err := say(ctx, cc, "alice")
+	require.NoError(t, err)
+	assert.Equal(t, 250*time.Millisecond, firstRetryAt(t, ctx, cc, clk, "alice"))
+	assert.False(t, drawn.Load())
 }

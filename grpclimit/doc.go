@@ -71,8 +71,10 @@
 // # Clients
 //
 // [UnaryClientInterceptor] paces calls with a limiter's Wait ([WithPacer],
-// [WithKeyedPacer]) and retries a call refused with RetryInfo after exactly
-// the delay the server gave, never past the call's deadline, up to
+// [WithKeyedPacer]) and retries a call refused with RetryInfo after the
+// delay the server gave (exactly for a rate limit's refusal; for a shed
+// call, plus a random jitter of up to half the delay, so that clients shed
+// together do not return together), never past the call's deadline, up to
 // [WithRetries] times. [StreamClientInterceptor] paces the opening of
 // streams.
 //
