@@ -63,6 +63,7 @@ release_version() {
 	distinct=$(awk '{ print $3 }' <<<"$versions" | sort -u)
 	if [ -z "$distinct" ] || [ "$(wc -l <<<"$distinct")" -ne 1 ] || ! is_release "$distinct"; then
 		echo "the published modules do not require each other at one release version (vX.Y.Z):" >&2
+		# shellcheck disable=SC2001 # indents every line: not one substitution
 		sed 's/^/  /' <<<"$versions" >&2
 		return 1
 	fi
