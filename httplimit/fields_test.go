@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -273,6 +274,38 @@ func TestPartitionKey(t *testing.T) {
 	assert.NotEqual(t, a, pkOf("s1", "192.0.2.2:1"), "another key")
 	assert.NotEqual(t, a, pkOf("s2", "192.0.2.1:1"), "another secret")
 	assert.Panics(t, func() { httplimit.WithPartitionKey(nil) })
+}
+
+// TestPartitionKeyOnCostAboveCapacity: the 400 for a cost the policy can
+// never admit names the policy in RateLimit-Policy, and with
+// WithPartitionKey that item carries the key's pk like every other item of
+// the field, the same as the key's other answers.
+func TestPartitionKeyOnCostAboveCapacity(t *testing.T) {
+	huge := httplimit.WithCost(func(r *http.Request) (ratelimit.Units, error) {
+		if r.URL.Path == "/huge" {
+			return 6 * ratelimit.Unit, nil
+		}
+		return ratelimit.Unit, nil
+	})
+	f := newFixture(t, ratelimit.GCRA{Rate: ratelimit.PerSecond(1), Burst: 5, Name: "api"},
+		httplimit.WithPartitionKey([]byte("a test secret")), huge)
+	pkIn := func(w *httptest.ResponseRecorder) any {
+		t.Helper()
+		p, err := parseSFList(w.Header().Get("RateLimit-Policy"))
+		require.NoError(t, err)
+		require.Len(t, p, 1)
+		pk, ok := p[0].param("pk")
+		require.True(t, ok, "pk in %q", w.Header().Get("RateLimit-Policy"))
+		return pk
+	}
+	admitted := f.do()
+	require.Equal(t, http.StatusOK, admitted.Code)
+	w := f.do(func(r *http.Request) { r.URL.Path = "/huge" })
+	require.Equal(t, http.StatusBadRequest, w.Code)
+	assert.Equal(t, "cost_exceeds_limit", jsonBody(t, w)["error"])
+	assert.Equal(t, pkIn(admitted), pkIn(w))
+	assert.True(t, strings.HasPrefix(w.Header().Get("RateLimit-Policy"), `"api";q=5;w=5;pk=:`), w.Header().Get("RateLimit-Policy"))
+	assert.Empty(t, w.Header().Values("RateLimit"))
 }
 
 // TestLayersInShadowModeAndContext: a composite asked in shadow mode, or

@@ -625,7 +625,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	cost, err := h.cost(r)
 	if err != nil {
-		h.badCost(w, r, key, 0, nil, err)
+		h.badCost(w, r, key, 0, nil, nil, err)
 		return
 	}
 	if h.watch != nil && h.watch.sampled() {
@@ -651,7 +651,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		switch {
 		case errors.Is(err, ratelimit.ErrInvalidCost) || errors.Is(err, ratelimit.ErrCostExceedsCapacity):
-			h.badCost(w, r, key, cost, &d, err)
+			h.badCost(w, r, key, cost, &d, pk, err)
 			return
 		case r.Context().Err() != nil:
 			h.ended(w, r, key, d, 0)
@@ -741,8 +741,12 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 
 // badCost answers a request whose cost can never be admitted: err is the
 // cost function's error (d is nil), shown to the client as it is, or one of
-// the limiter's cost errors, with d carrying the policy.
-func (h *handler) badCost(w http.ResponseWriter, r *http.Request, key string, cost ratelimit.Units, d *ratelimit.Decision, err error) {
+// the limiter's cost errors, with d carrying the policy. A cost above the
+// policy's capacity names the policy in RateLimit-Policy, with the key's
+// pk if there is one (WithPartitionKey puts it on every item of the
+// field): the client learns which quota its request can never fit, and
+// that it is the one its other answers name.
+func (h *handler) badCost(w http.ResponseWriter, r *http.Request, key string, cost ratelimit.Units, d *ratelimit.Decision, pk *[pkLen]byte, err error) {
 	if h.shadow {
 		h.logRequest(r, slog.LevelWarn, "httplimit: would reject cost",
 			slog.String("key", key), slog.String("method", r.Method), slog.String("path", r.URL.Path),
@@ -761,7 +765,7 @@ func (h *handler) badCost(w http.ResponseWriter, r *http.Request, key string, co
 				cost, d.Limit, policyName(*d)),
 			Detail: err.Error(),
 		}
-		w.Header().Set("RateLimit-Policy", policyField(*d))
+		w.Header().Set("RateLimit-Policy", string(appendPK([]byte(policyField(*d)), pk)))
 	default:
 		p.Policy = policyName(*d)
 		p.Message = fmt.Sprintf("this request has no positive cost (it costs %v)", cost)
