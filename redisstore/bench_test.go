@@ -52,7 +52,7 @@ func BenchmarkCheck(b *testing.B) {
 	if shared == nil {
 		b.Skip("no redis-server")
 	}
-	rdb := shared.client(func(o *redis.Options) { o.PoolSize = 64 })
+	rdb := shared.Client(func(o *redis.Options) { o.PoolSize = 64 })
 	defer rdb.Close()
 	for _, rule := range benchRules() {
 		m, _ := ratelimit.NewMachine(rule)
@@ -131,7 +131,7 @@ func BenchmarkComposite(b *testing.B) {
 	if shared == nil {
 		b.Skip("no redis-server")
 	}
-	rdb := shared.client(func(o *redis.Options) { o.PoolSize = 64 })
+	rdb := shared.Client(func(o *redis.Options) { o.PoolSize = 64 })
 	defer rdb.Close()
 	perKey := ratelimit.Layer{Rule: ratelimit.GCRA{Rate: ratelimit.PerSecond(1000), Burst: 1000, Name: "per-key"}}
 	global := ratelimit.Layer{Rule: ratelimit.GCRA{Rate: ratelimit.PerSecond(1e9), Burst: 1e9, Name: "global"}, Key: func(string) string { return "all" }}
@@ -188,7 +188,7 @@ func BenchmarkAfterTheFact(b *testing.B) {
 	if shared == nil {
 		b.Skip("no redis-server")
 	}
-	rdb := shared.client(func(o *redis.Options) { o.PoolSize = 64 })
+	rdb := shared.Client(func(o *redis.Options) { o.PoolSize = 64 })
 	defer rdb.Close()
 	rule := ratelimit.GCRA{Rate: ratelimit.PerSecond(1000), Burst: 1000}
 	for _, bc := range []struct {

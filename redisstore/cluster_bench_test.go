@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratelimit"
+	"github.com/ratekit/ratelimit/redisstore/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -19,7 +20,7 @@ import (
 // figure is its routing cost, not the throughput of three hosts.
 func BenchmarkClusterVsNode(b *testing.B) {
 	if shared == nil {
-		b.Skipf("%s=1: no redis-server", noRedisEnv)
+		b.Skipf("%s=1: no redis-server", redistest.NoRedisEnv)
 	}
 	rule := ratelimit.GCRA{Rate: ratelimit.PerSecond(1000), Burst: 1000}
 	const keys = 100_000
@@ -60,12 +61,12 @@ func BenchmarkClusterVsNode(b *testing.B) {
 		}
 	}
 	b.Run("node", func(b *testing.B) {
-		rdb := shared.client(func(o *redis.Options) { o.PoolSize = 64 })
+		rdb := shared.Client(func(o *redis.Options) { o.PoolSize = 64 })
 		defer rdb.Close()
 		run(b, rdb)
 	})
 	b.Run("cluster", func(b *testing.B) {
 		cl := startCluster(b)
-		run(b, cl.client(b, func(o *redis.ClusterOptions) { o.PoolSize = 64 }))
+		run(b, cl.Client(b, func(o *redis.ClusterOptions) { o.PoolSize = 64 }))
 	})
 }

@@ -18,7 +18,7 @@ import (
 // ErrCrossSlot before it reaches a server.
 func TestClusterComposite(t *testing.T) {
 	cl := startCluster(t)
-	rdb := cl.client(t, nil)
+	rdb := cl.Client(t, nil)
 	global := Layer{Layer: ratelimit.Layer{Rule: ratelimit.GCRA{Rate: ratelimit.PerSecond(100), Burst: 100, Name: "global"}, Key: func(string) string { return "all" }}, Global: true}
 	customer := ratelimit.Layer{Rule: ratelimit.GCRA{Rate: ratelimit.PerSecond(4), Burst: 5, Name: "customer"}, Key: firstField}
 	route := ratelimit.Layer{Rule: ratelimit.FixedWindow{Limit: 2, Window: time.Second, Name: "route"}}
@@ -52,9 +52,9 @@ func TestClusterComposite(t *testing.T) {
 	}
 	masters := map[string]bool{}
 	for _, req := range requests {
-		s0, s1 := cl.slot(t, got.Key(0, req)), cl.slot(t, got.Key(1, req))
+		s0, s1 := cl.Slot(t, got.Key(0, req)), cl.Slot(t, got.Key(1, req))
 		require.Equal(t, s0, s1, "layers of %q in slots %d and %d", req, s0, s1)
-		masters[cl.owner(t, s0).addr()] = true
+		masters[cl.Owner(t, s0).Addr()] = true
 	}
 	require.Len(t, masters, 3, "requests did not spread over every master")
 
@@ -96,7 +96,7 @@ func TestClusterComposite(t *testing.T) {
 // CROSSSLOT nonetheless is refused with ErrCrossSlot, never failed open.
 func TestClusterCompositePrefix(t *testing.T) {
 	cl := startCluster(t)
-	rdb := cl.client(t, nil)
+	rdb := cl.Client(t, nil)
 	customer := Layer{Layer: ratelimit.Layer{Rule: ratelimit.GCRA{Rate: ratelimit.PerSecond(4), Burst: 5, Name: "customer"}, Key: firstField}}
 	route := Layer{Layer: ratelimit.Layer{Rule: ratelimit.FixedWindow{Limit: 2, Window: time.Second, Name: "route"}}}
 	prefixes := []string{""}
@@ -116,7 +116,7 @@ func TestClusterCompositePrefix(t *testing.T) {
 		c, err := NewComposite(rdb, []Layer{customer, route}, WithHashTag(firstField), WithPrefix(prefix), WithTimeout(5*time.Second))
 		oneSlot := true
 		for _, req := range requests {
-			if cl.slot(t, layerKey(t, prefix, req, 0)) != cl.slot(t, layerKey(t, prefix, req, 1)) {
+			if cl.Slot(t, layerKey(t, prefix, req, 0)) != cl.Slot(t, layerKey(t, prefix, req, 1)) {
 				oneSlot = false
 			}
 		}
@@ -143,7 +143,7 @@ func TestClusterCompositePrefix(t *testing.T) {
 	require.NoError(t, err)
 	for _, req := range requests {
 		for i := range 3 {
-			require.Equal(t, cl.slot(t, "one"), cl.slot(t, tagged.Key(i, req)))
+			require.Equal(t, cl.Slot(t, "one"), cl.Slot(t, tagged.Key(i, req)))
 		}
 		d, err := tagged.Check(req, ratelimit.Unit)
 		require.NoError(t, err)

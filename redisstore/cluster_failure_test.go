@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratelimit"
+	"github.com/ratekit/ratelimit/redisstore/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -30,7 +31,7 @@ import (
 // holds it, so the drill turns the cache off to ask the policies.
 func TestClusterMasterLost(t *testing.T) {
 	cl := startCluster(t)
-	rdb := cl.client(t, func(o *redis.ClusterOptions) { o.MaxRetries = -1 })
+	rdb := cl.Client(t, func(o *redis.ClusterOptions) { o.MaxRetries = -1 })
 	clk := ratelimit.NewManualClock(unixNow)
 	// No deny cache either: it would answer the spent keys without a
 	// round trip, as Redis would, and the policies would not be asked.
@@ -47,14 +48,14 @@ func TestClusterMasterLost(t *testing.T) {
 	require.NoError(t, err)
 	stores := map[string]*Store{"open": open, "closed": closed, "fallback": fallback}
 
-	victim := cl.nodes[2]
+	victim := cl.Nodes[2]
 	// Keys on the victim and on the live masters, for each store (their
 	// Redis keys differ by prefix, so by slot).
 	dead, live := map[string][]string{}, map[string][]string{}
 	for name, s := range stores {
 		for i := 0; len(dead[name]) < 4 || len(live[name]) < 8; i++ {
 			key := fmt.Sprintf("k%d", i)
-			if cl.owner(t, cl.slot(t, s.Key(key))) == victim {
+			if cl.Owner(t, cl.Slot(t, s.Key(key))) == victim {
 				if len(dead[name]) < 4 {
 					dead[name] = append(dead[name], key)
 				}
@@ -81,7 +82,7 @@ func TestClusterMasterLost(t *testing.T) {
 		return d
 	}
 
-	victim.kill()
+	require.NoError(t, victim.Kill())
 	round := func(when string) {
 		clk.Advance(time.Second)
 		for name, s := range stores {
@@ -111,13 +112,13 @@ func TestClusterMasterLost(t *testing.T) {
 	}
 	// Wait, with a deadline, until a live master marks the victim failed,
 	// then check again.
-	c := cl.nodes[0].client(nil)
+	c := cl.Nodes[0].Client(nil)
 	defer c.Close()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		nodes, err := c.ClusterNodes(context.Background()).Result()
 		require.NoError(t, err)
-		if marked(nodes, victim.addr()) {
+		if marked(nodes, victim.Addr()) {
 			break
 		}
 		require.True(t, time.Now().Before(deadline), "the victim was never marked failed:\n%s", nodes)
@@ -153,17 +154,17 @@ func marked(nodes, addr string) bool {
 // key there is still refused, never admitted as fail open would.
 func TestClusterCircuitPerMaster(t *testing.T) {
 	cl := startCluster(t)
-	rdb := cl.client(t, func(o *redis.ClusterOptions) { o.MaxRetries = -1 })
+	rdb := cl.Client(t, func(o *redis.ClusterOptions) { o.MaxRetries = -1 })
 	clk := ratelimit.NewManualClock(unixNow)
 	s, err := New(rdb, drillRule, WithPrefix(testPrefix()), WithClock(clk), WithTimeout(drillTimeout),
 		WithCircuit(3, time.Hour), WithDenyCache(0))
 	require.NoError(t, err)
-	victim := cl.nodes[2]
+	victim := cl.Nodes[2]
 	var dead []string
-	liveKeys := map[*server]string{}
+	liveKeys := map[*redistest.Server]string{}
 	for i := 0; len(dead) < 4 || len(liveKeys) < 2; i++ {
 		key := fmt.Sprintf("k%d", i)
-		switch owner := cl.owner(t, cl.slot(t, s.Key(key))); {
+		switch owner := cl.Owner(t, cl.Slot(t, s.Key(key))); {
 		case owner == victim:
 			dead = append(dead, key)
 		case liveKeys[owner] == "":
@@ -180,7 +181,7 @@ func TestClusterCircuitPerMaster(t *testing.T) {
 		require.False(t, d.Allowed, "spent")
 	}
 
-	victim.kill()
+	require.NoError(t, victim.Kill())
 	for _, key := range dead[:3] {
 		_, err := timed(t, s, key)
 		require.ErrorIs(t, err, ErrUnavailable)
@@ -201,7 +202,7 @@ func TestClusterCircuitPerMaster(t *testing.T) {
 	for owner, key := range liveKeys {
 		for range 3 {
 			d, err := liveCheck(t, key, s.CheckContext)
-			require.NoError(t, err, "key %s on live master %s", key, owner.addr())
+			require.NoError(t, err, "key %s on live master %s", key, owner.Addr())
 			require.False(t, d.Allowed, "spent key %s on a live master admitted", key)
 			p, err := s.Peek(key, ratelimit.Unit)
 			require.NoError(t, err)
@@ -218,14 +219,14 @@ func TestClusterCircuitPerMaster(t *testing.T) {
 // deadline.
 func TestClusterFullCoverage(t *testing.T) {
 	cl := startClusterCoverage(t, true)
-	rdb := cl.client(t, func(o *redis.ClusterOptions) { o.MaxRetries = -1 })
+	rdb := cl.Client(t, func(o *redis.ClusterOptions) { o.MaxRetries = -1 })
 	s, err := New(rdb, drillRule, WithPrefix(testPrefix()), WithTimeout(drillTimeout),
 		WithFailureMode(FailClosed), WithCircuit(1<<30, time.Second), WithDenyCache(0))
 	require.NoError(t, err)
-	victim := cl.nodes[2]
+	victim := cl.Nodes[2]
 	liveKey := ""
 	for i := 0; liveKey == ""; i++ {
-		if key := fmt.Sprintf("k%d", i); cl.owner(t, cl.slot(t, s.Key(key))) != victim {
+		if key := fmt.Sprintf("k%d", i); cl.Owner(t, cl.Slot(t, s.Key(key))) != victim {
 			liveKey = key
 		}
 	}
@@ -233,8 +234,8 @@ func TestClusterFullCoverage(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, d.Allowed)
 
-	victim.kill()
-	c := cl.nodes[0].client(nil)
+	require.NoError(t, victim.Kill())
+	c := cl.Nodes[0].Client(nil)
 	defer c.Close()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -259,7 +260,7 @@ func TestClusterFullCoverage(t *testing.T) {
 // deadline.
 func TestClusterCompositeMasterLost(t *testing.T) {
 	cl := startCluster(t)
-	rdb := cl.client(t, func(o *redis.ClusterOptions) { o.MaxRetries = -1 })
+	rdb := cl.Client(t, func(o *redis.ClusterOptions) { o.MaxRetries = -1 })
 	clk := ratelimit.NewManualClock(unixNow)
 	customer := ratelimit.Layer{Rule: ratelimit.GCRA{Rate: ratelimit.Every(year), Burst: 3, Name: "customer"}, Key: firstField}
 	route := ratelimit.Layer{Rule: ratelimit.FixedWindow{Limit: 2, Window: year, Name: "route"}}
@@ -277,12 +278,12 @@ func TestClusterCompositeMasterLost(t *testing.T) {
 		return d, err
 	}
 
-	victim := cl.nodes[2]
+	victim := cl.Nodes[2]
 	dead, live := map[string][]string{}, map[string][]string{}
 	for name, c := range comps {
 		for i := 0; len(dead[name]) < 3 || len(live[name]) < 6; i++ {
 			req := fmt.Sprintf("c%d /r", i)
-			if cl.owner(t, cl.slot(t, c.Key(0, req))) == victim {
+			if cl.Owner(t, cl.Slot(t, c.Key(0, req))) == victim {
 				if len(dead[name]) < 3 {
 					dead[name] = append(dead[name], req)
 				}
@@ -306,7 +307,7 @@ func TestClusterCompositeMasterLost(t *testing.T) {
 		return d
 	}
 
-	victim.kill()
+	require.NoError(t, victim.Kill())
 	for round := range 5 {
 		clk.Advance(time.Second)
 		for name, c := range comps {

@@ -17,7 +17,7 @@ import (
 // Decisions for keys spread over every master.
 func TestClusterLockoutAndInFlight(t *testing.T) {
 	cl := startCluster(t)
-	rdb := cl.client(t, nil)
+	rdb := cl.Client(t, nil)
 	clk := ratelimit.NewManualClock(unixNow)
 	prefix := testPrefix()
 	ctx := context.Background()
@@ -43,9 +43,9 @@ func TestClusterLockoutAndInFlight(t *testing.T) {
 	masters := map[string]bool{}
 	for i := range keys {
 		key := fmt.Sprintf("user-%d", i)
-		slot := cl.slot(t, f.Key(key))
-		require.Equal(t, slot, cl.slot(t, rate.Key(key)), "an InFlight's key and a Store's share a slot")
-		masters[cl.owner(t, cl.slot(t, lo.Key(key))).addr()] = true
+		slot := cl.Slot(t, f.Key(key))
+		require.Equal(t, slot, cl.Slot(t, rate.Key(key)), "an InFlight's key and a Store's share a slot")
+		masters[cl.Owner(t, cl.Slot(t, lo.Key(key))).Addr()] = true
 	}
 	require.Len(t, masters, 3, "keys on every master")
 	for step := range 12 {

@@ -17,7 +17,7 @@ import (
 // store on the same trace.
 func TestClusterStore(t *testing.T) {
 	cl := startCluster(t)
-	rdb := cl.client(t, nil)
+	rdb := cl.Client(t, nil)
 	single := needRedis(t)
 	rules := []ratelimit.Rule{
 		ratelimit.GCRA{Rate: ratelimit.PerSecond(2), Burst: 3, Name: "gcra"},
@@ -43,9 +43,9 @@ func TestClusterStore(t *testing.T) {
 				key := fmt.Sprintf("user-%d", i)
 				rk := onCluster.Key(key)
 				tag := rk[strings.IndexByte(rk, '{')+1 : len(rk)-1]
-				slot := cl.slot(t, rk)
-				require.Equal(t, cl.slot(t, tag), slot, "%s is not in its tag's slot", rk)
-				perNode[cl.owner(t, slot).addr()]++
+				slot := cl.Slot(t, rk)
+				require.Equal(t, cl.Slot(t, tag), slot, "%s is not in its tag's slot", rk)
+				perNode[cl.Owner(t, slot).Addr()]++
 			}
 			for step := range 40 {
 				for i := range keys {
@@ -70,13 +70,13 @@ func TestClusterStore(t *testing.T) {
 			// Every key's state is where its slot says, and every master
 			// holds some.
 			ctx := context.Background()
-			for _, n := range cl.nodes {
-				c := n.client(nil)
+			for _, n := range cl.Nodes {
+				c := n.Client(nil)
 				found, err := c.Keys(ctx, prefix+"*").Result()
 				c.Close()
 				require.NoError(t, err)
-				require.Equal(t, perNode[n.addr()], len(found), "keys on %s", n.addr())
-				require.NotZero(t, len(found), "no key on master %s", n.addr())
+				require.Equal(t, perNode[n.Addr()], len(found), "keys on %s", n.Addr())
+				require.NotZero(t, len(found), "no key on master %s", n.Addr())
 			}
 			t.Logf("%d keys over three masters: %v", keys, perNode)
 			st := onCluster.Stats()

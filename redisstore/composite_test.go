@@ -181,7 +181,7 @@ func TestCompositeConcurrentNoPartialSpend(t *testing.T) {
 	needRedis(t)
 	clients := make([]*redis.Client, 4)
 	for i := range clients {
-		clients[i] = shared.client(nil)
+		clients[i] = shared.Client(nil)
 		defer clients[i].Close()
 	}
 	slow := ratelimit.Every(year)

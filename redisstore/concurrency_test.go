@@ -34,7 +34,7 @@ func TestConcurrentChecksAdmitExactlyTheLimit(t *testing.T) {
 	needRedis(t)
 	clients := make([]*redis.Client, 4)
 	for i := range clients {
-		clients[i] = shared.client(nil)
+		clients[i] = shared.Client(nil)
 		defer clients[i].Close()
 	}
 	for _, rule := range hundredRules() {

@@ -107,9 +107,9 @@ func TestDenyCacheServerClock(t *testing.T) {
 	prefix := testPrefix()
 	plain, err := New(rdb, rule, WithPrefix(prefix), WithDenyCache(0), WithTimeout(5*time.Second))
 	require.NoError(t, err)
-	other := shared.client(nil)
+	other := shared.Client(nil)
 	defer other.Close()
-	hooked := shared.client(nil)
+	hooked := shared.Client(nil)
 	defer hooked.Close()
 	// Before the first check's script, Redis busies itself for 30 ms on
 	// another connection: that check reaches its script long after it was

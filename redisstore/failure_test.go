@@ -3,11 +3,11 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ratekit/ratelimit"
+	"github.com/ratekit/ratelimit/redisstore/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -25,13 +25,10 @@ const (
 )
 
 // drillServer starts a redis-server of the test's own, to hang and crash.
-func drillServer(t *testing.T) *server {
+func drillServer(t *testing.T) *redistest.Server {
 	t.Helper()
 	needRedis(t)
-	s, err := startServer(0)
-	require.NoError(t, err)
-	t.Cleanup(s.stop)
-	return s
+	return redistest.New(t)
 }
 
 var drillRule = ratelimit.GCRA{Rate: ratelimit.Every(year), Burst: 3}
@@ -72,7 +69,7 @@ func TestFailurePolicies(t *testing.T) {
 			for _, drill := range []string{"hang", "crash"} {
 				t.Run(drill, func(t *testing.T) {
 					srv := drillServer(t)
-					rdb := srv.client(func(o *redis.Options) {
+					rdb := srv.Client(func(o *redis.Options) {
 						o.ContextTimeoutEnabled = !ignoresContext
 						o.MaxRetries = -1
 						o.ReadTimeout = 2 * time.Second
@@ -97,9 +94,9 @@ func TestFailurePolicies(t *testing.T) {
 					}
 
 					if drill == "hang" {
-						srv.signal(syscall.SIGSTOP)
+						require.NoError(t, srv.Pause())
 					} else {
-						srv.kill()
+						require.NoError(t, srv.Kill())
 					}
 
 					for i := range 6 {
@@ -134,9 +131,9 @@ func TestFailurePolicies(t *testing.T) {
 					assert.Less(t, time.Since(start), 10*time.Millisecond)
 
 					if drill == "hang" {
-						srv.signal(syscall.SIGCONT)
+						require.NoError(t, srv.Resume())
 					} else {
-						require.NoError(t, srv.start())
+						require.NoError(t, srv.Restart())
 					}
 					for _, s := range []*Store{open, closed, fallback} {
 						d := awaitResume(t, s, "k")
@@ -163,12 +160,12 @@ func TestFailurePolicies(t *testing.T) {
 // store's (longer) timeout.
 func TestCallerDeadlineFirst(t *testing.T) {
 	srv := drillServer(t)
-	rdb := srv.client(nil)
+	rdb := srv.Client(nil)
 	defer rdb.Close()
 	s, err := New(rdb, drillRule, WithTimeout(time.Hour))
 	require.NoError(t, err)
-	srv.signal(syscall.SIGSTOP)
-	defer srv.signal(syscall.SIGCONT)
+	require.NoError(t, srv.Pause())
+	defer srv.Resume()
 	ctx, cancel := context.WithTimeout(context.Background(), drillTimeout)
 	defer cancel()
 	start := time.Now()

@@ -65,7 +65,7 @@ func TestStepRunsAsAFunction(t *testing.T) {
 	assert.Equal(t, int64(3), d.Remaining, "the second check, after the library was loaded again")
 
 	h := &refuseFCALL{}
-	old := shared.client(nil)
+	old := shared.Client(nil)
 	defer old.Close()
 	old.AddHook(h)
 	o, err := New(old, rule, WithClock(clk), WithPrefix(prefix))

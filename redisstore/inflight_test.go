@@ -110,7 +110,7 @@ func TestInFlightAtMostLimitAcrossClients(t *testing.T) {
 	clk := ratelimit.NewManualClock(unixNow)
 	prefix := testPrefix()
 	newReplica := func() (*InFlight, *redis.Client) {
-		c := shared.client(nil)
+		c := shared.Client(nil)
 		f, err := NewInFlight(c, l, WithClock(clk), WithPrefix(prefix), WithTimeout(10*time.Second))
 		require.NoError(t, err)
 		return f, c
@@ -289,7 +289,7 @@ func TestInFlightFailurePolicies(t *testing.T) {
 	srv := drillServer(t)
 	// A dead Redis refuses connections at once; the long deadline keeps a
 	// loaded machine from turning Redis's answers into the policy's.
-	rdb := srv.client(func(o *redis.Options) { o.MaxRetries, o.DialerRetries = -1, 1 })
+	rdb := srv.Client(func(o *redis.Options) { o.MaxRetries, o.DialerRetries = -1, 1 })
 	defer rdb.Close()
 	l := ratelimit.InFlightLimit{Limit: 2, MaxHold: time.Minute}
 	local, err := ratelimit.NewInFlight(ratelimit.InFlightLimit{Limit: 1})
@@ -305,7 +305,7 @@ func TestInFlightFailurePolicies(t *testing.T) {
 	rel, d, err := open.Acquire("k")
 	require.NoError(t, err)
 	require.True(t, d.Allowed)
-	srv.kill()
+	require.NoError(t, srv.Kill())
 	rel() // fails, counted; MaxHold would take the slot back
 	for range 4 {
 		_, d, err := open.Acquire("k")
@@ -327,7 +327,7 @@ func TestInFlightFailurePolicies(t *testing.T) {
 	assert.Zero(t, local.InUse("k"))
 	assert.NotZero(t, open.Stats().Failures)
 
-	require.NoError(t, srv.start())
+	require.NoError(t, srv.Restart())
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		rel, d, err := closed.Acquire("k")

@@ -41,7 +41,7 @@ func BenchmarkLease(b *testing.B) {
 	if shared == nil {
 		b.Skip("no redis-server")
 	}
-	rdb := shared.client(func(o *redis.Options) { o.PoolSize = 64 })
+	rdb := shared.Client(func(o *redis.Options) { o.PoolSize = 64 })
 	defer rdb.Close()
 	rules := []struct {
 		name string

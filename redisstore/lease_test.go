@@ -53,7 +53,7 @@ func newReplicas(t testing.TB, n int, rule ratelimit.Rule, lo LeaseOptions, opts
 	needRedis(t)
 	rs := make([]replica, n)
 	for i := range rs {
-		rdb := shared.client(nil)
+		rdb := shared.Client(nil)
 		cc := &callCounter{}
 		rdb.AddHook(cc)
 		// A generous timeout: the race detector on a shared machine is slow.
@@ -602,7 +602,7 @@ func TestLeaseWhenRedisFails(t *testing.T) {
 	for _, mode := range []FailureMode{FailOpen, FailClosed} {
 		t.Run([]string{"fail open", "fail closed"}[mode], func(t *testing.T) {
 			srv := drillServer(t)
-			rdb := srv.client(func(o *redis.Options) { o.MaxRetries = -1 })
+			rdb := srv.Client(func(o *redis.Options) { o.MaxRetries = -1 })
 			defer rdb.Close()
 			clk := ratelimit.NewManualClock(unixNow)
 			rule := ratelimit.FixedWindow{Limit: 100, Window: time.Hour}
@@ -621,7 +621,7 @@ func TestLeaseWhenRedisFails(t *testing.T) {
 			require.NotNil(t, ls)
 			left := ls.k - ls.used.Load()
 			require.Positive(t, left)
-			srv.kill()
+			require.NoError(t, srv.Kill())
 			for i := int64(0); i < left; i += int64(ratelimit.Unit) {
 				d, err := l.Check("k", ratelimit.Unit)
 				require.NoError(t, err, "the lease admits without Redis")

@@ -92,7 +92,7 @@ func TestLockoutConcurrentFailuresStartOneBlock(t *testing.T) {
 	prefix := testPrefix()
 	var lockouts []*Lockout
 	for range 3 {
-		c := shared.client(nil)
+		c := shared.Client(nil)
 		t.Cleanup(func() { c.Close() })
 		l, err := NewLockout(c, rule, WithPrefix(prefix), WithTimeout(10*time.Second))
 		require.NoError(t, err)
@@ -142,7 +142,7 @@ func TestLockoutFailurePolicies(t *testing.T) {
 	srv := drillServer(t)
 	// A dead Redis refuses connections at once; the long deadline keeps a
 	// loaded machine from turning Redis's answers into the policy's.
-	rdb := srv.client(func(o *redis.Options) { o.MaxRetries, o.DialerRetries = -1, 1 })
+	rdb := srv.Client(func(o *redis.Options) { o.MaxRetries, o.DialerRetries = -1, 1 })
 	defer rdb.Close()
 	rule := ratelimit.LockoutRule{Failures: 2, Within: time.Hour, Block: time.Hour}
 	clk := ratelimit.NewManualClock(unixNow)
@@ -159,7 +159,7 @@ func TestLockoutFailurePolicies(t *testing.T) {
 
 	_, _, err = closed.Fail(ctx, "k")
 	require.NoError(t, err)
-	srv.kill()
+	require.NoError(t, srv.Kill())
 	for range 4 { // through Redis's errors, then the open circuit
 		d, err := closed.Check(ctx, "fresh")
 		require.ErrorIs(t, err, ErrUnavailable)
@@ -187,7 +187,7 @@ func TestLockoutFailurePolicies(t *testing.T) {
 	assert.False(t, fallback.Check("x").Allowed)
 	assert.NotZero(t, closed.Stats().CircuitRefusals)
 
-	require.NoError(t, srv.start())
+	require.NoError(t, srv.Restart())
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		d, err := closed.Check(ctx, "k")

@@ -18,7 +18,7 @@ type backend interface {
 // and the calls Redis did not decide, to metrics collectors.
 func TestBackendStats(t *testing.T) {
 	srv := drillServer(t)
-	rdb := srv.client(nil)
+	rdb := srv.Client(nil)
 	defer rdb.Close()
 	opts := []Option{WithTimeout(drillTimeout)}
 	s, err := New(rdb, ratelimit.FixedWindow{Limit: 3, Window: time.Second, Name: "api"}, opts...)
@@ -27,7 +27,7 @@ func TestBackendStats(t *testing.T) {
 	require.NoError(t, err)
 	f, err := NewInFlight(rdb, ratelimit.InFlightLimit{Limit: 4, Name: "quote"}, opts...)
 	require.NoError(t, err)
-	srv.kill()
+	require.NoError(t, srv.Kill())
 	_, _ = s.Check("k", ratelimit.Unit)
 	_, _ = lo.Check(t.Context(), "k")
 	_, _, _ = f.Acquire("k")

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -269,7 +268,7 @@ func TestOpsWhenRedisFails(t *testing.T) {
 	for _, drill := range []string{"hang", "crash"} {
 		t.Run(drill, func(t *testing.T) {
 			srv := drillServer(t)
-			rdb := srv.client(func(o *redis.Options) { o.MaxRetries = -1 })
+			rdb := srv.Client(func(o *redis.Options) { o.MaxRetries = -1 })
 			defer rdb.Close()
 			s, err := New(rdb, drillRule, WithTimeout(drillTimeout), WithCircuit(100, time.Second))
 			require.NoError(t, err)
@@ -284,10 +283,10 @@ func TestOpsWhenRedisFails(t *testing.T) {
 			d, err := setupCheck(t, "k", s.CheckContext)
 			require.NoError(t, err)
 			if drill == "hang" {
-				srv.signal(syscall.SIGSTOP)
-				defer srv.signal(syscall.SIGCONT)
+				require.NoError(t, srv.Pause())
+				defer srv.Resume()
 			} else {
-				srv.kill()
+				require.NoError(t, srv.Kill())
 			}
 			within := func(what string, f func() error) {
 				start := time.Now()
@@ -369,14 +368,14 @@ func TestCompositeRefundConcurrent(t *testing.T) {
 // down.
 func TestCompositeOpsWhenRedisFails(t *testing.T) {
 	srv := drillServer(t)
-	rdb := srv.client(func(o *redis.Options) { o.MaxRetries = -1 })
+	rdb := srv.Client(func(o *redis.Options) { o.MaxRetries = -1 })
 	defer rdb.Close()
 	c, err := NewComposite(rdb, []Layer{{Layer: ratelimit.Layer{Rule: drillRule}}}, WithTimeout(drillTimeout))
 	require.NoError(t, err)
 	d, err := c.Check("k", ratelimit.Unit)
 	require.NoError(t, err)
-	srv.signal(syscall.SIGSTOP)
-	defer srv.signal(syscall.SIGCONT)
+	require.NoError(t, srv.Pause())
+	defer srv.Resume()
 	start := time.Now()
 	_, err = c.Refund("k", ratelimit.Unit, d.At)
 	assert.ErrorIs(t, err, ErrUnavailable)

@@ -231,7 +231,7 @@ func TestSettleConflict(t *testing.T) {
 		left, err = rdb.Get(ctx, other.Key("k")).Result()
 		assert.NoError(t, err)
 	}}
-	hooked := shared.client(nil)
+	hooked := shared.Client(nil)
 	defer hooked.Close()
 	hooked.AddHook(h.hook())
 	s, err := New(hooked, rule, WithClock(clk), WithPrefix(prefix), WithDenyCache(0))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,7 +25,7 @@ func TestInFlightBehindMiddleware(t *testing.T) {
 	l := ratelimit.InFlightLimit{Limit: 1, MaxHold: time.Minute}
 	key := httplimit.WithKey(func(*http.Request) (string, error) { return "k", nil })
 	replica := func(opts ...Option) (*InFlight, http.Handler, chan struct{}) {
-		rdb := srv.client(func(o *redis.Options) { o.MaxRetries, o.DialerRetries = -1, 1 })
+		rdb := srv.Client(func(o *redis.Options) { o.MaxRetries, o.DialerRetries = -1, 1 })
 		t.Cleanup(func() { rdb.Close() })
 		// A long deadline: a loaded machine must not turn an answer Redis
 		// gives into the failure policy's. A dead Redis refuses at once.
@@ -51,7 +50,7 @@ func TestInFlightBehindMiddleware(t *testing.T) {
 	go func() { held <- serve(a, "/?hold") }()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	probe, err := NewInFlight(srv.client(nil), l, WithTimeout(5*time.Second))
+	probe, err := NewInFlight(srv.Client(nil), l, WithTimeout(5*time.Second))
 	require.NoError(t, err)
 	for n := int64(0); n == 0; { // until the held request has its slot
 		n, err = probe.InUse(ctx, "k")
@@ -64,7 +63,7 @@ func TestInFlightBehindMiddleware(t *testing.T) {
 	assert.Equal(t, http.StatusOK, <-held)
 	assert.Equal(t, http.StatusOK, serve(b, "/"))
 
-	srv.kill()
+	require.NoError(t, srv.Kill())
 	assert.Equal(t, http.StatusOK, serve(a, "/"), "fail open, the default")
 	assert.Equal(t, http.StatusTooManyRequests, serve(b, "/"), "fail closed")
 	assert.Equal(t, http.StatusTooManyRequests, serve(b, "/"), "fail closed, circuit open")
@@ -76,7 +75,7 @@ func TestInFlightBehindMiddleware(t *testing.T) {
 // runs again, Redis decides again.
 func TestHungRedisAnswersByTheDeadline(t *testing.T) {
 	srv := drillServer(t)
-	rdb := srv.client(func(o *redis.Options) { o.MaxRetries = -1 })
+	rdb := srv.Client(func(o *redis.Options) { o.MaxRetries = -1 })
 	defer rdb.Close()
 	opts := []Option{WithTimeout(drillTimeout), WithCircuit(100, time.Hour)} // the circuit stays closed: every call waits
 	lo, err := NewLockout(rdb, ratelimit.LockoutRule{Failures: 2, Within: time.Hour, Block: time.Hour}, opts...)
@@ -84,7 +83,7 @@ func TestHungRedisAnswersByTheDeadline(t *testing.T) {
 	f, err := NewInFlight(rdb, ratelimit.InFlightLimit{Limit: 1, MaxHold: time.Minute}, opts...)
 	require.NoError(t, err)
 	ctx := context.Background()
-	srv.signal(syscall.SIGSTOP)
+	require.NoError(t, srv.Pause())
 	for range 2 {
 		start := time.Now()
 		d, err := lo.Check(ctx, "k")
@@ -103,7 +102,7 @@ func TestHungRedisAnswersByTheDeadline(t *testing.T) {
 		require.ErrorIs(t, err, ErrUnavailable)
 		assert.True(t, d.Allowed, "an in-flight limit fails open")
 	}
-	srv.signal(syscall.SIGCONT)
+	require.NoError(t, srv.Resume())
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		d, err := lo.Check(ctx, "k")

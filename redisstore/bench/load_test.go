@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratelimit/redisstore/bench/load"
+	"github.com/ratekit/ratelimit/redisstore/internal/redistest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -28,15 +29,13 @@ func TestLoadSmoke(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "server")
 	require.NoError(t, load.Build(ctx, filepath.Join(root, "redisstore"), "./examples/server", bin))
 
-	r, err := load.StartRedis()
-	require.NoError(t, err)
-	t.Cleanup(r.Stop)
+	r := redistest.New(t)
 	logf, err := os.Create(filepath.Join(t.TempDir(), "replicas.log"))
 	require.NoError(t, err)
 	t.Cleanup(func() { logf.Close() })
 	var urls []string
 	for range 3 {
-		s, err := load.StartServer(bin, []string{"-redis", r.Addr, "-decided-by", "-failure", "closed"}, logf)
+		s, err := load.StartServer(bin, []string{"-redis", r.Addr(), "-decided-by", "-failure", "closed"}, logf)
 		require.NoError(t, err)
 		t.Cleanup(s.Stop)
 		urls = append(urls, s.URL)

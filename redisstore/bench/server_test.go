@@ -7,21 +7,23 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratekit/ratelimit/redisstore/bench/load"
+	"github.com/ratekit/ratelimit/redisstore/internal/redistest"
 )
 
 // addr is the loopback address of the redis-server TestMain started.
 var addr string
 
 func TestMain(m *testing.M) {
-	r, err := load.StartRedis()
+	r, err := redistest.Start()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "the benchmarks need redis-server on PATH: %v\n", err)
+		fmt.Fprintf(os.Stderr, "the benchmarks need redis-server: %v\n", err)
 		os.Exit(1)
 	}
-	addr = r.Addr
+	addr = r.Addr()
 	code := m.Run()
-	r.Stop()
+	if err := r.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
 	os.Exit(code)
 }
 

@@ -1,8 +1,9 @@
 // Package load drives the example servers with real HTTP traffic, from a
 // vegeta attacker in this process, and measures what they answer: the
-// harness behind cmd/load and TestLoadSmoke. Everything it starts (a
-// redis-server, server processes) listens on 127.0.0.1 only, and is stopped
-// by Stop, which callers defer.
+// harness behind cmd/load and TestLoadSmoke. The server processes it
+// starts listen on 127.0.0.1 only, and are stopped by Stop, which callers
+// defer; the redis-server they share comes from redisstore's internal
+// redistest package, as in redisstore's own tests.
 package load
 
 import (
@@ -11,132 +12,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
-
-// Redis is a redis-server without persistence on a loopback port.
-type Redis struct {
-	Addr string
-	port int
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-}
-
-// StartRedis starts a redis-server on a free loopback port and waits, up to
-// ten seconds, until it answers.
-func StartRedis() (*Redis, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	r := &Redis{Addr: "127.0.0.1:" + strconv.Itoa(port), port: port}
-	if err := r.start(); err != nil {
-		return nil, err
-	}
-	return r, nil
-}
-
-func (r *Redis) start() error {
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--protected-mode", "no")
-	cmd.SysProcAttr = childAttr()
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	r.mu.Lock()
-	r.cmd = cmd
-	r.mu.Unlock()
-	if err := r.waitUp(10 * time.Second); err != nil {
-		r.Kill()
-		return err
-	}
-	return nil
-}
-
-// waitUp waits until the server answers PING. Each attempt is a new
-// connection of its own: a go-redis client, after a run of failed dials,
-// dials only once a second, which would see the server late.
-func (r *Redis) waitUp(limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		err := ping(r.Addr)
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("redis-server on %s did not answer: %w", r.Addr, err)
-		}
-		time.Sleep(time.Millisecond) // a real server starting
-	}
-}
-
-// ping sends PING on a new connection to addr and expects +PONG.
-func ping(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := io.WriteString(c, "*1\r\n$4\r\nPING\r\n"); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if line != "+PONG\r\n" {
-		return fmt.Errorf("PING answered %q", line)
-	}
-	return nil
-}
-
-// Kill sends SIGKILL and reaps the process.
-func (r *Redis) Kill() {
-	r.mu.Lock()
-	cmd := r.cmd
-	r.cmd = nil
-	r.mu.Unlock()
-	if cmd != nil {
-		cmd.Process.Kill()
-		cmd.Wait()
-	}
-}
-
-// Restart starts a new redis-server on the same port (empty: nothing was
-// persisted) and returns once it answers PING.
-func (r *Redis) Restart() error { return r.start() }
-
-// Stop is Kill; it may be called more than once.
-func (r *Redis) Stop() { r.Kill() }
-
-// Client returns a new client for the server.
-func (r *Redis) Client() *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: r.Addr, ContextTimeoutEnabled: true})
-}
-
-// Pid returns the server's process id, 0 when it is not running.
-func (r *Redis) Pid() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.cmd == nil {
-		return 0
-	}
-	return r.cmd.Process.Pid
-}
 
 // RepoRoot returns the directory of the core module, github.com/ratekit/ratelimit,
 // found by walking up from the working directory.

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"github.com/ratekit/ratelimit"
 	"github.com/ratekit/ratelimit/httplimit"
 	"github.com/ratekit/ratelimit/redisstore"
+	"github.com/ratekit/ratelimit/redisstore/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -27,59 +27,26 @@ import (
 var redisAddr string
 
 func TestMain(m *testing.M) {
-	if os.Getenv("REDISSTORE_NO_REDIS") == "1" {
+	if redistest.Disabled() {
 		os.Exit(m.Run()) // every test skips
 	}
-	cmd, addr, err := startRedis()
+	r, err := redistest.Start()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "these tests need redis-server on PATH (or REDISSTORE_NO_REDIS=1 to skip them): %v\n", err)
+		fmt.Fprintf(os.Stderr, "these tests need redis-server (or %s=1 to skip them): %v\n", redistest.NoRedisEnv, err)
 		os.Exit(1)
 	}
-	redisAddr = addr
+	redisAddr = r.Addr()
 	code := m.Run()
-	cmd.Process.Kill()
-	cmd.Wait()
+	if err := r.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
 	os.Exit(code)
-}
-
-// startRedis starts a redis-server without persistence on a free loopback
-// port and waits, up to a deadline, until it answers.
-func startRedis() (*exec.Cmd, string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, "", err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--protected-mode", "no")
-	if err := cmd.Start(); err != nil {
-		return nil, "", err
-	}
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return cmd, addr, nil
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			cmd.Wait()
-			return nil, "", fmt.Errorf("redis-server on %s did not answer: %w", addr, err)
-		}
-		time.Sleep(20 * time.Millisecond) // waiting for a real server to start
-	}
 }
 
 func needRedis(t *testing.T) {
 	t.Helper()
 	if redisAddr == "" {
-		t.Skip("REDISSTORE_NO_REDIS=1: no redis-server")
+		t.Skipf("%s=1: no redis-server", redistest.NoRedisEnv)
 	}
 }
 

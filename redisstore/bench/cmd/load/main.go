@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratelimit/redisstore/bench/load"
+	"github.com/ratekit/ratelimit/redisstore/internal/redistest"
 )
 
 // rule is the examples' token bucket: 10 a second, bursts of 20.
@@ -168,7 +169,7 @@ type harness struct {
 	f         flags
 	out       io.Writer
 	root, tmp string
-	redis     *load.Redis
+	redis     *redistest.Server
 	redisBin  string // redisstore/examples/server, built
 	stops     []func()
 	runs      int
@@ -187,12 +188,16 @@ func (h *harness) setupRedis(ctx context.Context) error {
 	if err := load.Build(ctx, filepath.Join(h.root, "redisstore"), "./examples/server", h.redisBin); err != nil {
 		return err
 	}
-	r, err := load.StartRedis()
+	r, err := redistest.Start()
 	if err != nil {
 		return err
 	}
 	h.redis = r
-	h.stops = append(h.stops, r.Stop)
+	h.stops = append(h.stops, func() {
+		if err := r.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+	})
 	return nil
 }
 
@@ -214,7 +219,7 @@ func (h *harness) startReplicas(extra ...string) ([]*load.Server, func(), error)
 			return nil, nil, err
 		}
 		h.stops = append(h.stops, func() { logf.Close() })
-		args := append([]string{"-redis", h.redis.Addr, "-decided-by"}, extra...)
+		args := append([]string{"-redis", h.redis.Addr(), "-decided-by"}, extra...)
 		s, err := load.StartServer(h.redisBin, args, logf)
 		if err != nil {
 			stop()
@@ -235,7 +240,7 @@ func urls(servers []*load.Server) []string {
 }
 
 func (h *harness) flush(ctx context.Context) error {
-	rdb := h.redis.Client()
+	rdb := h.redis.Client(nil)
 	defer rdb.Close()
 	return rdb.FlushAll(ctx).Err()
 }
@@ -275,7 +280,7 @@ func (h *harness) steadyRun(ctx context.Context, name string, plan load.Plan, ex
 		return steady{}, err
 	}
 	defer stop()
-	rdb := h.redis.Client()
+	rdb := h.redis.Client(nil)
 	defer rdb.Close()
 	meter, err := load.StartMeter(ctx, rdb)
 	if err != nil {
@@ -457,7 +462,10 @@ func (h *harness) outage(ctx context.Context) error {
 					drill <- times{err: ctx.Err()}
 					return
 				}
-				h.redis.Kill()
+				if err := h.redis.Kill(); err != nil {
+					drill <- times{err: err}
+					return
+				}
 				killed := time.Since(t0)
 				select {
 				case <-time.After(f.down):
