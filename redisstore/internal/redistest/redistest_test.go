@@ -3,8 +3,12 @@ package redistest
 import (
 	"context"
 	"errors"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -233,4 +237,44 @@ func TestClusterIsReady(t *testing.T) {
 			assert.Contains(t, err.Error(), c.Nodes[2].Addr())
 		})
 	}
+}
+
+// TestLibraryCodeDoesNotImportIt: in the redisstore module only tests use
+// the harness (the tools that use it live in modules of their own).
+func TestLibraryCodeDoesNotImportIt(t *testing.T) {
+	const self = "github.com/ratekit/ratelimit/redisstore/internal/redistest"
+	root := filepath.Join("..", "..")
+	checked := 0
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != root && fileExists(filepath.Join(path, "go.mod")) {
+				return filepath.SkipDir // another module
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		checked++
+		for _, imp := range f.Imports {
+			if strings.Trim(imp.Path.Value, `"`) == self {
+				t.Errorf("%s imports the test harness", path)
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	assert.Greater(t, checked, 10, "the module's files were read")
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

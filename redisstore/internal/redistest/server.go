@@ -139,7 +139,7 @@ func (s *Server) start() error {
 		s.mu.Unlock()
 		return err
 	}
-	fmt.Fprintf(logf, "--- redistest: redis-server %s\n", strings.Join(s.args, " "))
+	fmt.Fprintf(logf, "--- redistest: redis-server %q\n", s.args)
 	cmd := exec.Command("redis-server", s.args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = childAttr()
