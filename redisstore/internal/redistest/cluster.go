@@ -86,15 +86,7 @@ func StartCluster(cfg ClusterConfig) (*Cluster, error) {
 func NewCluster(tb testing.TB, cfg ClusterConfig) *Cluster {
 	tb.Helper()
 	c, err := StartCluster(cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		if err := c.Stop(); err != nil {
-			tb.Error(err)
-		}
-	})
-	return c
+	return forTest(tb, c, err)
 }
 
 // Addrs returns the nodes' addresses, in the order of Nodes.

@@ -110,15 +110,22 @@ func Start(extra ...string) (*Server, error) {
 func New(tb testing.TB, extra ...string) *Server {
 	tb.Helper()
 	s, err := Start(extra...)
+	return forTest(tb, s, err)
+}
+
+// forTest hands v, just started, to a test: it fails tb when err says the
+// start failed, and stops v when the test ends.
+func forTest[T interface{ Stop() error }](tb testing.TB, v T, err error) T {
+	tb.Helper()
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {
-		if err := s.Stop(); err != nil {
+		if err := v.Stop(); err != nil {
 			tb.Error(err)
 		}
 	})
-	return s
+	return v
 }
 
 var errPortTaken = errors.New("the port was taken")
