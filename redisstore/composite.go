@@ -81,11 +81,11 @@ type Composite struct {
 
 type compLayer struct {
 	Layer
-	m       *ratelimit.Machine
-	p       ratelimit.Params
-	alg     string
-	head    string // prefix, index and rule tag
-	ruleArg []any
+	m    *ratelimit.Machine
+	p    ratelimit.Params
+	step *scriptStep // the check's step it runs
+	head string      // prefix, index and rule tag
+	args stepArgs    // its rule's arguments to the step
 }
 
 // NewComposite returns a [Composite] of layers, in the order given, on the
@@ -125,18 +125,14 @@ func NewComposite(rdb redis.UniversalClient, layers []Layer, opts ...Option) (*C
 	c.guard = !honoursContext(rdb)
 	for i, l := range layers {
 		m := lm.Machine(i)
-		s, err := New(rdb, l.Rule, opts...) // the rule's script arguments
+		s, err := New(rdb, l.Rule, opts...) // the rule's step and arguments
 		if err != nil {
 			return nil, fmt.Errorf("redisstore: layer %d: %w", i, err)
 		}
-		args := s.ruleArgs
-		if m.Params().CountRefused {
-			// A composite never spends a refusal, as in process: the step
-			// reads the rule's states but counts no refused cost.
-			args = append([]any(nil), args...)
-			args[2] = "2"
-		}
-		c.layers[i] = compLayer{Layer: l, m: m, p: m.Params(), alg: s.alg, ruleArg: args,
+		// A composite never spends a refusal, as in process: under
+		// CountRefused, the step reads the rule's states but counts no
+		// refused cost.
+		c.layers[i] = compLayer{Layer: l, m: m, p: m.Params(), step: s.alg.step, args: s.lookArgs,
 			head: o.prefix + "L" + strconv.Itoa(i) + ":" + ruleTag(m.Params()) + ":"}
 		if !l.Shadow {
 			c.enforced++
@@ -344,14 +340,9 @@ func (c *Composite) decide(ctx context.Context, key string, cost ratelimit.Units
 		case l.Shadow:
 			flag = "s"
 		}
-		step := []any{l.alg, "", strconv.FormatInt(int64(cost), 10), strconv.FormatInt(c.marginMs, 10)}
-		step = append(step, l.ruleArg...)
-		if l.alg == "m" {
-			ns, frac := l.m.Span(cost)
-			step = append(step, u(ns), u(frac))
-		}
-		args = append(args, flag, strconv.Itoa(len(step)))
-		args = append(args, step...)
+		// The step's now is set in the script, to the layers' one instant.
+		args = append(args, flag, strconv.Itoa(len(l.args)))
+		args = l.args.appendCheck(args, l.step, l.m, "", cost)
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc

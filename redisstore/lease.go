@@ -62,6 +62,7 @@ type Leased struct {
 	o     LeaseOptions
 	meter bool  // token bucket or GCRA: a lease's allowance decays (see covers)
 	span  int64 // the window or bucket a window rule's lease may not outlive, ns
+	spans int64 // how many spans on from an admission's a refund of it gives nothing back
 	base  time.Time
 
 	keys   sync.Map // key -> *leaseKey
@@ -130,16 +131,13 @@ func NewLeased(s *Store, o LeaseOptions) (*Leased, error) {
 	case p.CountRefused:
 		return nil, fmt.Errorf("%w: %s with CountRefused cannot lease: each refusal spends", ratelimit.ErrInvalidRule, p.Algorithm)
 	}
-	l := &Leased{s: s, o: o, base: time.Now()}
-	switch p.Algorithm {
-	case "token_bucket", "gcra":
-		l.meter = true
-	case "fixed_window", "sliding_counter":
-		l.span = p.WindowNanos
-	case "sub_window":
-		l.span = p.WindowNanos / p.Buckets
-	default:
+	ls := s.alg.lease
+	if ls == nil {
 		return nil, fmt.Errorf("%w: %s cannot lease: an admission must count alike wherever it falls in a lease", ratelimit.ErrInvalidRule, p.Algorithm)
+	}
+	l := &Leased{s: s, o: o, base: time.Now(), meter: ls.meter}
+	if ls.span != nil {
+		l.span, l.spans = ls.span(p), ls.spans(p)
 	}
 	return l, nil
 }
@@ -461,20 +459,14 @@ func (l *Leased) giveBackRest(key string, ls *lease) error {
 // a wasted round trip: a bucket has refilled rest since, or the window or
 // bucket at is in no longer counts.
 func (l *Leased) expired(ls *lease, rest, t int64) bool {
-	p := l.s.p
-	switch {
-	case l.meter:
+	if l.meter {
 		// rest <= RateUnits/RateNanos x (t - at)
+		p := l.s.p
 		hi1, lo1 := bits.Mul64(uint64(rest), p.RateNanos)
 		hi2, lo2 := bits.Mul64(p.RateUnits, uint64(t-ls.at))
 		return hi1 < hi2 || hi1 == hi2 && lo1 <= lo2
-	case p.Algorithm == "fixed_window":
-		return t/l.span != ls.at/l.span
-	case p.Algorithm == "sliding_counter":
-		return t/l.span-ls.at/l.span >= 2
-	default:
-		return t/l.span-ls.at/l.span >= p.Buckets
 	}
+	return t/l.span-ls.at/l.span >= l.spans
 }
 
 // entry returns key's entry, adding it if there is room (dropping an idle

@@ -22,7 +22,7 @@ var settleScript = redis.NewScript(arithLua + "\n" + settleLua)
 // inScript reports whether the store's refunds and settlements run in
 // one script (settle.lua), rather than as a compare-and-set computed in Go:
 // those of the bucket rules, the fixed window and the sliding counter.
-func (s *Store) inScript() bool { return s.alg == "m" || s.alg == "f" || s.alg == "c" }
+func (s *Store) inScript() bool { return s.alg.step.settles }
 
 // scriptReply is settle.lua's reply: the state it read, the instant it
 // read, the state it wrote (nil for none), the amount given back or the
@@ -47,7 +47,7 @@ func (s *Store) scriptOp(ctx context.Context, rk, mode string, a, b ratelimit.Un
 		cn, cf = s.m.Span(a)
 	}
 	n, pn := u(p.RateUnits), u(p.RateNanos)
-	if s.alg != "m" {
+	if s.alg.step.takes(argWindow) {
 		n, pn = strconv.FormatInt(p.WindowNanos, 10), "0"
 		if p.CountRefused {
 			pn = "1"
@@ -56,7 +56,7 @@ func (s *Store) scriptOp(ctx context.Context, rk, mode string, a, b ratelimit.Un
 	reply, err := s.runOn(ctx, rk, s.floor(rk), settleScript, mode,
 		strconv.FormatInt(int64(a), 10), bs, strconv.FormatInt(int64(max(at, 0)), 10),
 		strconv.FormatInt(s.marginMs, 10), n, pn, u(p.TauNanos), u(p.TauFrac),
-		strconv.FormatInt(int64(p.Capacity), 10), u(cn), u(cf), s.alg)
+		strconv.FormatInt(int64(p.Capacity), 10), u(cn), u(cf), s.alg.step.code)
 	if err != nil {
 		return scriptReply{}, err
 	}

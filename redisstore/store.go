@@ -55,13 +55,14 @@ type Store struct {
 	rdb      redis.UniversalClient
 	m        *ratelimit.Machine
 	p        ratelimit.Params
-	alg      string // the script's algorithm: m, f, c, l or s
-	keyHead  string // prefix and rule tag
+	alg      *algorithm // the rule's entry in the table of algorithms
+	keyHead  string     // prefix and rule tag
 	clock    ratelimit.Clock
 	o        options
-	guard    bool  // the client may not stop at a context's deadline
-	marginMs int64 // expiry margin in ms
-	ruleArgs []any // the arguments after the cost and margin for windows
+	guard    bool     // the client may not stop at a context's deadline
+	marginMs int64    // expiry margin in ms
+	stepArgs stepArgs // the rule's arguments to the check's step
+	lookArgs stepArgs // and those of a check whose refusal spends nothing
 	script   scriptRunner
 	br       *circuit
 	dl       atomic.Pointer[deadline]
@@ -111,42 +112,23 @@ func New(rdb redis.UniversalClient, rule ratelimit.Rule, opts ...Option) (*Store
 		s.script = &functionCaller{lib: stepLibrary, fn: stepFunction, fallback: stepScript}
 	}
 	s.br = newCircuit(rdb, s.guard)
-	switch p.Algorithm {
-	case "token_bucket", "gcra", "leaky_bucket":
-		s.alg = "m"
-		s.ruleArgs = []any{u(p.RateUnits), u(p.TauNanos), u(p.TauFrac)}
-	case "fixed_window":
-		s.alg = "f"
-	case "sliding_counter":
-		s.alg = "c"
-	case "sliding_log":
-		s.alg = "l"
-	case "sub_window":
-		s.alg = "s"
-	default:
+	a, ok := algorithmFor(p.Algorithm)
+	if !ok {
 		return nil, fmt.Errorf("%w: algorithm %q has no Redis script", ratelimit.ErrInvalidRule, p.Algorithm)
 	}
-	// A leaky bucket's Delay changes only the Decision's Delay, which the
-	// Machine computes in Go: its state, and so the script, are the same.
-	if p.CountRefused && s.alg != "c" && s.alg != "s" {
-		// The scripts do not know the option here: refuse rather than
-		// decide without it.
+	if p.CountRefused && !a.step.takes(argRefused) {
+		// The step does not know the option: refuse rather than decide
+		// without it.
 		return nil, fmt.Errorf("%w: %s with CountRefused has no Redis script", ratelimit.ErrInvalidRule, p.Algorithm)
-	}
-	if s.alg != "m" {
-		s.ruleArgs = []any{strconv.FormatInt(p.WindowNanos, 10), strconv.FormatInt(int64(p.Capacity), 10)}
 	}
 	if p.CountRefused {
 		// A refusal spends: the script writes it, and the deny cache, which
 		// answers refusals without telling Redis, would lose it.
-		s.ruleArgs = append(s.ruleArgs, "1")
 		s.deny = nil
-	} else if s.alg == "s" {
-		s.ruleArgs = append(s.ruleArgs, "0")
 	}
-	if s.alg == "s" {
-		s.ruleArgs = append(s.ruleArgs, strconv.FormatInt(p.Buckets, 10))
-	}
+	s.alg = a
+	s.stepArgs = newStepArgs(a.step, p, s.marginMs)
+	s.lookArgs = s.stepArgs.look(p)
 	s.keyHead = o.prefix + ruleTag(p) + ":{"
 	return s, nil
 }
@@ -390,23 +372,17 @@ func runScript(ctx context.Context, rdb redis.UniversalClient, script scriptRunn
 // the instant sent is at least floor, as Redis would have clamped to it.
 //
 // look, for a rule with CountRefused, asks for a check whose refusal spends
-// nothing: the script's '2' for the option.
+// nothing (see stepArgs.look).
 func (s *Store) args(cost ratelimit.Units, floor int64, look bool) []any {
 	now := ""
 	if s.clock != nil {
 		now = strconv.FormatInt(max(clamp(s.clock.Now()), floor), 10)
 	}
-	args := make([]any, 0, 9)
-	args = append(args, s.alg, now, strconv.FormatInt(int64(cost), 10), strconv.FormatInt(s.marginMs, 10))
-	args = append(args, s.ruleArgs...)
+	a := s.stepArgs
 	if look {
-		args[4+2] = "2"
+		a = s.lookArgs
 	}
-	if s.alg == "m" {
-		ns, frac := s.m.Span(cost)
-		args = append(args, u(ns), u(frac))
-	}
-	return args
+	return a.appendCheck(make([]any, 0, len(a)), s.alg.step, s.m, now, cost)
 }
 
 // clamp maps a clock reading into [0, MaxTime], as the core does.

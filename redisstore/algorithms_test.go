@@ -1,0 +1,113 @@
+package redisstore
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratelimit"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestAlgorithmTable checks the table of algorithms against itself: one
+// entry for each algorithm of benchRules (one rule per algorithm) and no
+// other, each step's arguments in order from argRule with no gap, one code
+// and one Lua name per step, one index per argument name, and a lease that
+// either decays (a bucket) or has a span and a count of them.
+func TestAlgorithmTable(t *testing.T) {
+	names := map[string]bool{}
+	for _, rule := range benchRules() {
+		m, err := ratelimit.NewMachine(rule)
+		require.NoError(t, err)
+		name := m.Params().Algorithm
+		_, ok := algorithmFor(name)
+		assert.True(t, ok, "%s has no entry", name)
+		names[name] = true
+	}
+	codes, luas := map[string]*scriptStep{}, map[string]*scriptStep{}
+	slots := map[string]*slot{}
+	for _, sl := range []*slot{argAlg, argNow, argCost, argMargin} {
+		slots[sl.name] = sl
+		assert.Less(t, sl.at, argRule, sl.name)
+	}
+	for _, a := range algorithms {
+		assert.True(t, names[a.name], "%s is in the table but not in benchRules", a.name)
+		delete(names, a.name) // a second entry for it fails above
+		st := a.step
+		require.NotNil(t, st, a.name)
+		if o, ok := codes[st.code]; ok {
+			assert.Same(t, o, st, "%s: code %q names two steps", a.name, st.code)
+		}
+		if o, ok := luas[st.lua]; ok {
+			assert.Same(t, o, st, "%s: ALG_%s names two steps", a.name, st.lua)
+		}
+		codes[st.code], luas[st.lua] = st, st
+		assert.Regexp(t, `^[a-z]$`, st.code, a.name)
+		assert.Regexp(t, `^[A-Z][A-Z_]*$`, st.lua, a.name)
+		for i, sl := range st.slots {
+			assert.Equal(t, argRule+i, sl.at, "%s: argument %s", a.name, sl.name)
+			if o, ok := slots[sl.name]; ok {
+				assert.Same(t, o, sl, "%s: ARG_%s names two arguments", a.name, sl.name)
+			}
+			slots[sl.name] = sl
+		}
+		assert.Equal(t, st.takes(argCostSpan), st.takes(argCostFrac), a.name)
+		if l := a.lease; l != nil {
+			assert.Equal(t, l.span == nil, l.spans == nil, a.name)
+			assert.NotEqual(t, l.meter, l.span != nil, "%s: a lease decays or has a span", a.name)
+		}
+	}
+	assert.Empty(t, names, "algorithms of benchRules without an entry")
+}
+
+// TestStepArgs pins the arguments a check sends, slot by slot, for each
+// algorithm: the order step.lua reads them in.
+func TestStepArgs(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	defer rdb.Close()
+	clk := ratelimit.NewManualClock(5)
+	for _, rule := range append(benchRules(),
+		ratelimit.SlidingCounter{Limit: 10, Window: time.Second, CountRefused: true},
+		ratelimit.SubWindow{Limit: 10, Window: time.Second, Buckets: 5, CountRefused: true}) {
+		s, err := New(rdb, rule, WithClock(clk), WithExpiryMargin(1500*time.Millisecond))
+		require.NoError(t, err)
+		p := s.Params()
+		t.Run(p.Algorithm, func(t *testing.T) {
+			head := []any{"", "5", "3000", "1500"}
+			refused := "0"
+			if p.CountRefused {
+				refused = "1"
+			}
+			var rest []any
+			switch p.Algorithm {
+			case "token_bucket", "gcra", "leaky_bucket":
+				head[0] = "m"
+				ns, frac := s.m.Span(3000)
+				rest = []any{u(p.RateUnits), u(p.TauNanos), u(p.TauFrac), u(ns), u(frac)}
+			case "fixed_window", "sliding_log":
+				head[0] = p.Algorithm[:1]
+				if p.Algorithm == "sliding_log" {
+					head[0] = "l"
+				}
+				rest = []any{"1000000000", u(uint64(p.Capacity))}
+			case "sliding_counter":
+				head[0] = "c"
+				rest = []any{"1000000000", u(uint64(p.Capacity)), refused}
+			case "sub_window":
+				head[0] = "s"
+				rest = []any{"1000000000", u(uint64(p.Capacity)), refused, u(uint64(p.Buckets))}
+			default:
+				t.Fatalf("no expected arguments for %s", p.Algorithm)
+			}
+			want := append(head, rest...)
+			assert.Equal(t, want, s.args(3000, 0, false))
+			if p.CountRefused {
+				want[argRefused.at] = refusedLook
+			}
+			assert.Equal(t, want, s.args(3000, 0, true), "a look")
+			assert.Equal(t, want, s.lookArgs.appendCheck(nil, s.alg.step, s.m, "5", 3000), "a composite's layer")
+			assert.Equal(t, "7", s.args(3000, 7, false)[argNow.at], "the floor")
+		})
+	}
+}
