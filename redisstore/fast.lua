@@ -130,18 +130,18 @@ end
 -- to the exact path. tm is TIME's reply, or nil for a client clock; old is
 -- the key's value, or false.
 local function fast(key, alg, old, tm)
-  local cost, margin = farg(ARGV[3]), farg(ARGV[4])
+  local cost, margin = farg(ARGV[ARG_COST]), farg(ARGV[ARG_MARGIN])
   if not cost or cost == 0 or not margin then return nil end
   -- The rule's constants first, so that a rule beyond range declines at once.
   local n, tau, tauf, cn, cf, w, cap, k
-  if alg == 'm' then
-    n, tau, tauf, cn, cf = farg(ARGV[5]), farg(ARGV[6]), farg(ARGV[7]), farg(ARGV[8]), farg(ARGV[9])
+  if alg == ALG_METER then
+    n, tau, tauf, cn, cf = farg(ARGV[ARG_PACE]), farg(ARGV[ARG_TAU]), farg(ARGV[ARG_TAU_FRAC]), farg(ARGV[ARG_COST_SPAN]), farg(ARGV[ARG_COST_FRAC])
     if not (n and tau and tauf and cn and cf) then return nil end
-  elseif alg == 'f' or alg == 'c' or alg == 'l' or alg == 's' then
-    w, cap = farg(ARGV[5]), farg(ARGV[6])
+  elseif alg == ALG_FIXED or alg == ALG_COUNTER or alg == ALG_LOG or alg == ALG_SUB then
+    w, cap = farg(ARGV[ARG_WINDOW]), farg(ARGV[ARG_CAPACITY])
     if not (w and cap) or w == 0 then return nil end
-    if alg == 's' then
-      k = farg(ARGV[8])
+    if alg == ALG_SUB then
+      k = farg(ARGV[ARG_BUCKETS])
       if not k or k < 1 or k > 60 or math.fmod(w, k) ~= 0 then return nil end
     end
   else
@@ -154,7 +154,7 @@ local function fast(key, alg, old, tm)
     L = L * 1000
     reading = string.format('%d%09d', H, L)
   else
-    reading = ARGV[2]
+    reading = ARGV[ARG_NOW]
     if string.find(reading, '%D') then return nil end
     H, L = ftime(reading)
     if not H then return nil end
@@ -164,7 +164,7 @@ local function fast(key, alg, old, tm)
   -- The state's fields: f1..f4 for the fixed shapes, fs for a log.
   local fs, nf, f1, f2, f3, f4 = nil, 0, nil, nil, nil, nil
   if old and #old > 0 then
-    if alg == 'l' or alg == 's' then
+    if alg == ALG_LOG or alg == ALG_SUB then
       if string.find(old, '[^ 0-9]') or string.find(old, '  ') or string.byte(old, 1) == 32 or string.byte(old, -1) == 32 then
         return nil
       end
@@ -175,7 +175,7 @@ local function fast(key, alg, old, tm)
       end
       f1 = fs[1]
     else
-      if alg == 'c' then
+      if alg == ALG_COUNTER then
         f1, f2, f3, f4 = string.match(old, '^(%d+) (%d+) (%d+) (%d+)$')
         nf = 4
       else
@@ -199,7 +199,7 @@ local function fast(key, alg, old, tm)
   end
 
   local admitted, new, ttl = 0, nil, 0
-  if alg == 'm' then
+  if alg == ALG_METER then
     local ts, frs, dn, df = '0', '0', 0, 0
     if nf > 1 then
       ts, frs = f2, f3
@@ -222,7 +222,7 @@ local function fast(key, alg, old, tm)
     if df ~= 0 then ttl = ttl + 1 end
     new = now .. ' ' .. ts .. ' ' .. frs
   else
-    if alg == 'l' then
+    if alg == ALG_LOG then
       if nf > 1 and nf % 2 ~= 1 then return nil end
       local rt, c = {}, {}
       local k, inside, prev = nf + 1, 0, nil
@@ -256,7 +256,7 @@ local function fast(key, alg, old, tm)
         ttl = rt[nf - 1] + w
       end
       new = table.concat(parts, ' ')
-    elseif alg == 's' then
+    elseif alg == ALG_SUB then
       -- Buckets of g ns: the state is the latest bucket's index sc and the
       -- counts of buckets sc-k+1 to sc; a bucket before the origin holds
       -- nothing. Each sum below stays under 2^53: a count is at most
@@ -268,7 +268,7 @@ local function fast(key, alg, old, tm)
       if not win then return nil end
       -- '1' counts refusals; '2' (a composite's step, which never spends
       -- a refusal) counts none but reads the states of a rule that does.
-      local refused, counts = ARGV[7] ~= '0', ARGV[7] == '1'
+      local refused, counts = ARGV[ARG_REFUSED] ~= '0', ARGV[ARG_REFUSED] == '1'
       local sc, a = 0, {}
       for i = 1, k do a[i] = 0 end
       if nf > 1 then
@@ -320,7 +320,7 @@ local function fast(key, alg, old, tm)
     else
       local win, e = fwindow(H, L, w)
       if not win then return nil end
-      if alg == 'f' then
+      if alg == ALG_FIXED then
         local sws, scs, sw, sc = '0', '0', 0, 0
         if nf > 1 then
           sws, scs = f2, f3
@@ -352,7 +352,7 @@ local function fast(key, alg, old, tm)
         if used <= cap and fleq(prev, w - e, cap - used, w) then
           admitted, cur = 1, used
           sws, sps, scs = string.format('%d', win), string.format('%d', prev), string.format('%d', cur)
-        elseif ARGV[7] == '1' then
+        elseif ARGV[ARG_REFUSED] == '1' then
           -- CountRefused: the refusal spends too, the count capped at the
           -- capacity; a count above it (a debt) stays as it is.
           if used > cap then

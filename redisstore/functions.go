@@ -23,8 +23,7 @@ type scriptRunner interface {
 // that the step's sources read it as the script's ARGV. The library's
 // name carries a digest of its source, so that stores of different
 // versions on one server each find their own.
-var stepLibrary, stepFunction = library("step", "local ARGV\n"+fastLua+"\nlocal function exact(key, alg, old, tm)\n"+pairsLua+
-	"\nif alg == 'm' then return pmeter(key, old, tm) end\n"+arithLua+"\n"+limbsLua+"\nend\n", stepLua)
+var stepLibrary, stepFunction = library("step", expandLua("local ARGV\n"+fastLua+"\n"+exactSource()), expandLua(stepLua))
 
 // library returns the source of a library that registers body as a
 // function named for name and the source's digest, after top (Lua run

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -22,10 +21,12 @@ var inflightLua string
 
 var (
 	// inflightScript takes, gives back and counts slots.
-	inflightScript = redis.NewScript("local layerstep = nil\n" + inflightLua)
+	inflightSource = expandLua("local layerstep = nil\n" + inflightLua)
+	inflightScript = redis.NewScript(inflightSource)
 	// inflightWithScript is inflightScript with the rate step of a Store
 	// (layerstep, as a Composite's layers run it), for AcquireWith.
-	inflightWithScript = redis.NewScript(strings.TrimSuffix(layersSource(""), layersLua) + "\n" + inflightLua)
+	inflightWithSource = layerStepSource("") + "\n" + expandLua(inflightLua)
+	inflightWithScript = redis.NewScript(inflightWithSource)
 )
 
 // InFlight is a [ratelimit.InFlight] whose slots live in Redis, so that a

@@ -59,7 +59,7 @@ local rate = false
 if KEYS[2] then
   local args = {}
   for i = 9, #ARGV do args[#args + 1] = ARGV[i] end
-  args[2] = string.match(now, '^0*(%d+)$')
+  args[ARG_NOW] = string.match(now, '^0*(%d+)$')
   rate = layerstep(args, redis, KEYS[2], redis.call('GET', KEYS[2]))
   if rate.err then return rate end
   if rate[4] ~= 1 then return {0, now, held, '', rate[1], rate[2], rate[3], rate[4]} end

@@ -9,7 +9,7 @@
 -- ARGV[2]  the number of layers
 -- then per layer: 'e' (enforced), 's' (shadow) or '-' (a shadow layer that
 -- sits the request out), the number k of its step's arguments, and those k
--- arguments as step.lua takes them (the second, now, is set here).
+-- arguments as step.lua takes them (ARGV[ARG_NOW], now, is set here).
 --
 -- Returns {instant, 1 if every enforced layer admits else 0, then per
 -- layer: old state or '', new state written or '' if none}. A state a
@@ -56,7 +56,7 @@ for i = 1, n do
       end
       return real.call(cmd, key, v, px, ms)
     end}, {__index = real})
-    l.args[2] = now
+    l.args[ARG_NOW] = now
     local r = layerstep(l.args, hold, KEYS[i], l.old)
     if r.err then return r end
     l.r, l.held = r, held

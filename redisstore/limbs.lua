@@ -10,7 +10,7 @@ local function fail(why)
 end
 
 -- The limb path: any state, argument or time.
-local cost, margin = N(ARGV[3]), N(ARGV[4])
+local cost, margin = N(ARGV[ARG_COST]), N(ARGV[ARG_MARGIN])
 if not cost or iszero(cost) or not margin then return fail('invalid argument') end
 
 local MAXT = {7387904, 8601842, 46116} -- 2^62 ns: MaxTime
@@ -18,7 +18,7 @@ local now
 if tm then
   now = fromtime(tm[1], tm[2])
 else
-  now = N(ARGV[2])
+  now = N(ARGV[ARG_NOW])
   if not now then return fail('invalid argument') end
 end
 if cmp(now, MAXT) > 0 then now = MAXT end
@@ -46,17 +46,17 @@ local fresh = #f <= 1
 
 local admitted, new, ttl = 0, nil, nil
 
-if alg == 's' then
+if alg == ALG_SUB then
   -- Buckets of g = W/k ns: the state is the latest bucket's index sc and
   -- the counts of buckets sc-k+1 to sc, oldest first; a bucket before the
   -- origin holds nothing.
-  local w, cap, kk = N(ARGV[5]), N(ARGV[6]), N(ARGV[8])
+  local w, cap, kk = N(ARGV[ARG_WINDOW]), N(ARGV[ARG_CAPACITY]), N(ARGV[ARG_BUCKETS])
   if not (w and cap and kk) or iszero(w) or iszero(kk) or #kk > 1 or kk[1] > 60 then
     return fail('invalid argument')
   end
   -- '1' counts refusals; '2' (a composite's step, which never spends a
   -- refusal) counts none but reads the states of a rule that does.
-  local k, refused, counts = kk[1], ARGV[7] ~= '0', ARGV[7] == '1'
+  local k, refused, counts = kk[1], ARGV[ARG_REFUSED] ~= '0', ARGV[ARG_REFUSED] == '1'
   -- A state in debt (after a settlement) holds up to twice the capacity.
   local cap2 = add(cap, cap)
   local g, gr = divmod(w, kk)
@@ -111,12 +111,12 @@ if alg == 's' then
   local gone = mul(add(last, kk), g)
   if any and cmp(gone, now) > 0 then ttl = sub(gone, now) end
   new = table.concat(parts, ' ')
-elseif alg == 'f' or alg == 'c' or alg == 'l' then
-  local w, cap = N(ARGV[5]), N(ARGV[6])
+elseif alg == ALG_FIXED or alg == ALG_COUNTER or alg == ALG_LOG then
+  local w, cap = N(ARGV[ARG_WINDOW]), N(ARGV[ARG_CAPACITY])
   if not (w and cap) or iszero(w) then return fail('invalid argument') end
   -- A state in debt (after a settlement) holds up to twice the capacity.
   local cap2 = add(cap, cap)
-  if alg == 'f' then
+  if alg == ALG_FIXED then
     local win = divmod(now, w)
     local sw, sc = Z, Z
     if not fresh then
@@ -132,7 +132,7 @@ elseif alg == 'f' or alg == 'c' or alg == 'l' then
     end
     ttl = sub(mul(add(win, ONE), w), now)
     new = S(now) .. ' ' .. S(sw) .. ' ' .. S(sc)
-  elseif alg == 'c' then
+  elseif alg == ALG_COUNTER then
     local win, e = divmod(now, w)
     local sw, sp, sc = Z, Z, Z
     if not fresh then
@@ -152,7 +152,7 @@ elseif alg == 'f' or alg == 'c' or alg == 'l' then
     if cmp(used, cap) <= 0 and cmp(mul(prev, sub(w, e)), mul(sub(cap, used), w)) <= 0 then
       admitted, cur = 1, used
       sw, sp, sc = win, prev, cur
-    elseif ARGV[7] == '1' then
+    elseif ARGV[ARG_REFUSED] == '1' then
       -- CountRefused: the refusal spends too, the count capped at the
       -- capacity; a count above it (a debt) stays as it is.
       if cmp(used, cap) > 0 then used = max(cap, cur) end
@@ -210,5 +210,5 @@ else
 end
 
 -- Keep the state until it is as good as a fresh key's, plus the margin.
-redis.call('SET', key, new, 'PX', string.format('%d', ceilms(ttl) + tonumber(ARGV[4])))
+redis.call('SET', key, new, 'PX', string.format('%d', ceilms(ttl) + tonumber(ARGV[ARG_MARGIN])))
 return {old, reading, new, admitted}

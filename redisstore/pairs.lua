@@ -49,13 +49,13 @@ end
 
 local function pmeter(key, old, tm)
   local fail = pfail
-  local ch, cl = pp(ARGV[3])
-  local mh, ml = pp(ARGV[4])
-  local nh, nl = pp(ARGV[5])
-  local th, tl = pp(ARGV[6])
-  local fh, fl = pp(ARGV[7])
-  local kh, kl = pp(ARGV[8])
-  local gh, gl = pp(ARGV[9])
+  local ch, cl = pp(ARGV[ARG_COST])
+  local mh, ml = pp(ARGV[ARG_MARGIN])
+  local nh, nl = pp(ARGV[ARG_PACE])
+  local th, tl = pp(ARGV[ARG_TAU])
+  local fh, fl = pp(ARGV[ARG_TAU_FRAC])
+  local kh, kl = pp(ARGV[ARG_COST_SPAN])
+  local gh, gl = pp(ARGV[ARG_COST_FRAC])
   if not (ch and mh and nh and th and fh and kh and gh) or (ch == 0 and cl == 0) then
     return fail('invalid argument')
   end
@@ -65,7 +65,7 @@ local function pmeter(key, old, tm)
   if tm then
     wh, wl = tonumber(tm[1]), tonumber(tm[2]) * 1000
   else
-    wh, wl = pp(ARGV[2])
+    wh, wl = pp(ARGV[ARG_NOW])
     if not wh then return fail('invalid argument') end
   end
   if pcmp(wh, wl, 4611686018, 427387904) > 0 then wh, wl = 4611686018, 427387904 end
@@ -128,6 +128,6 @@ local function pmeter(key, old, tm)
   local r = dl % 1000000
   local ms = dh * 1000 + (dl - r) / 1000000
   if r ~= 0 then ms = ms + 1 end
-  redis.call('SET', key, new, 'PX', string.format('%d', ms + tonumber(ARGV[4])))
+  redis.call('SET', key, new, 'PX', string.format('%d', ms + tonumber(ARGV[ARG_MARGIN])))
   return {old, reading, new, admitted}
 end

@@ -2,6 +2,9 @@ package redisstore
 
 import (
 	_ "embed"
+	"regexp"
+	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -12,6 +15,12 @@ import (
 // a check the fast path decides never builds it; and the step that tries
 // the first and falls back to the second (step.lua). All are plain Lua 5.1
 // as Redis runs it: numbers are doubles, exact only up to 2^53.
+//
+// The sources name the table's codes and argument positions (see
+// algorithms.go) ALG_<lua> and ARGV[ARG_<name>]; expandLua writes in the
+// table's values as the script is assembled, so that the script runs with
+// literals, as if written by hand. testdata holds each script assembled
+// (see TestAssembledScripts).
 var (
 	//go:embed arith.lua
 	arithLua string
@@ -24,14 +33,29 @@ var (
 	//go:embed step.lua
 	stepLua string
 
-	stepScript = redis.NewScript(scriptSource(""))
+	stepSource = scriptSource("")
+	stepScript = redis.NewScript(stepSource)
 )
 
 // scriptSource assembles the script; override is Lua run after the fast
 // path is defined (tests use it to force a path).
 func scriptSource(override string) string {
-	return fastLua + "\n" + override + "\nlocal function exact(key, alg, old, tm)\n" + pairsLua +
-		"\nif alg == 'm' then return pmeter(key, old, tm) end\n" + arithLua + "\n" + limbsLua + "\nend\n" + stepLua
+	return expandLua(fastLua + "\n" + override + "\n" + exactSource() + stepLua)
+}
+
+// exactSource is the exact path's function, exact(key, alg, old, tm):
+// pairs.lua, then a call of each step's own exact function (the table's
+// exact: pmeter for the buckets), and for the others the limbs.
+func exactSource() string {
+	var b strings.Builder
+	b.WriteString("local function exact(key, alg, old, tm)\n" + pairsLua + "\n")
+	for _, st := range scriptSteps() {
+		if st.exact != "" {
+			b.WriteString("if alg == ALG_" + st.lua + " then return " + st.exact + "(key, old, tm) end\n")
+		}
+	}
+	b.WriteString(arithLua + "\n" + limbsLua + "\nend\n")
+	return b.String()
 }
 
 // layersLua decides one request on several keys (see NewComposite).
@@ -39,16 +63,70 @@ func scriptSource(override string) string {
 //go:embed layers.lua
 var layersLua string
 
-var layersScript = redis.NewScript(layersSource(""))
+var (
+	layersScriptSource = layersSource("")
+	layersScript       = redis.NewScript(layersScriptSource)
+)
 
-// layersSource assembles the composite's script: the single-key step
-// inside layerstep, whose ARGV and redis are its parameters, so that each
-// layer runs it with its own arguments and with its write held back, and
-// then layers.lua. override is Lua run after the fast path is defined, as
-// for scriptSource.
+// layersSource assembles the composite's script: layerStepSource, then
+// layers.lua.
 func layersSource(override string) string {
-	return "local function layerstep(ARGV, redis, key, old)\n" + fastLua + "\n" + override +
-		"\nlocal function exact(key, alg, old, tm)\n" + pairsLua +
-		"\nif alg == 'm' then return pmeter(key, old, tm) end\n" + arithLua + "\n" + limbsLua + "\nend\n" +
-		"local r = fast(key, ARGV[1], old, false)\nif r then return r end\nreturn exact(key, ARGV[1], old, false)\nend\n" + layersLua
+	return layerStepSource(override) + expandLua(layersLua)
+}
+
+// layerStepSource is the single-key step inside layerstep, whose ARGV and
+// redis are its parameters, so that each layer runs it with its own
+// arguments and with its write held back. override is Lua run after the
+// fast path is defined, as for scriptSource.
+func layerStepSource(override string) string {
+	return expandLua("local function layerstep(ARGV, redis, key, old)\n" + fastLua + "\n" + override + "\n" + exactSource() +
+		"local r = fast(key, ARGV[ARG_ALG], old, false)\nif r then return r end\nreturn exact(key, ARGV[ARG_ALG], old, false)\nend\n")
+}
+
+// scriptSteps returns the table's steps, each once, in the table's order.
+func scriptSteps() []*scriptStep {
+	var out []*scriptStep
+	for _, a := range algorithms {
+		if !containsStep(out, a.step) {
+			out = append(out, a.step)
+		}
+	}
+	return out
+}
+
+func containsStep(steps []*scriptStep, st *scriptStep) bool {
+	for _, x := range steps {
+		if x == st {
+			return true
+		}
+	}
+	return false
+}
+
+// luaName is a name the sources give a value of the table: ALG_<lua> a
+// step's code, ARG_<name> an argument's position.
+var luaName = regexp.MustCompile(`\b(?:ALG|ARG)_[A-Z][A-Z_]*\b`)
+
+// expandLua writes the table's values in for the names src gives them (see
+// luaName): a step's code as a Lua string, an argument's position (ARGV's
+// index, from 1). A name the table does not have is left as it is, which
+// Redis refuses as a global when the script reaches it, and
+// TestAssembledScripts before.
+func expandLua(src string) string {
+	names := map[string]string{}
+	for _, st := range scriptSteps() {
+		names["ALG_"+st.lua] = "'" + st.code + "'"
+		for _, sl := range st.slots {
+			names["ARG_"+sl.name] = strconv.Itoa(sl.at + 1)
+		}
+	}
+	for _, sl := range []*slot{argAlg, argNow, argCost, argMargin} {
+		names["ARG_"+sl.name] = strconv.Itoa(sl.at + 1)
+	}
+	return luaName.ReplaceAllStringFunc(src, func(n string) string {
+		if v, ok := names[n]; ok {
+			return v
+		}
+		return n
+	})
 }

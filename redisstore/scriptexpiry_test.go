@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,7 +17,7 @@ import (
 // step's reply, the expiry in ms the step would have set: no clock is
 // read to learn it, so it is exact.
 func expiryProbe(override string) *redis.Script {
-	return redis.NewScript(strings.TrimSuffix(layersSource(override), layersLua) + `
+	return redis.NewScript(layerStepSource(override) + `
 local held = {}
 local hold = setmetatable({call = function(cmd, key, v, px, ms)
   if cmd == 'SET' then

@@ -17,7 +17,10 @@ import (
 //go:embed settle.lua
 var settleLua string
 
-var settleScript = redis.NewScript(arithLua + "\n" + settleLua)
+var (
+	settleSource = expandLua(arithLua + "\n" + settleLua)
+	settleScript = redis.NewScript(settleSource)
+)
 
 // inScript reports whether the store's refunds and settlements run in
 // one script (settle.lua), rather than as a compare-and-set computed in Go:

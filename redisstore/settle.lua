@@ -18,9 +18,10 @@
 --           (ns, frac/n), and the capacity (milli-units); for a fixed
 --           window, ARGV[7] is the window (ns) and ARGV[8..10] are unused
 -- ARGV[12..13] settle: the span of the cost charged (ns, frac/n)
--- ARGV[14]  'm' a bucket rule, 'f' a fixed window, 'c' a sliding counter
---           (ARGV[7] its window, as for 'f', and ARGV[8] '1' if it has
---           CountRefused)
+-- ARGV[14]  the rule's step (algorithms.go): ALG_METER a bucket rule,
+--           ALG_FIXED a fixed window, ALG_COUNTER a sliding counter
+--           (ARGV[7] its window, as for a fixed window, and ARGV[8] '1' if
+--           it has CountRefused)
 --
 -- Returns {old state or '', now used before clamping, state written or '',
 -- given back (refund) or the cost as settled (settle), the expiry set in
@@ -38,11 +39,11 @@ local mode = ARGV[2]
 local c, act, at, margin = N(ARGV[3]), N(ARGV[4]), N(ARGV[5]), N(ARGV[6])
 local alg = ARGV[14]
 local n, p, tau, tauf, cap = N(ARGV[7]), N(ARGV[8]), N(ARGV[9]), N(ARGV[10]), N(ARGV[11])
-local counts = alg == 'c' and ARGV[8] == '1'
-if alg == 'f' or alg == 'c' then p, tau, tauf = ONE, Z, Z end
+local counts = alg == ALG_COUNTER and ARGV[8] == '1'
+if alg == ALG_FIXED or alg == ALG_COUNTER then p, tau, tauf = ONE, Z, Z end
 if not (c and at and margin and n and p and tau and tauf and cap) or iszero(c) or iszero(n) or iszero(p)
     or (mode == 's' and not (act and not iszero(act))) or (mode ~= 's' and mode ~= 'r')
-    or (alg ~= 'm' and alg ~= 'f' and alg ~= 'c') then
+    or (alg ~= ALG_METER and alg ~= ALG_FIXED and alg ~= ALG_COUNTER) then
   return fail('invalid argument')
 end
 
@@ -107,7 +108,7 @@ local function finish(new, x, px)
 end
 
 -- A fixed window: "last win count", n the window.
-if alg == 'f' then
+if alg == ALG_FIXED then
   local f = state(2)
   if not f or cmp(f[2], add(cap, cap)) > 0 then return fail('invalid state') end
   local sw, sc = f[1], f[2]
@@ -152,7 +153,7 @@ if alg == 'f' then
 end
 
 -- A sliding counter: "last win prev cur", n the window.
-if alg == 'c' then
+if alg == ALG_COUNTER then
   local f = state(3)
   if not f or cmp(f[2], add(cap, cap)) > 0 or cmp(f[3], add(cap, cap)) > 0 then return fail('invalid state') end
   local sw, sp, sc = f[1], f[2], f[3]

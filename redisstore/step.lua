@@ -4,21 +4,25 @@
 -- recompute and verify the Decision.
 --
 -- KEYS[1]  the key's state
--- ARGV[1]  algorithm: 'm' meter (token bucket, GCRA, leaky bucket),
---          'f' fixed window, 'c' sliding counter, 'l' sliding log,
---          's' sub-window counter
--- ARGV[2]  now in ns since the Unix epoch, or '' for the server's TIME
--- ARGV[3]  cost in milli-units
--- ARGV[4]  expiry margin in ms, added to the time until the state is as
---          good as a fresh key's
--- meter:   ARGV[5] n (the pace's milli-units), ARGV[6..7] the capacity's
---          span (ns, frac/n), ARGV[8..9] the cost's span (ns, frac/n)
--- windows: ARGV[5] window (ns), ARGV[6] capacity (milli-units); for the
---          sliding counter, ARGV[7] '1' counts a refused cost too
---          (CountRefused), each window's count capped at the capacity;
---          for the sub-window counter, ARGV[7] '1' or '0' (CountRefused,
---          each bucket's count capped at the capacity) and ARGV[8] the
---          number of buckets, from 1 to 60, which divides the window.
+-- ARGV[ARG_ALG]  the algorithm's step: ALG_METER the buckets (token
+--          bucket, GCRA, leaky bucket), ALG_FIXED fixed window,
+--          ALG_COUNTER sliding counter, ALG_LOG sliding log, ALG_SUB
+--          sub-window counter (the codes and positions are the table's,
+--          algorithms.go, written in when the script is assembled)
+-- ARGV[ARG_NOW]  now in ns since the Unix epoch, or '' for the server's TIME
+-- ARGV[ARG_COST]  cost in milli-units
+-- ARGV[ARG_MARGIN]  expiry margin in ms, added to the time until the state
+--          is as good as a fresh key's
+-- meter:   ARGV[ARG_PACE] n (the pace's milli-units), ARGV[ARG_TAU] and
+--          ARGV[ARG_TAU_FRAC] the capacity's span (ns, frac/n),
+--          ARGV[ARG_COST_SPAN] and ARGV[ARG_COST_FRAC] the cost's span
+--          (ns, frac/n)
+-- windows: ARGV[ARG_WINDOW] window (ns), ARGV[ARG_CAPACITY] capacity
+--          (milli-units); for the sliding counter and the sub-window
+--          counter, ARGV[ARG_REFUSED] '1' counts a refused cost too
+--          (CountRefused), each window's or bucket's count capped at the
+--          capacity, '0' not; for the sub-window counter, ARGV[ARG_BUCKETS]
+--          the number of buckets, from 1 to 60, which divides the window.
 --          A composite's step passes '2' for a rule with CountRefused: it
 --          never spends a refusal (see layers.lua)
 --
@@ -33,10 +37,10 @@
 -- exact path, built only then, decides: pmeter (pairs.lua) for the buckets,
 -- the limbs (arith.lua, limbs.lua) for the windows.
 
-local key, alg = KEYS[1], ARGV[1]
+local key, alg = KEYS[1], ARGV[ARG_ALG]
 -- TIME is read once: on 7.0 it moves while a script runs.
 local tm = false
-if ARGV[2] == '' then tm = redis.call('TIME') end
+if ARGV[ARG_NOW] == '' then tm = redis.call('TIME') end
 local old = redis.call('GET', key)
 do
   local r = fast(key, alg, old, tm)
