@@ -20,7 +20,9 @@ import (
 // algorithms.go) ALG_<lua> and ARGV[ARG_<name>]; expandLua writes in the
 // table's values as the script is assembled, so that the script runs with
 // literals, as if written by hand. testdata holds each script assembled
-// (see TestAssembledScripts).
+// (see TestAssembledScripts; go generate rewrites them).
+//
+//go:generate go test -run TestAssembledScripts -update
 var (
 	//go:embed arith.lua
 	arithLua string
