@@ -18,7 +18,7 @@ var algorithms = []algorithm{
 	// A leaky bucket's Delay is only the Decision's, which the Machine
 	// computes in Go: its state, and so its step, are the token bucket's.
 	// It cannot lease: each admission has its own Delay.
-	{name: "leaky_bucket", step: &meterStep},
+	{name: "leaky_bucket", step: &meterStep, delays: true},
 	{name: "fixed_window", step: &fixedStep, lease: &leasing{span: windowSpan, spans: one}},
 	// It cannot lease: an admission counts from the instant it is
 	// recorded, so one recorded early would leave the window early.
@@ -32,6 +32,9 @@ type algorithm struct {
 	name  string      // the rule's [ratelimit.Params].Algorithm
 	step  *scriptStep // the step of the check's script it runs
 	lease *leasing    // how it leases (see NewLeased); nil: it cannot
+	// delays says its admissions may carry a Delay (see
+	// Composite.CheckLayers).
+	delays bool
 }
 
 // scriptStep is a step of the check's script (step.lua, fast.lua, and

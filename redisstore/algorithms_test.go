@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -109,5 +110,27 @@ func TestStepArgs(t *testing.T) {
 			assert.Equal(t, want, s.lookArgs.appendCheck(nil, s.alg.step, s.m, "5", 3000), "a composite's layer")
 			assert.Equal(t, "7", s.args(3000, 7, false)[argNow.at], "the floor")
 		})
+	}
+}
+
+// TestCheckLayersDelays: an algorithm whose entry says it delays (the
+// leaky bucket) makes CheckLayers with a cap on the Delay check as
+// CheckContext does and list no layer, as documented; the others list
+// every enforced layer whatever the cap.
+func TestCheckLayersDelays(t *testing.T) {
+	rdb := needRedis(t)
+	ctx := context.Background()
+	for _, rule := range benchRules() {
+		c, err := NewComposite(rdb, []Layer{{Layer: ratelimit.Layer{Rule: rule}}}, WithPrefix(testPrefix()))
+		require.NoError(t, err)
+		name := c.layers[0].p.Algorithm
+		d, layers, err := c.CheckLayers(ctx, "k", ratelimit.Unit, time.Second, nil)
+		require.NoError(t, err, name)
+		assert.True(t, d.Allowed, name)
+		if name == "leaky_bucket" {
+			assert.Empty(t, layers, name)
+		} else {
+			assert.Len(t, layers, 1, name)
+		}
 	}
 }

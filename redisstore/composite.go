@@ -83,9 +83,9 @@ type compLayer struct {
 	Layer
 	m    *ratelimit.Machine
 	p    ratelimit.Params
-	step *scriptStep // the check's step it runs
-	head string      // prefix, index and rule tag
-	args stepArgs    // its rule's arguments to the step
+	alg  *algorithm // its rule's entry in the table of algorithms
+	head string     // prefix, index and rule tag
+	args stepArgs   // its rule's arguments to the step
 }
 
 // NewComposite returns a [Composite] of layers, in the order given, on the
@@ -132,7 +132,7 @@ func NewComposite(rdb redis.UniversalClient, layers []Layer, opts ...Option) (*C
 		// A composite never spends a refusal, as in process: under
 		// CountRefused, the step reads the rule's states but counts no
 		// refused cost.
-		c.layers[i] = compLayer{Layer: l, m: m, p: m.Params(), step: s.alg.step, args: s.lookArgs,
+		c.layers[i] = compLayer{Layer: l, m: m, p: m.Params(), alg: s.alg, args: s.lookArgs,
 			head: o.prefix + "L" + strconv.Itoa(i) + ":" + ruleTag(m.Params()) + ":"}
 		if !l.Shadow {
 			c.enforced++
@@ -342,7 +342,7 @@ func (c *Composite) decide(ctx context.Context, key string, cost ratelimit.Units
 		}
 		// The step's now is set in the script, to the layers' one instant.
 		args = append(args, flag, strconv.Itoa(len(l.args)))
-		args = l.args.appendCheck(args, l.step, l.m, "", cost)
+		args = l.args.appendCheck(args, l.alg.step, l.m, "", cost)
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc

@@ -37,11 +37,11 @@ func (c *Composite) CheckLayers(ctx context.Context, key string, cost ratelimit.
 	return d, out, nil
 }
 
-// delays reports whether an enforced layer is a leaky bucket, whose
-// admissions may carry a Delay.
+// delays reports whether an enforced layer's algorithm (a leaky bucket)
+// may give an admission a Delay.
 func (c *Composite) delays() bool {
 	for i := range c.layers {
-		if !c.layers[i].Shadow && c.lm.Machine(i).Params().Algorithm == "leaky_bucket" {
+		if !c.layers[i].Shadow && c.layers[i].alg.delays {
 			return true
 		}
 	}
