@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,12 +13,32 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestAlgorithmTable checks the table of algorithms against itself: one
-// entry for each algorithm of benchRules (one rule per algorithm) and no
-// other, each step's arguments in order from argRule with no gap, one code
-// and one Lua name per step, one index per argument name, and a lease that
-// either decays (a bucket) or has a span and a count of them.
+// coreAlgorithms returns the names of the core's algorithms, as the core
+// lists them in its error for a rule document naming none of them (the
+// one place it lists them outside its package).
+func coreAlgorithms(t *testing.T) []string {
+	var spec ratelimit.RuleSpec
+	err := json.Unmarshal([]byte(`{"algorithm": "?"}`), &spec)
+	require.Error(t, err)
+	_, list, ok := strings.Cut(err.Error(), "is not one of ")
+	require.True(t, ok, "the core's error no longer lists its algorithms: %v", err)
+	return strings.Split(list, ", ")
+}
+
+// TestAlgorithmTable checks the table of algorithms against the core and
+// against itself: one entry for each of the core's algorithms and no
+// other, benchRules (one rule per algorithm) covering them all, each
+// step's arguments in order from argRule with no gap, one code and one
+// Lua name per step, one index per argument name, and a lease that either
+// decays (a bucket) or has a span and a count of them.
 func TestAlgorithmTable(t *testing.T) {
+	core := coreAlgorithms(t)
+	require.NotEmpty(t, core)
+	assert.Len(t, algorithms, len(core), "entries for %v", core)
+	for _, name := range core {
+		_, ok := algorithmFor(name)
+		assert.True(t, ok, "the core's %s has no entry", name)
+	}
 	names := map[string]bool{}
 	for _, rule := range benchRules() {
 		m, err := ratelimit.NewMachine(rule)
