@@ -19,12 +19,12 @@ var algorithms = []algorithm{
 	// computes in Go: its state, and so its step, are the token bucket's.
 	// It cannot lease: each admission has its own Delay.
 	{name: "leaky_bucket", step: &meterStep, delays: true},
-	{name: "fixed_window", step: &fixedStep, lease: &leasing{span: windowSpan, spans: one}},
+	{name: "fixed_window", step: &fixedStep, lease: &leasing{span: windowSpan, spans: oneSpan}},
 	// It cannot lease: an admission counts from the instant it is
 	// recorded, so one recorded early would leave the window early.
 	{name: "sliding_log", step: &logStep},
-	{name: "sliding_counter", step: &counterStep, lease: &leasing{span: windowSpan, spans: two}},
-	{name: "sub_window", step: &subStep, lease: &leasing{span: bucketSpan, spans: buckets}},
+	{name: "sliding_counter", step: &counterStep, lease: &leasing{span: windowSpan, spans: twoSpans}},
+	{name: "sub_window", step: &subStep, lease: &leasing{span: bucketSpan, spans: bucketCount}},
 }
 
 // algorithm is an entry of the table.
@@ -73,6 +73,9 @@ var (
 	argCost   = &slot{at: 2, name: "COST"}   // the cost in milli-units
 	argMargin = &slot{at: 3, name: "MARGIN"} // the expiry margin in ms
 )
+
+// stepHead are the arguments every step takes, in order.
+var stepHead = []*slot{argAlg, argNow, argCost, argMargin}
 
 // argRule is the index of a rule's first argument.
 const argRule = 4
@@ -129,11 +132,11 @@ type leasing struct {
 	span, spans func(p ratelimit.Params) int64
 }
 
-func windowSpan(p ratelimit.Params) int64 { return p.WindowNanos }
-func bucketSpan(p ratelimit.Params) int64 { return p.WindowNanos / p.Buckets }
-func one(ratelimit.Params) int64          { return 1 }
-func two(ratelimit.Params) int64          { return 2 }
-func buckets(p ratelimit.Params) int64    { return p.Buckets }
+func windowSpan(p ratelimit.Params) int64  { return p.WindowNanos }
+func bucketSpan(p ratelimit.Params) int64  { return p.WindowNanos / p.Buckets }
+func oneSpan(ratelimit.Params) int64       { return 1 }
+func twoSpans(ratelimit.Params) int64      { return 2 }
+func bucketCount(p ratelimit.Params) int64 { return p.Buckets }
 
 // algorithmFor returns the table's entry for a rule's algorithm.
 func algorithmFor(name string) (*algorithm, bool) {

@@ -50,10 +50,11 @@ func TestAlgorithmTable(t *testing.T) {
 	}
 	codes, luas := map[string]*scriptStep{}, map[string]*scriptStep{}
 	slots := map[string]*slot{}
-	for _, sl := range []*slot{argAlg, argNow, argCost, argMargin} {
+	for i, sl := range stepHead {
 		slots[sl.name] = sl
-		assert.Less(t, sl.at, argRule, sl.name)
+		assert.Equal(t, i, sl.at, sl.name)
 	}
+	assert.Len(t, stepHead, argRule)
 	for _, a := range algorithms {
 		assert.True(t, names[a.name], "%s is in the table but not in benchRules", a.name)
 		delete(names, a.name) // a second entry for it fails above
@@ -108,11 +109,11 @@ func TestStepArgs(t *testing.T) {
 				head[0] = "m"
 				ns, frac := s.m.Span(3000)
 				rest = []any{u(p.RateUnits), u(p.TauNanos), u(p.TauFrac), u(ns), u(frac)}
-			case "fixed_window", "sliding_log":
-				head[0] = p.Algorithm[:1]
-				if p.Algorithm == "sliding_log" {
-					head[0] = "l"
-				}
+			case "fixed_window":
+				head[0] = "f"
+				rest = []any{"1000000000", u(uint64(p.Capacity))}
+			case "sliding_log":
+				head[0] = "l"
 				rest = []any{"1000000000", u(uint64(p.Capacity))}
 			case "sliding_counter":
 				head[0] = "c"

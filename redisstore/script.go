@@ -112,8 +112,8 @@ var luaName = regexp.MustCompile(`\b(?:ALG|ARG)_[A-Z][A-Z_]*\b`)
 // expandLua writes the table's values in for the names src gives them (see
 // luaName): a step's code as a Lua string, an argument's position (ARGV's
 // index, from 1). A name the table does not have is left as it is, which
-// Redis refuses as a global when the script reaches it, and
-// TestAssembledScripts before.
+// TestScriptNamesExpanded finds (Redis would refuse it as a global only
+// when a request reaches it).
 func expandLua(src string) string {
 	names := map[string]string{}
 	for _, st := range scriptSteps() {
@@ -122,7 +122,7 @@ func expandLua(src string) string {
 			names["ARG_"+sl.name] = strconv.Itoa(sl.at + 1)
 		}
 	}
-	for _, sl := range []*slot{argAlg, argNow, argCost, argMargin} {
+	for _, sl := range stepHead {
 		names["ARG_"+sl.name] = strconv.Itoa(sl.at + 1)
 	}
 	return luaName.ReplaceAllStringFunc(src, func(n string) string {
