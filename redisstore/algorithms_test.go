@@ -29,8 +29,9 @@ func coreAlgorithms(t *testing.T) []string {
 // against itself: one entry for each of the core's algorithms and no
 // other, benchRules (one rule per algorithm) covering them all, each
 // step's arguments in order from argRule with no gap, one code and one
-// Lua name per step, one index per argument name, and a lease that either
-// decays (a bucket) or has a span and a count of them.
+// Lua name per step, one index per argument name, a lease that either
+// decays (a bucket) or has a span and a count of them, and settle.lua's
+// arguments in order with no gap.
 func TestAlgorithmTable(t *testing.T) {
 	core := coreAlgorithms(t)
 	require.NotEmpty(t, core)
@@ -83,6 +84,11 @@ func TestAlgorithmTable(t *testing.T) {
 		}
 	}
 	assert.Empty(t, names, "algorithms of benchRules without an entry")
+	for i, sl := range settleArgs {
+		assert.Equal(t, i, sl.at, "settle.lua's %s", sl.name)
+	}
+	assert.Equal(t, settlePace.at, settleWindow.at)
+	assert.Equal(t, settlePeriod.at, settleRefused.at)
 }
 
 // TestStepArgs pins the arguments a check sends, slot by slot, for each

@@ -106,8 +106,9 @@ func containsStep(steps []*scriptStep, st *scriptStep) bool {
 }
 
 // luaName is a name the sources give a value of the table: ALG_<lua> a
-// step's code, ARG_<name> an argument's position.
-var luaName = regexp.MustCompile(`\b(?:ALG|ARG)_[A-Z][A-Z_]*\b`)
+// step's code, ARG_<name> an argument's position, SARG_<name> one of
+// settle.lua's.
+var luaName = regexp.MustCompile(`\b(?:ALG|ARG|SARG)_[A-Z][A-Z_]*\b`)
 
 // expandLua writes the table's values in for the names src gives them (see
 // luaName): a step's code as a Lua string, an argument's position (ARGV's
@@ -124,6 +125,11 @@ func expandLua(src string) string {
 	}
 	for _, sl := range stepHead {
 		names["ARG_"+sl.name] = strconv.Itoa(sl.at + 1)
+	}
+	for _, sls := range [][]*slot{settleArgs, {settleWindow, settleRefused}} {
+		for _, sl := range sls {
+			names["SARG_"+sl.name] = strconv.Itoa(sl.at + 1)
+		}
 	}
 	return luaName.ReplaceAllStringFunc(src, func(n string) string {
 		if v, ok := names[n]; ok {

@@ -22,6 +22,29 @@ var (
 	settleScript = redis.NewScript(settleSource)
 )
 
+// settle.lua's arguments, which it names SARG_<name> (see expandLua).
+var (
+	settleNow      = &slot{at: 0, name: "NOW"}        // now in ns since the Unix epoch, or '' for the server's TIME
+	settleMode     = &slot{at: 1, name: "MODE"}       // 'r' refund, 's' settle
+	settleCost     = &slot{at: 2, name: "COST"}       // the cost to give back, or the cost charged
+	settleActual   = &slot{at: 3, name: "ACTUAL"}     // a settlement's actual cost
+	settleAt       = &slot{at: 4, name: "AT"}         // the admitting Decision's At
+	settleMargin   = &slot{at: 5, name: "MARGIN"}     // the expiry margin in ms
+	settlePace     = &slot{at: 6, name: "PACE"}       // a bucket rule's pace: n milli-units
+	settleWindow   = &slot{at: 6, name: "WINDOW"}     // a window rule's window, ns
+	settlePeriod   = &slot{at: 7, name: "PERIOD"}     // a bucket rule's pace: per p ns
+	settleRefused  = &slot{at: 7, name: "REFUSED"}    // a window rule's CountRefused: '1' or '0'
+	settleTau      = &slot{at: 8, name: "TAU"}        // the capacity's span: ns
+	settleTauFrac  = &slot{at: 9, name: "TAU_FRAC"}   // and frac/n
+	settleCapacity = &slot{at: 10, name: "CAPACITY"}  // the capacity, milli-units
+	settleCostSpan = &slot{at: 11, name: "COST_SPAN"} // a settlement's cost charged: its span, ns
+	settleCostFrac = &slot{at: 12, name: "COST_FRAC"} // and frac/n
+	settleAlg      = &slot{at: 13, name: "ALG"}       // the rule's step's code
+
+	settleArgs = []*slot{settleNow, settleMode, settleCost, settleActual, settleAt, settleMargin, settlePace,
+		settlePeriod, settleTau, settleTauFrac, settleCapacity, settleCostSpan, settleCostFrac, settleAlg}
+)
+
 // inScript reports whether the store's refunds and settlements run in
 // one script (settle.lua), rather than as a compare-and-set computed in Go:
 // those of the bucket rules, the fixed window and the sliding counter.
@@ -49,17 +72,26 @@ func (s *Store) scriptOp(ctx context.Context, rk, mode string, a, b ratelimit.Un
 		bs = strconv.FormatInt(int64(b), 10)
 		cn, cf = s.m.Span(a)
 	}
-	n, pn := u(p.RateUnits), u(p.RateNanos)
+	args := make([]any, len(settleArgs))
+	args[settleMode.at] = mode
+	args[settleCost.at] = strconv.FormatInt(int64(a), 10)
+	args[settleActual.at] = bs
+	args[settleAt.at] = strconv.FormatInt(int64(max(at, 0)), 10)
+	args[settleMargin.at] = strconv.FormatInt(s.marginMs, 10)
 	if s.alg.step.takes(argWindow) {
-		n, pn = strconv.FormatInt(p.WindowNanos, 10), "0"
+		args[settleWindow.at], args[settleRefused.at] = strconv.FormatInt(p.WindowNanos, 10), "0"
 		if p.CountRefused {
-			pn = "1"
+			args[settleRefused.at] = "1"
 		}
+	} else {
+		args[settlePace.at], args[settlePeriod.at] = u(p.RateUnits), u(p.RateNanos)
 	}
-	reply, err := s.runOn(ctx, rk, s.floor(rk), settleScript, mode,
-		strconv.FormatInt(int64(a), 10), bs, strconv.FormatInt(int64(max(at, 0)), 10),
-		strconv.FormatInt(s.marginMs, 10), n, pn, u(p.TauNanos), u(p.TauFrac),
-		strconv.FormatInt(int64(p.Capacity), 10), u(cn), u(cf), s.alg.step.code)
+	args[settleTau.at], args[settleTauFrac.at] = u(p.TauNanos), u(p.TauFrac)
+	args[settleCapacity.at] = strconv.FormatInt(int64(p.Capacity), 10)
+	args[settleCostSpan.at], args[settleCostFrac.at] = u(cn), u(cf)
+	args[settleAlg.at] = s.alg.step.code
+	// runOn sends the instant first, as settleNow.
+	reply, err := s.runOn(ctx, rk, s.floor(rk), settleScript, args[settleNow.at+1:]...)
 	if err != nil {
 		return scriptReply{}, err
 	}

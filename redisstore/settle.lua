@@ -7,21 +7,23 @@
 -- gives back, charges and writes exactly what this script did.
 --
 -- KEYS[1]   the key's state, "last t f" (see the Machine's encoding)
--- ARGV[1]   now in ns since the Unix epoch, or '' for the server's TIME
--- ARGV[2]   'r' refund, 's' settle
--- ARGV[3]   refund: the cost to give back, at most the capacity; settle:
---           the cost charged, from 1 to the capacity (milli-units)
--- ARGV[4]   settle: the actual cost, above 0 (milli-units)
--- ARGV[5]   at: the admitting Decision's At, at least 0 (ns)
--- ARGV[6]   expiry margin in ms
--- ARGV[7..11] the pace n milli-units per p ns, the capacity's span tau
---           (ns, frac/n), and the capacity (milli-units); for a fixed
---           window, ARGV[7] is the window (ns) and ARGV[8..10] are unused
--- ARGV[12..13] settle: the span of the cost charged (ns, frac/n)
--- ARGV[14]  the rule's step (algorithms.go): ALG_METER a bucket rule,
---           ALG_FIXED a fixed window, ALG_COUNTER a sliding counter
---           (ARGV[7] its window, as for a fixed window, and ARGV[8] '1' if
---           it has CountRefused)
+-- ARGV[SARG_NOW]   now in ns since the Unix epoch, or '' for the server's TIME
+-- ARGV[SARG_MODE]   'r' refund, 's' settle
+-- ARGV[SARG_COST]   refund: the cost to give back, at most the capacity;
+--           settle: the cost charged, from 1 to the capacity (milli-units)
+-- ARGV[SARG_ACTUAL]   settle: the actual cost, above 0 (milli-units)
+-- ARGV[SARG_AT]   at: the admitting Decision's At, at least 0 (ns)
+-- ARGV[SARG_MARGIN]   expiry margin in ms
+-- ARGV[SARG_PACE], ARGV[SARG_PERIOD] the pace, n milli-units per p ns;
+--           ARGV[SARG_TAU], ARGV[SARG_TAU_FRAC] the capacity's span tau
+--           (ns, frac/n); ARGV[SARG_CAPACITY] the capacity (milli-units).
+--           For a window rule, ARGV[SARG_WINDOW] (in the pace's place) is
+--           the window (ns), ARGV[SARG_REFUSED] (in the period's) '1' if
+--           it has CountRefused, and the capacity's span is unused
+-- ARGV[SARG_COST_SPAN], ARGV[SARG_COST_FRAC] settle: the span of the cost
+--           charged (ns, frac/n)
+-- ARGV[SARG_ALG]  the rule's step (algorithms.go): ALG_METER a bucket
+--           rule, ALG_FIXED a fixed window, ALG_COUNTER a sliding counter
 --
 -- Returns {old state or '', now used before clamping, state written or '',
 -- given back (refund) or the cost as settled (settle), the expiry set in
@@ -35,11 +37,11 @@ local function fail(why)
   return redis.error_reply('RATELIMIT ' .. why)
 end
 
-local mode = ARGV[2]
-local c, act, at, margin = N(ARGV[3]), N(ARGV[4]), N(ARGV[5]), N(ARGV[6])
-local alg = ARGV[14]
-local n, p, tau, tauf, cap = N(ARGV[7]), N(ARGV[8]), N(ARGV[9]), N(ARGV[10]), N(ARGV[11])
-local counts = alg == ALG_COUNTER and ARGV[8] == '1'
+local mode = ARGV[SARG_MODE]
+local c, act, at, margin = N(ARGV[SARG_COST]), N(ARGV[SARG_ACTUAL]), N(ARGV[SARG_AT]), N(ARGV[SARG_MARGIN])
+local alg = ARGV[SARG_ALG]
+local n, p, tau, tauf, cap = N(ARGV[SARG_PACE]), N(ARGV[SARG_PERIOD]), N(ARGV[SARG_TAU]), N(ARGV[SARG_TAU_FRAC]), N(ARGV[SARG_CAPACITY])
+local counts = alg == ALG_COUNTER and ARGV[SARG_REFUSED] == '1'
 if alg == ALG_FIXED or alg == ALG_COUNTER then p, tau, tauf = ONE, Z, Z end
 if not (c and at and margin and n and p and tau and tauf and cap) or iszero(c) or iszero(n) or iszero(p)
     or (mode == 's' and not (act and not iszero(act))) or (mode ~= 's' and mode ~= 'r')
@@ -50,11 +52,11 @@ end
 local MAXT = {7387904, 8601842, 46116} -- 2^62 ns: MaxTime
 local MAXTAT = N('9223372036854775807')
 local now
-if ARGV[1] == '' then
+if ARGV[SARG_NOW] == '' then
   local tm = redis.call('TIME')
   now = fromtime(tm[1], tm[2])
 else
-  now = N(ARGV[1])
+  now = N(ARGV[SARG_NOW])
   if not now then return fail('invalid argument') end
 end
 if cmp(now, MAXT) > 0 then now = MAXT end
@@ -312,7 +314,7 @@ elseif charging then
   -- after the charge) plus the margin, as a check sets it.
   local dn2, df2 = Z, Z
   if cmp(ts, now) >= 0 then dn2, df2 = sub(ts, now), fr end
-  local cn, cf = N(ARGV[12]), N(ARGV[13])
+  local cn, cf = N(ARGV[SARG_COST_SPAN]), N(ARGV[SARG_COST_FRAC])
   if not (cn and cf) then return fail('invalid argument') end
   local nn, nf = add(dn2, cn), add(df2, cf)
   if cmp(nf, n) >= 0 then nn, nf = add(nn, ONE), sub(nf, n) end

@@ -218,19 +218,21 @@ end
 -- KEYS[1]   the key's state, "last t f" (see the Machine's encoding)
 -- ARGV[1]   now in ns since the Unix epoch, or '' for the server's TIME
 -- ARGV[2]   'r' refund, 's' settle
--- ARGV[3]   refund: the cost to give back, at most the capacity; settle:
---           the cost charged, from 1 to the capacity (milli-units)
+-- ARGV[3]   refund: the cost to give back, at most the capacity;
+--           settle: the cost charged, from 1 to the capacity (milli-units)
 -- ARGV[4]   settle: the actual cost, above 0 (milli-units)
 -- ARGV[5]   at: the admitting Decision's At, at least 0 (ns)
 -- ARGV[6]   expiry margin in ms
--- ARGV[7..11] the pace n milli-units per p ns, the capacity's span tau
---           (ns, frac/n), and the capacity (milli-units); for a fixed
---           window, ARGV[7] is the window (ns) and ARGV[8..10] are unused
--- ARGV[12..13] settle: the span of the cost charged (ns, frac/n)
--- ARGV[14]  the rule's step (algorithms.go): 'm' a bucket rule,
---           'f' a fixed window, 'c' a sliding counter
---           (ARGV[7] its window, as for a fixed window, and ARGV[8] '1' if
---           it has CountRefused)
+-- ARGV[7], ARGV[8] the pace, n milli-units per p ns;
+--           ARGV[9], ARGV[10] the capacity's span tau
+--           (ns, frac/n); ARGV[11] the capacity (milli-units).
+--           For a window rule, ARGV[7] (in the pace's place) is
+--           the window (ns), ARGV[8] (in the period's) '1' if
+--           it has CountRefused, and the capacity's span is unused
+-- ARGV[12], ARGV[13] settle: the span of the cost
+--           charged (ns, frac/n)
+-- ARGV[14]  the rule's step (algorithms.go): 'm' a bucket
+--           rule, 'f' a fixed window, 'c' a sliding counter
 --
 -- Returns {old state or '', now used before clamping, state written or '',
 -- given back (refund) or the cost as settled (settle), the expiry set in
