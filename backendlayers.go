@@ -109,20 +109,55 @@ func (lm *LayeredMachine) Instant(states [][]byte, now time.Duration, cost Units
 // error matching [ErrInvalidState] naming the layer, with a Decision that
 // admits nothing.
 func (lm *LayeredMachine) Step(states [][]byte, now time.Duration, cost Units, commit bool) (Decision, [][]byte, []ShadowReport, error) {
-	return lm.step(states, now, cost, commit, nil)
+	a, next, reports, err := lm.step(states, now, cost, commit, maxBudget, nil)
+	return a.d, next, reports, err
 }
 
 // StepLayers is [LayeredMachine.Step] that also appends to dst, in layer
 // order, the Decision of every enforced layer, as [Composite.CheckLayers]
 // does, and returns the extended slice; on an error nothing is appended.
 func (lm *LayeredMachine) StepLayers(states [][]byte, now time.Duration, cost Units, commit bool, dst []Decision) (Decision, [][]byte, []ShadowReport, []Decision, error) {
-	d, next, reports, err := lm.step(states, now, cost, commit, &dst)
-	return d, next, reports, dst, err
+	a, next, reports, err := lm.step(states, now, cost, commit, maxBudget, &dst)
+	return a.d, next, reports, dst, err
 }
 
-// step is Step, appending the enforced layers' Decisions to *out if out is
-// not nil.
-func (lm *LayeredMachine) step(states [][]byte, now time.Duration, cost Units, commit bool, out *[]Decision) (Decision, [][]byte, []ShadowReport, error) {
+// Attempt is one admission attempt of a request that may wait a bounded
+// time for its turn, as [LayeredMachine.StepWithin] decides it.
+type Attempt struct {
+	// Decision is Step's with commit. For a request every enforced layer
+	// admits but whose Delay is over the bound, it is that admission's,
+	// Allowed, though nothing was committed.
+	Decision Decision
+	// Committed reports that the request was admitted within the bound:
+	// the states returned are the new ones.
+	Committed bool
+	// GoOn is how long after the Decision's instant the request would go
+	// on if nothing else arrived: an admissible request's Delay, and for a
+	// denied one its RetryAfter plus the Delay it would then be admitted
+	// with. [Composite.Wait] gives up when it is over the time left.
+	GoOn time.Duration
+	// TooSlow, for an admissible request not committed, is the refusal
+	// [Composite.CheckWithin] reports for it: the enforced layer with the
+	// longest Delay, with a RetryAfter after which the queue has drained
+	// enough.
+	TooSlow Decision
+}
+
+// StepWithin is [LayeredMachine.Step] with commit for a request that may
+// wait at most maxDelay for its turn: it commits the request only if every
+// enforced layer admits it and its Delay (a leaky bucket's) is at most
+// maxDelay, exactly as one attempt of [Composite.Wait] (maxDelay the time
+// left until the context's deadline) or [Composite.CheckWithin] (maxDelay
+// at least 0) decides. States are returned changed only when the attempt
+// committed. Its errors are Step's.
+func (lm *LayeredMachine) StepWithin(states [][]byte, now time.Duration, cost Units, maxDelay time.Duration) (Attempt, [][]byte, []ShadowReport, error) {
+	a, next, reports, err := lm.step(states, now, cost, true, maxDelay, nil)
+	return Attempt{Decision: a.d, Committed: a.committed, GoOn: a.goOn, TooSlow: a.tooSlow}, next, reports, err
+}
+
+// step is Step for a request that may wait at most budget, appending the
+// enforced layers' Decisions to *out if out is not nil.
+func (lm *LayeredMachine) step(states [][]byte, now time.Duration, cost Units, commit bool, budget time.Duration, out *[]Decision) (attempt, [][]byte, []ShadowReport, error) {
 	layers := make([]compositeLayer, len(lm.machines))
 	stores := make([]machineStore, len(lm.machines))
 	first := -1
@@ -139,15 +174,15 @@ func (lm *LayeredMachine) step(states [][]byte, now time.Duration, cost Units, c
 	// Cost errors, as Composite.checkCost finds them.
 	if cost <= 0 {
 		d, err := checkCost(cost, stores[first].capacity(), stores[first].policy())
-		return d, states, nil, err
+		return attempt{d: d}, states, nil, err
 	}
 	for i := range stores {
 		if !lm.shadow[i] && int64(cost) > stores[i].capacity() {
 			d, err := checkCost(cost, stores[i].capacity(), stores[i].policy())
-			return d, states, nil, err
+			return attempt{d: d}, states, nil, err
 		}
 	}
-	refused := stores[first].policy().decision()
+	refused := attempt{d: stores[first].policy().decision()}
 	t, err := lm.Instant(states, now, cost)
 	if err != nil {
 		return refused, states, nil, err
@@ -166,7 +201,7 @@ func (lm *LayeredMachine) step(states [][]byte, now time.Duration, cost Units, c
 	}
 	var a attempt
 	if commit {
-		a = decideLocked(layers, turns, lm.enforced, int64(t), int64(cost), maxBudget)
+		a = decideLocked(layers, turns, lm.enforced, int64(t), int64(cost), budget)
 	} else {
 		a = lookLayers(layers, turns, lm.enforced, int64(t), int64(cost))
 	}
@@ -187,13 +222,13 @@ func (lm *LayeredMachine) step(states [][]byte, now time.Duration, cost Units, c
 	}
 	reportShadows(layers, turns, lm.enforced, &a)
 	if !commit || !a.committed {
-		return a.d, states, reports, nil
+		return a, states, reports, nil
 	}
 	next := make([][]byte, len(states))
 	for i := range stores {
 		next[i] = stores[i].state
 	}
-	return a.d, next, reports, nil
+	return a, next, reports, nil
 }
 
 // lookLayers is decideLocked without the commit: the Decision the attempt

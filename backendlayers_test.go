@@ -36,7 +36,15 @@ func layeredRule(t *rapid.T, label string) ratelimit.Rule {
 // TestLayeredMachineDecidesAsComposite runs one trace against a Composite
 // and against a LayeredMachine whose states are kept in a map, on one
 // ManualClock, and requires the same Decisions and shadow reports.
-func TestLayeredMachineDecidesAsComposite(t *testing.T) {
+func TestLayeredMachineDecidesAsComposite(t *testing.T) { layeredTrace(t, false) }
+
+// TestLayeredMachineWithinDecidesAsCheckWithin is the same with a bound on
+// the Delay: StepWithin against Composite.CheckWithin.
+func TestLayeredMachineWithinDecidesAsCheckWithin(t *testing.T) { layeredTrace(t, true) }
+
+// layeredTrace runs TestLayeredMachineDecidesAsComposite's traces, with
+// Check and Step, or with CheckWithin and StepWithin when within is true.
+func layeredTrace(t *testing.T, within bool) {
 	keyFns := []func(string) string{
 		func(string) string { return "all" },
 		func(k string) string { return strings.SplitN(k, " ", 2)[0] },
@@ -65,7 +73,12 @@ func TestLayeredMachineDecidesAsComposite(t *testing.T) {
 			key := rapid.SampledFrom([]string{"x 1", "x 2", "y 1"}).Draw(t, "key")
 			cost := ratelimit.Units(rapid.SampledFrom([]int64{1, 1000, 1000, 2500, 6000, 7000, 0}).Draw(t, "cost"))
 			reports = reports[:0]
-			want, werr := c.Check(key, cost)
+			maxDelay := time.Duration(rapid.SampledFrom([]int64{0, 1, 1e6, 1e9, 3e9}).Draw(t, "maxDelay"))
+			check := func() (ratelimit.Decision, error) { return c.Check(key, cost) }
+			if within {
+				check = func() (ratelimit.Decision, error) { return c.CheckWithin(key, cost, maxDelay) }
+			}
+			want, werr := check()
 			wantReports := append([]ratelimit.ShadowReport(nil), reports...)
 
 			in := make([][]byte, n)
@@ -79,6 +92,18 @@ func TestLayeredMachineDecidesAsComposite(t *testing.T) {
 				in[i] = states[ks[i]]
 			}
 			got, out, gotReports, gerr := lm.Step(in, clk.Now(), cost, true)
+			if within {
+				var a ratelimit.Attempt
+				a, out, gotReports, gerr = lm.StepWithin(in, clk.Now(), cost, maxDelay)
+				got = a.Decision
+				if !a.Committed && got.Allowed {
+					got = a.TooSlow
+				}
+				require.Equal(t, a.Committed, gerr == nil && got.Allowed)
+				if got.Allowed {
+					require.LessOrEqual(t, a.GoOn, maxDelay)
+				}
+			}
 			require.Equal(t, werr == nil, gerr == nil, "step %d: errors %v, %v", step, werr, gerr)
 			if werr != nil {
 				require.True(t, errors.Is(gerr, errors.Unwrap(werr)) || gerr.Error() == werr.Error(), "%v / %v", werr, gerr)
