@@ -59,7 +59,8 @@ import (
 // back a refusal Redis made before the refund: the generation makes remember
 // ignore every refusal from a check sent before the latest drop.
 
-// denyCache holds recent refusals by Redis key, at most max of them.
+// denyCache holds recent refusals by Redis key (a Composite's by the
+// request's layer keys), at most max of them.
 type denyCache struct {
 	mu      sync.Mutex
 	max     int
@@ -69,15 +70,16 @@ type denyCache struct {
 
 // denied is one refusal as Redis made it.
 type denied struct {
-	state  []byte    // the key's state as the script left it, or as refusals answered here would have
-	latest int64     // the latest instant state records
+	states [][]byte  // the key's state (a Composite's layers') as the script left it, or as refusals answered here would have
+	latest int64     // the latest instant the states record
 	at     int64     // the instant the script decided at, ns
 	sent   time.Time // when the request was sent, by the local monotonic clock
 	recv   time.Time // when its reply came back, by the same clock
 }
 
-// maxCachedState bounds the state a refusal keeps (a sliding log's can be
-// long): a longer one is not cached, and its key goes to Redis every time.
+// maxCachedState bounds the states a refusal keeps (a sliding log's can
+// be long): longer ones are not cached, and their key goes to Redis every
+// time.
 const maxCachedState = 1024
 
 func newDenyCache(max int) *denyCache {
@@ -85,6 +87,68 @@ func newDenyCache(max int) *denyCache {
 		return nil
 	}
 	return &denyCache{max: max, entries: make(map[string]denied)}
+}
+
+// judge is what a deny cache decides with: a Store's rule on its key's
+// state ([oneKey]), or a Composite's layers on their states
+// ([layeredJudge]).
+type judge interface {
+	// refusal decides cost at now on states, spending nothing, and
+	// returns the states as a refusal leaves them in Redis.
+	refusal(states [][]byte, now time.Duration, cost ratelimit.Units) (ratelimit.Decision, [][]byte, error)
+	// worst returns states with all that other requests could have spent
+	// by now spent at now, for states on which cost is refused: nil if
+	// nothing could have been.
+	worst(states [][]byte, now time.Duration, cost ratelimit.Units) [][]byte
+}
+
+// oneKey is a Store's judge: its rule's Machine on its one key.
+type oneKey struct{ m *ratelimit.Machine }
+
+func (j oneKey) refusal(states [][]byte, now time.Duration, cost ratelimit.Units) (ratelimit.Decision, [][]byte, error) {
+	d, next, err := j.m.Step(states[0], now, cost, true) // a refusal records its instant
+	return d, [][]byte{next}, err
+}
+
+func (j oneKey) worst(states [][]byte, now time.Duration, cost ratelimit.Units) [][]byte {
+	if drained := drain(j.m, states[0], now, cost); drained != nil {
+		return [][]byte{drained}
+	}
+	return nil
+}
+
+// drain returns state with the largest cost it admits at now spent, or
+// nil if it admits nothing.
+func drain(m *ratelimit.Machine, state []byte, now time.Duration, cost ratelimit.Units) []byte {
+	d, _, err := m.Step(state, now, cost, false)
+	if err != nil {
+		return nil
+	}
+	// Remaining is in whole units, rounded down: the largest cost admitted
+	// is from that up to a unit more, and below cost if cost is refused.
+	lo := ratelimit.Units(d.Remaining) * ratelimit.Unit // admitted, or 0
+	hi := lo + ratelimit.Unit - 1
+	if d.Allowed {
+		lo, hi = lo+cost, min(hi+cost, m.Params().Capacity)
+	} else {
+		hi = min(hi, cost-1)
+	}
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		if d, _, err := m.Step(state, now, mid, false); err == nil && d.Allowed {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	if lo <= 0 {
+		return nil
+	}
+	_, drained, err := m.Step(state, now, lo, true)
+	if err != nil {
+		return nil
+	}
+	return drained
 }
 
 // answer returns, for cost on the Redis key rk now, a refusal Redis would
@@ -96,12 +160,12 @@ func newDenyCache(max int) *denyCache {
 // is Redis's, RetryAfter and ResetAfter never shorter, Remaining never
 // higher.
 //
-// A refusal answered here is one Redis would have made, and Redis would
-// have recorded its instant as the key's latest: the cached state records
-// it instead. When the request goes to Redis after all, latest is that
-// instant, for a client clock's reading to be clamped to, as Redis would
-// have (0 when nothing was cached).
-func (c *denyCache) answer(m *ratelimit.Machine, clock ratelimit.Clock, rk string, cost ratelimit.Units) (d ratelimit.Decision, ok bool, latest int64) {
+// A refusal answered here is one Redis would have made, and a Store's
+// Redis would have recorded its instant as the key's latest: the cached
+// state records it instead. When the request goes to Redis after all,
+// latest is that instant, for a client clock's reading to be clamped to,
+// as Redis would have (0 when nothing was cached).
+func (c *denyCache) answer(j judge, clock ratelimit.Clock, rk string, cost ratelimit.Units) (d ratelimit.Decision, ok bool, latest int64) {
 	c.mu.Lock()
 	e, found := c.entries[rk]
 	c.mu.Unlock()
@@ -115,17 +179,15 @@ func (c *denyCache) answer(m *ratelimit.Machine, clock ratelimit.Clock, rk strin
 		late = time.Duration(e.at) + time.Since(e.sent)
 		early = time.Duration(e.at) + time.Since(e.recv)
 	}
-	d, next, err := m.Step(e.state, late, cost, true)
+	d, next, err := j.refusal(e.states, late, cost)
 	if err != nil || d.Allowed {
 		c.forget(rk)
 		return ratelimit.Decision{}, false, e.latest
 	}
-	if x := admissible(m, next, late, cost, d.Remaining); x > 0 {
-		// Another process may have spent it: answer as if it had.
-		if _, drained, err := m.Step(next, late, x, true); err == nil {
-			if w, _, err := m.Step(drained, late, cost, false); err == nil && !w.Allowed {
-				d = w
-			}
+	if worst := j.worst(next, late, cost); worst != nil {
+		// Other requests may have spent it: answer as if they had.
+		if w, _, err := j.refusal(worst, late, cost); err == nil && !w.Allowed {
+			d = w
 		}
 	}
 	// On the server's clock d is decided at late (or at an instant a cached
@@ -137,32 +199,14 @@ func (c *denyCache) answer(m *ratelimit.Machine, clock ratelimit.Clock, rk strin
 		d.RetryAfter = saturatingAdd(d.RetryAfter, shift)
 		d.ResetAfter = saturatingAdd(d.ResetAfter, shift)
 	}
-	e.state = next
-	e.latest = latestOf(next)
+	e.states = next
+	e.latest = latestOfAll(next)
 	c.mu.Lock()
 	if _, still := c.entries[rk]; still {
 		c.entries[rk] = e
 	}
 	c.mu.Unlock()
 	return d, true, 0
-}
-
-// admissible returns the largest cost, in milli-units, that the state
-// admits at now, for a state that refuses cost there and whose refusal
-// reports remaining whole units: from remaining units up to a unit more,
-// below cost.
-func admissible(m *ratelimit.Machine, state []byte, now time.Duration, cost ratelimit.Units, remaining int64) ratelimit.Units {
-	lo := ratelimit.Units(remaining) * ratelimit.Unit // admitted, or 0
-	hi := min(lo+ratelimit.Unit-1, cost-1)            // the largest that may be
-	for lo < hi {
-		mid := lo + (hi-lo+1)/2
-		if d, _, err := m.Step(state, now, mid, false); err == nil && d.Allowed {
-			lo = mid
-		} else {
-			hi = mid - 1
-		}
-	}
-	return lo
 }
 
 // saturatingAdd is a + b for b >= 0, at most the largest Duration.
@@ -186,11 +230,24 @@ func latestOf(state []byte) int64 {
 	return v
 }
 
+// latestOfAll returns the latest instant any of states records.
+func latestOfAll(states [][]byte) int64 {
+	var v int64
+	for _, s := range states {
+		v = max(v, latestOf(s))
+	}
+	return v
+}
+
 // remember keeps Redis's refusal of rk, made at the instant at, leaving
-// state, for a request sent at sent whose reply came back at recv, while
+// states, for a request sent at sent whose reply came back at recv, while
 // the cache was at generation gen.
-func (c *denyCache) remember(rk string, state string, at int64, sent, recv time.Time, gen uint64) {
-	if len(state) > maxCachedState {
+func (c *denyCache) remember(rk string, states [][]byte, at int64, sent, recv time.Time, gen uint64) {
+	size := 0
+	for _, s := range states {
+		size += len(s)
+	}
+	if size > maxCachedState {
 		return
 	}
 	c.mu.Lock()
@@ -206,7 +263,7 @@ func (c *denyCache) remember(rk string, state string, at int64, sent, recv time.
 			break
 		}
 	}
-	c.entries[rk] = denied{state: []byte(state), latest: latestOf([]byte(state)), at: at, sent: sent, recv: recv}
+	c.entries[rk] = denied{states: states, latest: latestOfAll(states), at: at, sent: sent, recv: recv}
 }
 
 // charged replaces rk's cached refusal, if any, by the state a
@@ -226,7 +283,7 @@ func (c *denyCache) charged(rk string, state []byte, at int64, sent, recv time.T
 		delete(c.entries, rk)
 		return
 	}
-	c.entries[rk] = denied{state: state, latest: latestOf(state), at: at, sent: sent, recv: recv}
+	c.entries[rk] = denied{states: [][]byte{state}, latest: latestOf(state), at: at, sent: sent, recv: recv}
 }
 
 // forget drops rk's cached refusal, if any.

@@ -92,14 +92,14 @@ func TestDenyCacheOff(t *testing.T) {
 func TestDenyCacheDropOutdatesInFlightRefusals(t *testing.T) {
 	c := newDenyCache(10)
 	sent := c.generation()
-	c.remember("k", "5 0 3000", 5, time.Now(), time.Now(), sent)
+	c.remember("k", [][]byte{[]byte("5 0 3000")}, 5, time.Now(), time.Now(), sent)
 	require.Equal(t, int64(5), c.floor("k"))
 	inFlight := c.generation()
 	c.drop("k")
 	assert.Zero(t, c.floor("k"), "drop kept the entry")
-	c.remember("k", "5 0 3000", 5, time.Now(), time.Now(), inFlight)
+	c.remember("k", [][]byte{[]byte("5 0 3000")}, 5, time.Now(), time.Now(), inFlight)
 	assert.Zero(t, c.floor("k"), "a refusal from before the drop was cached")
-	c.remember("k", "6 0 3000", 6, time.Now(), time.Now(), c.generation())
+	c.remember("k", [][]byte{[]byte("6 0 3000")}, 6, time.Now(), time.Now(), c.generation())
 	assert.Equal(t, int64(6), c.floor("k"), "a refusal from after the drop was not cached")
 }
 

@@ -67,7 +67,14 @@ type Store struct {
 	br       *circuit
 	dl       atomic.Pointer[deadline]
 
-	deny *denyCache // nil when off
+	deny  *denyCache // nil when off
+	judge oneKey     // what the deny cache decides with
+
+	// delays says the rule is a leaky bucket, whose Delay a check with a
+	// bound must fit before it spends; layered is the rule as one layer,
+	// whose StepWithin such a check decides with.
+	delays  bool
+	layered *ratelimit.LayeredMachine
 
 	failures, circuitRefusals, invalid, mismatches, localDenials atomic.Uint64
 }
@@ -103,7 +110,14 @@ func New(rdb redis.UniversalClient, rule ratelimit.Rule, opts ...Option) (*Store
 		guard:    !honoursContext(rdb),
 		script:   stepScript,
 		deny:     newDenyCache(o.denyCache),
+		judge:    oneKey{m},
 		marginMs: max(1, ceilMs(o.margin)),
+	}
+	if p.Algorithm == "leaky_bucket" {
+		s.delays = true
+		if s.layered, err = ratelimit.NewLayeredMachine([]ratelimit.Layer{{Rule: rule}}); err != nil {
+			return nil, err
+		}
 	}
 	if _, ok := rdb.(*redis.Client); ok {
 		// One server: the step runs as a function where the server has
@@ -259,23 +273,21 @@ func (s *Store) decide(ctx context.Context, key string, cost ratelimit.Units, lo
 	var gen uint64
 	if s.deny != nil {
 		gen = s.deny.generation()
-		d, ok, latest := s.deny.answer(s.m, s.clock, rk, cost)
-		if ok {
-			s.localDenials.Add(1)
-			return d, nil
+		if look {
+			// Wait's checks go to Redis (see Wait).
+			floor = s.deny.floor(rk)
+		} else {
+			d, ok, latest := s.deny.answer(s.judge, s.clock, rk, cost)
+			if ok {
+				s.localDenials.Add(1)
+				return d, nil
+			}
+			floor = latest
 		}
-		floor = latest
 	}
 	now := time.Now()
-	if _, ok := ctx.Deadline(); !ok {
-		if ctx.Done() == nil {
-			ctx = s.sharedDeadline(now)
-		} else {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, s.o.timeout)
-			defer cancel()
-		}
-	}
+	ctx, cancel := s.bound(ctx, now)
+	defer cancel()
 	br := s.br.forKey(ctx, rk)
 	probe, ok := br.allow(now, s.o.pause)
 	if !ok {
@@ -303,10 +315,22 @@ func (s *Store) decide(ctx context.Context, key string, cost ratelimit.Units, lo
 		if d.Allowed {
 			s.deny.forget(rk)
 		} else {
-			s.deny.remember(rk, state, at, now, recv, gen)
+			s.deny.remember(rk, [][]byte{[]byte(state)}, at, now, recv, gen)
 		}
 	}
 	return d, err
+}
+
+// bound gives ctx, if it has no deadline, the store's timeout from now:
+// a deadline shared with other checks for a context that can never end.
+func (s *Store) bound(ctx context.Context, now time.Time) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	if ctx.Done() == nil {
+		return s.sharedDeadline(now), func() {}
+	}
+	return context.WithTimeout(ctx, s.o.timeout)
 }
 
 // deadline is a context that ends at a deadline, shared by the checks that
@@ -476,20 +500,46 @@ func (s *Store) refused() ratelimit.Decision {
 
 // degraded applies the failure policy to a check Redis did not decide.
 func (s *Store) degraded(ctx context.Context, key string, cost ratelimit.Units, cause error) (ratelimit.Decision, error) {
-	if s.o.fallback == nil {
-		return s.failureMode(cost), cause
+	return s.degradedWithin(ctx, key, cost, maxBudget, cause)
+}
+
+// degradedWithin is degraded for a request that may wait at most maxDelay
+// (maxBudget: any time).
+func (s *Store) degradedWithin(ctx context.Context, key string, cost ratelimit.Units, maxDelay time.Duration, cause error) (ratelimit.Decision, error) {
+	if d, err, ok := fallBack(ctx, s.o.fallback, key, cost, maxDelay, cause); ok {
+		return d, err
 	}
-	var d ratelimit.Decision
-	var err error
-	if cc, ok := s.o.fallback.(ratelimit.ContextChecker); ok {
+	return s.failureMode(cost), cause
+}
+
+// withinChecker is a limiter with CheckWithin, such as [ratelimit.Store]
+// and [ratelimit.Composite].
+type withinChecker interface {
+	CheckWithin(key string, cost ratelimit.Units, maxDelay time.Duration) (ratelimit.Decision, error)
+}
+
+// fallBack asks fb, the fallback limiter if not nil, about a check that
+// Redis did not decide because of cause, for a request that may wait at
+// most maxDelay (maxBudget: any time; a fallback without CheckWithin is
+// asked with Check whatever maxDelay is). ok is false without a fallback.
+func fallBack(ctx context.Context, fb ratelimit.KeyedLimiter, key string, cost ratelimit.Units, maxDelay time.Duration, cause error) (d ratelimit.Decision, err error, ok bool) {
+	if fb == nil {
+		return d, nil, false
+	}
+	wc, within := fb.(withinChecker)
+	cc, hasCtx := fb.(ratelimit.ContextChecker)
+	switch {
+	case maxDelay != maxBudget && within:
+		d, err = wc.CheckWithin(key, cost, max(maxDelay, 0))
+	case hasCtx:
 		d, err = cc.CheckContext(context.WithoutCancel(ctx), key, cost)
-	} else {
-		d, err = s.o.fallback.Check(key, cost)
+	default:
+		d, err = fb.Check(key, cost)
 	}
 	if err != nil {
-		return d, errors.Join(cause, err)
+		return d, errors.Join(cause, err), true
 	}
-	return d, cause
+	return d, cause, true
 }
 
 // failureMode is the failure mode's Decision for cost, with no fallback,

@@ -91,3 +91,42 @@ func TestWaitSpendsNoRefusal(t *testing.T) {
 		}
 	}
 }
+
+// TestLeakyWaitSpendsNothingPastDeadline: a leaky bucket's Wait whose Delay
+// would not end before its deadline gives up at once and spends nothing,
+// whether the queue has room now (the request would be admitted with too
+// long a Delay) or only after a RetryAfter that itself fits the deadline,
+// as in process.
+func TestLeakyWaitSpendsNothingPastDeadline(t *testing.T) {
+	rdb := needRedis(t)
+	rule := ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(1), Capacity: 5}
+	for _, queued := range []ratelimit.Units{3 * ratelimit.Unit, 5 * ratelimit.Unit} {
+		clk := ratelimit.NewManualClock(unixNow)
+		s, err := New(rdb, rule, WithClock(clk), WithPrefix(testPrefix()))
+		require.NoError(t, err)
+		local, err := ratelimit.NewStore(rule, ratelimit.WithClock(clk))
+		require.NoError(t, err)
+		for _, lim := range []ratelimit.KeyedLimiter{s, local} {
+			d, err := lim.Check("k", queued)
+			require.NoError(t, err)
+			require.True(t, d.Allowed)
+		}
+		// Admitted now with a Delay of 3 s, or after a RetryAfter of 1 s
+		// with a Delay of 4 s: neither fits a deadline 2 s away.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		start := time.Now()
+		want, werr := local.Wait(ctx, "k", ratelimit.Unit)
+		got, gerr := s.Wait(ctx, "k", ratelimit.Unit)
+		cancel()
+		require.ErrorIs(t, werr, ratelimit.ErrWouldExceedDeadline)
+		require.ErrorIs(t, gerr, ratelimit.ErrWouldExceedDeadline, "queued %d", queued)
+		require.Less(t, time.Since(start), time.Second, "Wait slept towards a deadline it could not meet")
+		require.Equal(t, want, got)
+		// Nothing was spent: the next check is decided as in process.
+		want, err = local.Check("k", 2*ratelimit.Unit)
+		require.NoError(t, err)
+		got, err = s.Check("k", 2*ratelimit.Unit)
+		require.NoError(t, err)
+		require.Equal(t, want, got, "queued %d", queued)
+	}
+}
