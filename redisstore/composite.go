@@ -77,6 +77,11 @@ type Composite struct {
 	oneSlot  bool // the prefix's own hash tag puts every key in one slot
 	guard    bool // the client may not stop at a context's deadline
 	script   *redis.Script
+	br       *circuit
+	deny     *denyCache // nil when off
+	judge    layeredJudge
+
+	counters
 }
 
 type compLayer struct {
@@ -117,12 +122,15 @@ func NewComposite(rdb redis.UniversalClient, layers []Layer, opts ...Option) (*C
 		rdb: rdb, lm: lm, clock: o.clock, o: o, script: layersScript,
 		layers:   make([]compLayer, len(layers)),
 		marginMs: max(1, ceilMs(o.margin)),
+		deny:     newDenyCache(o.denyCache),
+		judge:    layeredJudge{lm},
 	}
 	switch rdb.(type) {
 	case *redis.ClusterClient, *redis.Ring:
 		c.cluster = true
 	}
 	c.guard = !honoursContext(rdb)
+	c.br = newCircuit(rdb, c.guard)
 	for i, l := range layers {
 		m := lm.Machine(i)
 		s, err := New(rdb, l.Rule, opts...) // the rule's step and arguments
@@ -136,6 +144,10 @@ func NewComposite(rdb redis.UniversalClient, layers []Layer, opts ...Option) (*C
 			head: o.prefix + "L" + strconv.Itoa(i) + ":" + ruleTag(m.Params()) + ":"}
 		if !l.Shadow {
 			c.enforced++
+		} else {
+			// Every request must reach a shadow layer's OnShadow with its
+			// own answer, which a cached refusal does not have.
+			c.deny = nil
 		}
 	}
 	if c.cluster {
@@ -288,7 +300,7 @@ func (c *Composite) Check(key string, cost ratelimit.Units) (ratelimit.Decision,
 // [ratelimit.ErrDegraded]: the Decision returned with it is the one to act
 // on.
 func (c *Composite) CheckContext(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
-	d, shadow, err := c.check(ctx, key, cost, nil)
+	d, shadow, err := c.check(ctx, key, cost, nil, false)
 	c.observe(d, shadow, cost, err)
 	return d, err
 }
@@ -308,22 +320,35 @@ func (c *Composite) observe(d, shadow ratelimit.Decision, cost ratelimit.Units, 
 // that a shadow layer would have refused, the first such layer's Decision.
 // Errors are marked as [Store]'s are (see degradedError).
 // out, if not nil, gets the enforced layers' Decisions appended (see
-// CheckLayers).
-func (c *Composite) check(ctx context.Context, key string, cost ratelimit.Units, out *[]ratelimit.Decision) (d, shadow ratelimit.Decision, err error) {
-	d, shadow, err = c.decide(ctx, key, cost, out)
+// CheckLayers). wait says the check is an attempt of Wait, which the deny
+// cache does not answer.
+func (c *Composite) check(ctx context.Context, key string, cost ratelimit.Units, out *[]ratelimit.Decision, wait bool) (d, shadow ratelimit.Decision, err error) {
+	d, shadow, err = c.decide(ctx, key, cost, out, wait)
 	return d, shadow, degradedError(err)
 }
 
 // decide is check without marking its errors.
-func (c *Composite) decide(ctx context.Context, key string, cost ratelimit.Units, out *[]ratelimit.Decision) (d, shadow ratelimit.Decision, err error) {
+func (c *Composite) decide(ctx context.Context, key string, cost ratelimit.Units, out *[]ratelimit.Decision, wait bool) (d, shadow ratelimit.Decision, err error) {
+	var none ratelimit.Decision
 	n := c.lm.Len()
 	fresh := make([][]byte, n)
 	if d, _, _, err := c.lm.Step(fresh, 0, cost, false); err != nil {
-		return d, ratelimit.Decision{}, err
+		return d, none, err
 	}
 	keys, err := c.keys(key, cost)
 	if err != nil {
-		return c.refused(), ratelimit.Decision{}, err
+		return c.refused(), none, err
+	}
+	var ck string
+	var gen uint64
+	if c.deny != nil {
+		ck, gen = c.cacheKey(keys, cost), c.deny.generation()
+		if !wait {
+			if d, ok, _ := c.deny.answer(c.judge, c.clock, ck, cost); ok {
+				c.localDenials.Add(1)
+				return d, none, nil
+			}
+		}
 	}
 	args := make([]any, 0, 2+n*11)
 	now := ""
@@ -344,40 +369,95 @@ func (c *Composite) decide(ctx context.Context, key string, cost ratelimit.Units
 		args = append(args, flag, strconv.Itoa(len(l.args)))
 		args = l.args.appendCheck(args, l.alg.step, l.m, "", cost)
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.o.timeout)
-		defer cancel()
-	}
-	reply, err := c.run(ctx, keys, args)
+	ctx, cancel := withTimeout(ctx, c.o.timeout)
+	defer cancel()
+	sent := time.Now()
+	reply, err := c.run(ctx, key, c.script, keys, args)
 	if err != nil {
-		if isStateError(err) {
-			return c.refused(), ratelimit.Decision{}, fmt.Errorf("%w: key %q: %v", ratelimit.ErrInvalidState, clipKey(key), err)
+		if errors.Is(err, ErrUnavailable) {
+			d, err := c.degraded(ctx, key, cost, maxBudget, err)
+			return d, none, err
 		}
-		if isCrossSlot(err) {
-			return c.refused(), ratelimit.Decision{}, fmt.Errorf("%w: key %q: %v", ErrCrossSlot, clipKey(key), err)
-		}
-		d, err := c.degraded(cost, fmt.Errorf("%w: %w", ErrUnavailable, err))
-		return d, ratelimit.Decision{}, err
+		return c.refused(), none, err
 	}
-	return c.verify(key, cost, reply, out)
+	recv := time.Now()
+	v, err := c.verify(key, cost, reply, out)
+	if c.deny != nil && err == nil && !v.d.Allowed {
+		c.deny.remember(ck, v.old, v.at, sent, recv, gen)
+	}
+	return v.d, v.shadow, err
 }
 
-// run sends the script, on a goroutine of its own when the client might
-// not stop at ctx's deadline.
-func (c *Composite) run(ctx context.Context, keys []string, args []any) ([]any, error) {
-	return runScript(ctx, c.rdb, c.script, c.guard, keys, args)
+// cacheKey names a request of cost on the layers' Redis keys keys in the
+// deny cache: the keys of the layers that take part in it.
+func (c *Composite) cacheKey(keys []string, cost ratelimit.Units) string {
+	var b strings.Builder
+	for i, k := range keys {
+		if c.lm.Takes(i, cost) {
+			b.WriteString(k)
+		}
+		b.WriteByte(' ')
+	}
+	return b.String()
+}
+
+// run sends script on the layers' keys keys (for a request on key),
+// through the circuit breaker of the keys' master (they share a slot), on
+// a goroutine of its own when the client might not stop at ctx's
+// deadline. Its errors are ErrCircuitOpen, ErrUnavailable wrapping the
+// cause, [ratelimit.ErrInvalidState] for a layer's corrupted state and
+// [ErrCrossSlot] for keys in different slots.
+func (c *Composite) run(ctx context.Context, key string, script scriptRunner, keys []string, args []any) ([]any, error) {
+	var br *breaker
+	if len(keys) > 0 {
+		br = c.br.forKey(ctx, keys[0])
+	} else {
+		br = &c.br.one
+	}
+	probe, ok := br.allow(time.Now(), c.o.pause)
+	if !ok {
+		c.failures.Add(1)
+		c.circuitRefusals.Add(1)
+		return nil, ErrCircuitOpen
+	}
+	reply, err := runScript(ctx, c.rdb, script, c.guard, keys, args)
+	switch {
+	case err == nil:
+		br.success(probe)
+		return reply, nil
+	case isStateError(err):
+		// The server answered: it is up, but a key cannot be used.
+		br.success(probe)
+		c.invalid.Add(1)
+		return nil, fmt.Errorf("%w: key %q: %v", ratelimit.ErrInvalidState, clipKey(key), err)
+	case isCrossSlot(err):
+		br.success(probe)
+		return nil, fmt.Errorf("%w: key %q: %v", ErrCrossSlot, clipKey(key), err)
+	}
+	c.failures.Add(1)
+	br.failure(time.Now(), probe, c.o.failures, c.o.pause)
+	return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// verified is a script's reply, verified: the Decision, the first shadow
+// layer's that would have refused (see check), the instant the script
+// decided at and the states it read.
+type verified struct {
+	d, shadow ratelimit.Decision
+	at        int64
+	old       [][]byte
 }
 
 // verify recomputes the Decision with the layered machine from the old
 // states and the instant the script used, and checks that the script wrote
 // exactly the states the machine computes. out, if not nil, gets the
 // enforced layers' Decisions appended once all is verified.
-func (c *Composite) verify(key string, cost ratelimit.Units, reply []any, out *[]ratelimit.Decision) (ratelimit.Decision, ratelimit.Decision, error) {
-	var none ratelimit.Decision
+func (c *Composite) verify(key string, cost ratelimit.Units, reply []any, out *[]ratelimit.Decision) (verified, error) {
 	n := c.lm.Len()
-	bad := func() (ratelimit.Decision, ratelimit.Decision, error) {
-		return c.refused(), none, fmt.Errorf("%w: unexpected reply %v", ErrMismatch, reply)
+	refused := verified{d: c.refused()}
+	bad := func() (verified, error) {
+		c.mismatches.Add(1)
+		return refused, fmt.Errorf("%w: unexpected reply %v", ErrMismatch, reply)
 	}
 	if len(reply) != 2+2*n {
 		return bad()
@@ -404,10 +484,14 @@ func (c *Composite) verify(key string, cost ratelimit.Units, reply []any, out *[
 	}
 	d, next, reports, layers, err := c.lm.StepLayers(old, time.Duration(at), cost, true, layers)
 	if err != nil {
-		return c.refused(), none, fmt.Errorf("key %q: %w", clipKey(key), err)
+		if errors.Is(err, ratelimit.ErrInvalidState) {
+			c.invalid.Add(1)
+		}
+		return refused, fmt.Errorf("key %q: %w", clipKey(key), err)
 	}
 	if c.enforced > 0 && d.Allowed != (admitted == 1) {
-		return c.refused(), none, fmt.Errorf("%w: key %q at %d: script admitted %d, machine %v", ErrMismatch, clipKey(key), at, admitted, d.Allowed)
+		c.mismatches.Add(1)
+		return refused, fmt.Errorf("%w: key %q at %d: script admitted %d, machine %v", ErrMismatch, clipKey(key), at, admitted, d.Allowed)
 	}
 	for i := range n {
 		want := string(next[i])
@@ -418,12 +502,21 @@ func (c *Composite) verify(key string, cost ratelimit.Units, reply []any, out *[
 			}
 		}
 		if written[i] != want {
-			return c.refused(), none, fmt.Errorf("%w: key %q layer %d at %d: script wrote %q, machine %q", ErrMismatch, clipKey(key), i, at, clipKey(written[i]), clipKey(want))
+			c.mismatches.Add(1)
+			return refused, fmt.Errorf("%w: key %q layer %d at %d: script wrote %q, machine %q", ErrMismatch, clipKey(key), i, at, clipKey(written[i]), clipKey(want))
 		}
 	}
 	if out != nil {
 		*out = layers
 	}
+	shadow := c.report(key, reports)
+	return verified{d: d, shadow: shadow, at: at, old: old}, nil
+}
+
+// report gives each shadow layer's report of a request on key to its
+// OnShadow, and returns the Decision of the first shadow layer that would
+// have refused the request, if any.
+func (c *Composite) report(key string, reports []ratelimit.ShadowReport) ratelimit.Decision {
 	var shadow ratelimit.Decision
 	refusing := false
 	r := 0
@@ -445,7 +538,7 @@ func (c *Composite) verify(key string, cost ratelimit.Units, reply []any, out *[
 		}
 		r++
 	}
-	return d, shadow, nil
+	return shadow
 }
 
 // refused is the Decision that admits nothing: the first enforced layer's.
@@ -459,19 +552,60 @@ func (c *Composite) refused() ratelimit.Decision {
 	return ratelimit.Decision{Limit: p.Limit, Policy: p.Policy, Window: p.Window}
 }
 
-// degraded applies the failure policy to a request Redis did not decide.
-func (c *Composite) degraded(cost ratelimit.Units, cause error) (ratelimit.Decision, error) {
+// degraded applies the failure policy to a request Redis did not decide
+// because of cause, for a request that may wait at most maxDelay
+// (maxBudget: any time): the fallback's Decision if there is one, else
+// fail open's (the Decision on fresh keys) or fail closed's.
+func (c *Composite) degraded(ctx context.Context, key string, cost ratelimit.Units, maxDelay time.Duration, cause error) (ratelimit.Decision, error) {
+	if d, err, ok := fallBack(ctx, c.o.fallback, key, cost, maxDelay, cause); ok {
+		return d, err
+	}
+	return c.failureMode(cost), cause
+}
+
+// failureMode is the failure mode's Decision for cost, spending nothing
+// anywhere.
+func (c *Composite) failureMode(cost ratelimit.Units) ratelimit.Decision {
 	if c.o.mode == FailClosed {
 		d := c.refused()
 		d.RetryAfter = c.o.pause
-		return d, cause
+		return d
 	}
 	now := time.Duration(clamp(UnixClock().Now()))
 	if c.clock != nil {
 		now = time.Duration(clamp(c.clock.Now()))
 	}
 	d, _, _, _ := c.lm.Step(make([][]byte, c.lm.Len()), now, cost, false)
-	return d, cause
+	return d
+}
+
+// layeredJudge is a Composite's judge for its deny cache: its layers on
+// their states.
+type layeredJudge struct{ lm *ratelimit.LayeredMachine }
+
+// refusal decides as a Composite's check does; Redis writes nothing for a
+// refused request, so the states are left as they are.
+func (j layeredJudge) refusal(states [][]byte, now time.Duration, cost ratelimit.Units) (ratelimit.Decision, [][]byte, error) {
+	d, _, _, err := j.lm.Step(states, now, cost, false)
+	return d, states, err
+}
+
+// worst drains every layer that takes part: other requests, on this key
+// or on others that share a layer's key, may have spent all each admits.
+func (j layeredJudge) worst(states [][]byte, now time.Duration, cost ratelimit.Units) [][]byte {
+	var out [][]byte
+	for i := range states {
+		if !j.lm.Takes(i, cost) {
+			continue
+		}
+		if drained := drain(j.lm.Machine(i), states[i], now, cost); drained != nil {
+			if out == nil {
+				out = append([][]byte(nil), states...)
+			}
+			out[i] = drained
+		}
+	}
+	return out
 }
 
 var (

@@ -135,7 +135,7 @@ func TestCompositeSameDecisionsAsInProcess(t *testing.T) {
 			}
 			wantReports, gotReports = wantReports[:0], gotReports[:0]
 			w, werr := want.Check(key, cost)
-			g, gerr := got.Check(key, cost)
+			g, gerr, cached := checkCounted(got, key, cost)
 			if werr != nil || gerr != nil {
 				require.Error(t, werr)
 				require.EqualError(t, gerr, werr.Error())
@@ -148,20 +148,16 @@ func TestCompositeSameDecisionsAsInProcess(t *testing.T) {
 			default:
 				denied.Add(1)
 			}
-			if w != g {
-				t.Fatalf("check %d at %d, key %q, cost %d:\n in-process %+v\n redis      %+v", step, clk.Now(), key, cost, w, g)
-			}
+			sameOrCached(t, w, g, cached, "check %d at %d, key %q, cost %d: redis", step, clk.Now(), key, cost)
 			if w.Allowed {
 				ats = append(ats, w.At)
 			}
 			gotReports = gotReports[:0]
-			e, eerr := exact.Check(key, cost)
+			e, eerr, cached := checkCounted(exact, key, cost)
 			if werr != nil || eerr != nil {
 				require.EqualError(t, eerr, werr.Error())
 			}
-			if w != e {
-				t.Fatalf("check %d at %d, key %q, cost %d:\n in-process %+v\n exact path %+v", step, clk.Now(), key, cost, w, e)
-			}
+			sameOrCached(t, w, e, cached, "check %d at %d, key %q, cost %d: exact path", step, clk.Now(), key, cost)
 			require.Equal(t, len(wantReports), len(gotReports))
 			for i := range wantReports {
 				require.Equal(t, wantReports[i].Key, gotReports[i].Key)
@@ -170,6 +166,27 @@ func TestCompositeSameDecisionsAsInProcess(t *testing.T) {
 			}
 		}
 	})
+}
+
+// checkCounted checks cost for key on c and says whether its deny cache
+// answered.
+func checkCounted(c *Composite, key string, cost ratelimit.Units) (ratelimit.Decision, error, bool) {
+	before := c.Stats().LocalDenials
+	d, err := c.Check(key, cost)
+	return d, err, c.Stats().LocalDenials > before
+}
+
+// sameOrCached requires got to be want, or, if the deny cache answered,
+// a refusal that want allows (see requireCachedRefusal).
+func sameOrCached(t *rapid.T, want, got ratelimit.Decision, cached bool, msgAndArgs ...any) {
+	t.Helper()
+	if cached {
+		requireCachedRefusal(t, want, got, msgAndArgs...)
+		return
+	}
+	if want != got {
+		t.Fatalf("%s:\n in-process %+v\n redis      %+v", fmt.Sprintf(msgAndArgs[0].(string), msgAndArgs[1:]...), want, got)
+	}
 }
 
 // TestCompositeConcurrentNoPartialSpend sends 1,000 requests over 50 keys

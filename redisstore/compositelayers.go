@@ -18,18 +18,19 @@ import (
 // maxDelay is [ratelimit.Composite.CheckWithin]'s cap on a leaky bucket's
 // Delay. A composite with no enforced leaky bucket never has a Delay, and
 // checks alike whatever maxDelay is. One with a leaky bucket checks, for
-// a positive maxDelay, as CheckContext does, with no cap, and appends
-// nothing (the caller then describes the combined Decision alone).
+// a positive maxDelay, as [Composite.CheckWithinContext] does, and
+// appends nothing (the caller then describes the combined Decision
+// alone); so does a refusal the deny cache answers.
 func (c *Composite) CheckLayers(ctx context.Context, key string, cost ratelimit.Units, maxDelay time.Duration, dst []ratelimit.Decision) (ratelimit.Decision, []ratelimit.Decision, error) {
 	if maxDelay > 0 && c.delays() {
-		d, err := c.CheckContext(ctx, key, cost)
+		d, err := c.CheckWithinContext(ctx, key, cost, maxDelay)
 		return d, dst, err
 	}
 	if err := ctx.Err(); err != nil {
 		return c.refused(), dst, err
 	}
 	out := dst
-	d, shadow, err := c.check(ctx, key, cost, &out)
+	d, shadow, err := c.check(ctx, key, cost, &out, false)
 	c.observe(d, shadow, cost, err)
 	if err != nil {
 		return d, dst, err

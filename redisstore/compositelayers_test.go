@@ -52,9 +52,16 @@ func TestCompositeCheckLayersAsInProcess(t *testing.T) {
 			key := rapid.SampledFrom([]string{"x 1", "x 2", "y 1"}).Draw(t, "key")
 			cost := drawCost(t, capacity)
 			wd, wl, werr := want.CheckLayers(ctx, key, cost, 0, nil)
+			before := got.Stats().LocalDenials
 			gd, gl, gerr := got.CheckLayers(ctx, key, cost, 0, nil)
 			require.NoError(t, werr)
 			require.NoError(t, gerr)
+			if got.Stats().LocalDenials > before {
+				// The deny cache refused: it lists no layer.
+				requireCachedRefusal(t, wd, gd, "check %d, key %q, cost %d", step, key, cost)
+				require.Empty(t, gl)
+				continue
+			}
 			if wd != gd {
 				t.Fatalf("check %d, key %q, cost %d:\n in-process %+v\n redis      %+v", step, key, cost, wd, gd)
 			}

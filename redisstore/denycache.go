@@ -185,9 +185,13 @@ func (c *denyCache) answer(j judge, clock ratelimit.Clock, rk string, cost ratel
 		return ratelimit.Decision{}, false, e.latest
 	}
 	if worst := j.worst(next, late, cost); worst != nil {
-		// Other requests may have spent it: answer as if they had.
+		// Other requests may have spent it: answer as if they had, still
+		// describing the limit that refuses on the kept states (for a
+		// Composite, the worst case may make another the longest).
 		if w, _, err := j.refusal(worst, late, cost); err == nil && !w.Allowed {
-			d = w
+			d.RetryAfter = max(d.RetryAfter, w.RetryAfter)
+			d.ResetAfter = max(d.ResetAfter, w.ResetAfter)
+			d.Remaining = min(d.Remaining, w.Remaining)
 		}
 	}
 	// On the server's clock d is decided at late (or at an instant a cached
@@ -302,6 +306,19 @@ func (c *denyCache) generation() uint64 { return c.gen.Load() }
 func (c *denyCache) drop(rk string) {
 	c.mu.Lock()
 	delete(c.entries, rk)
+	c.gen.Add(1)
+	c.mu.Unlock()
+}
+
+// clear forgets every cached refusal, as drop does one key's: after a
+// Composite's refund, settlement or reset, which may have taken back what
+// a layer's key, shared by other requests' entries, had spent.
+func (c *denyCache) clear() {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	clear(c.entries)
 	c.gen.Add(1)
 	c.mu.Unlock()
 }

@@ -172,7 +172,7 @@ func (s *Store) PeekContext(ctx context.Context, key string, cost ratelimit.Unit
 	r, err := s.op(ctx, rk, s.floor(rk), "r")
 	if err != nil {
 		if errors.Is(err, ErrUnavailable) {
-			return s.degradedPeek(key, cost, err)
+			return degradedPeek(s.o.fallback, key, cost, err, s.failureMode)
 		}
 		return s.refused(), err
 	}
@@ -189,9 +189,9 @@ func (s *Store) PeekContext(ctx context.Context, key string, cost ratelimit.Unit
 }
 
 // degradedPeek is the failure policy's Decision for a Peek, spending
-// nothing anywhere.
-func (s *Store) degradedPeek(key string, cost ratelimit.Units, cause error) (ratelimit.Decision, error) {
-	if p, ok := s.o.fallback.(interface {
+// nothing anywhere: fb's Peek if fb has one, else mode's Decision.
+func degradedPeek(fb ratelimit.KeyedLimiter, key string, cost ratelimit.Units, cause error, mode func(ratelimit.Units) ratelimit.Decision) (ratelimit.Decision, error) {
+	if p, ok := fb.(interface {
 		Peek(string, ratelimit.Units) (ratelimit.Decision, error)
 	}); ok {
 		d, err := p.Peek(key, cost)
@@ -200,7 +200,7 @@ func (s *Store) degradedPeek(key string, cost ratelimit.Units, cause error) (rat
 		}
 		return d, cause
 	}
-	return s.failureMode(cost), cause
+	return mode(cost), cause
 }
 
 // Refund is RefundContext with a background context.
@@ -481,15 +481,9 @@ func (c *Composite) op(ctx context.Context, key string, cost ratelimit.Units, ar
 	if c.clock != nil {
 		now = strconv.FormatInt(clamp(c.clock.Now()), 10)
 	}
-	reply, err := runScript(ctx, c.rdb, opsScript, c.guard, send, append([]any{now}, args...))
+	reply, err := c.run(ctx, key, opsScript, send, append([]any{now}, args...))
 	if err != nil {
-		if isStateError(err) {
-			return nil, opReply{}, fmt.Errorf("%w: key %q: %v", ratelimit.ErrInvalidState, clipKey(key), err)
-		}
-		if isCrossSlot(err) {
-			return nil, opReply{}, fmt.Errorf("%w: key %q: %v", ErrCrossSlot, clipKey(key), err)
-		}
-		return nil, opReply{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return nil, opReply{}, err
 	}
 	r, err := parseOp(reply, len(send))
 	if len(send) == 0 && args[0] == "r" {
@@ -531,7 +525,7 @@ func (c *Composite) PeekContext(ctx context.Context, key string, cost ratelimit.
 	_, r, err := c.op(ctx, key, cost, "r")
 	if err != nil {
 		if errors.Is(err, ErrUnavailable) {
-			return c.degraded(cost, err)
+			return degradedPeek(c.o.fallback, key, cost, err, c.failureMode)
 		}
 		return c.refused(), err
 	}
@@ -584,6 +578,7 @@ func (c *Composite) RefundContext(ctx context.Context, key string, cost ratelimi
 		least = max(least, 0)
 		return nexts, nil, nil
 	})
+	c.deny.clear()
 	if err != nil {
 		return 0, err
 	}
@@ -703,6 +698,7 @@ func (c *Composite) SettleContext(ctx context.Context, key string, charged, actu
 		d, _, _, err = c.lm.Step(after, now, charged, false)
 		return nexts, px, err
 	})
+	c.deny.clear()
 	if err != nil {
 		return c.refused(), 0, err
 	}
@@ -731,5 +727,6 @@ func (c *Composite) ResetContext(ctx context.Context, key string) error {
 	ctx, cancel := withTimeout(ctx, c.o.timeout)
 	defer cancel()
 	_, _, err := c.op(ctx, key, 1, "z", strconv.FormatInt(c.marginMs, 10), "0")
+	c.deny.clear()
 	return err
 }

@@ -67,6 +67,8 @@ type Store struct {
 	br       *circuit
 	dl       atomic.Pointer[deadline]
 
+	counters
+
 	deny  *denyCache // nil when off
 	judge oneKey     // what the deny cache decides with
 
@@ -75,7 +77,10 @@ type Store struct {
 	// whose StepWithin such a check decides with.
 	delays  bool
 	layered *ratelimit.LayeredMachine
+}
 
+// counters are a Store's or a Composite's Stats.
+type counters struct {
 	failures, circuitRefusals, invalid, mismatches, localDenials atomic.Uint64
 }
 
@@ -576,8 +581,8 @@ type Stats struct {
 	LocalDenials uint64
 }
 
-// Stats returns the store's counters.
-func (s *Store) Stats() Stats {
+// Stats returns the counters since it was built.
+func (s *counters) Stats() Stats {
 	return Stats{
 		Failures:        s.failures.Load(),
 		CircuitRefusals: s.circuitRefusals.Load(),

@@ -85,3 +85,106 @@ func (s *Store) within(ctx context.Context, key string, cost ratelimit.Units, bu
 	}
 	return attempt{d: s.refused()}, err
 }
+
+// Clock returns the clock Wait sleeps on: the client clock given with
+// [WithClock], or Unix time when the server's clock decides.
+func (c *Composite) Clock() ratelimit.Clock {
+	if c.clock == nil {
+		return UnixClock()
+	}
+	return c.clock
+}
+
+// Wait checks cost for key on every layer and, while it is denied, sleeps
+// out its RetryAfter on the composite's clock and checks again, as
+// [ratelimit.Composite.Wait] does and as [Store.Wait] does for one limit:
+// until it is admitted, ctx ends, or the request could not go on before
+// ctx's deadline (then it returns the denial at once, spending nothing in
+// any layer, with an error matching [ratelimit.ErrWouldExceedDeadline] and
+// [context.DeadlineExceeded]). A leaky bucket layer's Delay is then waited
+// out; if ctx ends during that, the request stays spent.
+//
+// Each check is a [Composite.CheckContext], errors and observer included,
+// but that the deny cache is not asked (see [Store.Wait]), and that with
+// an enforced leaky bucket layer and a deadline, each checks as
+// [Composite.CheckWithinContext] does with the time left.
+func (c *Composite) Wait(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	delays := c.delays()
+	return waitFor(ctx, c.Clock(), c.refused(), func(ctx context.Context, budget time.Duration) (attempt, error) {
+		if !delays || budget == maxBudget {
+			d, shadow, err := c.check(ctx, key, cost, nil, true)
+			c.observe(d, shadow, cost, err)
+			return checked(d), err
+		}
+		return c.tryWithin(ctx, key, cost, budget)
+	})
+}
+
+// CheckWithin is CheckWithinContext with a background context.
+func (c *Composite) CheckWithin(key string, cost ratelimit.Units, maxDelay time.Duration) (ratelimit.Decision, error) {
+	return c.CheckWithinContext(context.Background(), key, cost, maxDelay)
+}
+
+// CheckWithinContext is [Composite.CheckContext] for a request that may
+// wait at most maxDelay for its turn, as [ratelimit.Composite.CheckWithin]
+// decides it: a request that every enforced layer admits but with a Delay
+// (a leaky bucket layer's) longer than maxDelay is refused, spending
+// nothing in any layer, and described by the layer whose Delay is the
+// longest. A composite with no enforced leaky bucket has no Delay and
+// checks as CheckContext does, whatever maxDelay is.
+//
+// With a leaky bucket layer it reads every layer's state, decides in Go
+// with the layers' [ratelimit.LayeredMachine], and writes the new states
+// together only if every layer's key still holds what was read, as
+// [Store.CheckWithinContext] does, with its [ErrConflict] (nothing spent
+// in any layer), and without the deny cache. Shadow layers are told as
+// CheckContext tells them; the failure policy is CheckContext's, a
+// fallback that has CheckWithin being asked with maxDelay.
+func (c *Composite) CheckWithinContext(ctx context.Context, key string, cost ratelimit.Units, maxDelay time.Duration) (ratelimit.Decision, error) {
+	if !c.delays() {
+		return c.CheckContext(ctx, key, cost)
+	}
+	a, err := c.tryWithin(ctx, key, cost, max(maxDelay, 0))
+	return a.within(), err
+}
+
+// tryWithin is one attempt of a request of cost for key that may wait at
+// most budget, decided in Go and written with a compare-and-set over the
+// layers' keys (see Composite.update), reported to the shadow layers and
+// to the observer as CheckWithin reports it.
+func (c *Composite) tryWithin(ctx context.Context, key string, cost ratelimit.Units, budget time.Duration) (attempt, error) {
+	a, reports, err := c.within(ctx, key, cost, budget)
+	err = degradedError(err)
+	var shadow ratelimit.Decision
+	if err == nil {
+		shadow = c.report(key, reports)
+	}
+	c.observe(a.within(), shadow, cost, err)
+	return a, err
+}
+
+// within is tryWithin without the reports, its errors unmarked.
+func (c *Composite) within(ctx context.Context, key string, cost ratelimit.Units, budget time.Duration) (attempt, []ratelimit.ShadowReport, error) {
+	if d, _, _, err := c.lm.Step(make([][]byte, c.lm.Len()), 0, cost, false); err != nil {
+		return attempt{d: d}, nil, err
+	}
+	ctx, cancel := withTimeout(ctx, c.o.timeout)
+	defer cancel()
+	var a attempt
+	var reports []ratelimit.ShadowReport
+	err := c.update(ctx, key, func(states [][]byte, now time.Duration) ([][]byte, []int64, error) {
+		var next [][]byte
+		var px []int64
+		var err error
+		a, next, px, reports, err = stepWithin(c.lm, states, now, cost, budget, c.marginMs)
+		return next, px, err
+	})
+	switch {
+	case err == nil:
+		return a, reports, nil
+	case errors.Is(err, ErrUnavailable):
+		d, err := c.degraded(ctx, key, cost, budget, err)
+		return checked(d), nil, err
+	}
+	return attempt{d: c.refused()}, nil, err
+}
