@@ -67,7 +67,7 @@ func TestClusterComposite(t *testing.T) {
 			require.NoError(t, werr)
 			require.NoError(t, gerr)
 			if got.Stats().LocalDenials > before {
-				requireCachedRefusal(t, w, g, "step %d request %q", step, req)
+				requireCachedCompositeRefusal(t, w, g, "step %d request %q", step, req)
 			} else {
 				require.Equal(t, w, g, "step %d request %q", step, req)
 			}

@@ -177,11 +177,11 @@ func checkCounted(c *Composite, key string, cost ratelimit.Units) (ratelimit.Dec
 }
 
 // sameOrCached requires got to be want, or, if the deny cache answered,
-// a refusal that want allows (see requireCachedRefusal).
+// a refusal that want allows (see requireCachedCompositeRefusal).
 func sameOrCached(t *rapid.T, want, got ratelimit.Decision, cached bool, msgAndArgs ...any) {
 	t.Helper()
 	if cached {
-		requireCachedRefusal(t, want, got, msgAndArgs...)
+		requireCachedCompositeRefusal(t, want, got, msgAndArgs...)
 		return
 	}
 	if want != got {

@@ -58,7 +58,7 @@ func TestCompositeCheckLayersAsInProcess(t *testing.T) {
 			require.NoError(t, gerr)
 			if got.Stats().LocalDenials > before {
 				// The deny cache refused: it lists no layer.
-				requireCachedRefusal(t, wd, gd, "check %d, key %q, cost %d", step, key, cost)
+				requireCachedCompositeRefusal(t, wd, gd, "check %d, key %q, cost %d", step, key, cost)
 				require.Empty(t, gl)
 				continue
 			}

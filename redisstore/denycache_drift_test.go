@@ -31,6 +31,28 @@ func requireCachedRefusal(t interface {
 	require.LessOrEqual(t, got.Remaining, want.Remaining, msgAndArgs...)
 }
 
+// requireCachedCompositeRefusal is requireCachedRefusal for a Composite's
+// deny cache: the layer a cached refusal describes is the one that
+// refuses on the layers' states as the cache keeps them, and another
+// request that spent on a layer's key since (a global layer's, say) may
+// have made another layer the one Redis describes. Refused by both at the
+// same instant, with a wait never shorter and a Remaining never higher;
+// when both describe the same layer, its reset is never shorter either.
+func requireCachedCompositeRefusal(t interface {
+	require.TestingT
+	Helper()
+}, want, got ratelimit.Decision, msgAndArgs ...any) {
+	t.Helper()
+	require.False(t, want.Allowed, msgAndArgs...)
+	require.False(t, got.Allowed, msgAndArgs...)
+	require.Equal(t, want.At, got.At, msgAndArgs...)
+	require.GreaterOrEqual(t, got.RetryAfter, want.RetryAfter, msgAndArgs...)
+	require.LessOrEqual(t, got.Remaining, want.Remaining, msgAndArgs...)
+	if [3]any{want.Limit, want.Policy, want.Window} == [3]any{got.Limit, got.Policy, got.Window} {
+		require.GreaterOrEqual(t, got.ResetAfter, want.ResetAfter, msgAndArgs...)
+	}
+}
+
 // TestDenyCacheOtherSpender: one process checks through its deny cache
 // while another spends on the same key, both with costs of several sizes.
 // Every refusal the cache answers is one Redis gives at that instant (a

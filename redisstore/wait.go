@@ -127,7 +127,8 @@ func (s *Store) CheckWithin(key string, cost ratelimit.Units, maxDelay time.Dura
 // it: a leaky bucket's request that would be admitted with a longer Delay
 // is refused, spending nothing, with a RetryAfter after which its queue
 // has drained enough. Every other rule has no Delay, and checks as
-// CheckContext does, whatever maxDelay is.
+// CheckContext does, whatever maxDelay is, but that, as in process, a
+// refusal spends nothing even for a rule with CountRefused.
 //
 // On a leaky bucket it reads the key's state, decides in Go with the
 // rule's [ratelimit.Machine], and writes the new state back only if the
@@ -139,7 +140,9 @@ func (s *Store) CheckWithin(key string, cost ratelimit.Units, maxDelay time.Dura
 // a fallback that has CheckWithin is asked with maxDelay.
 func (s *Store) CheckWithinContext(ctx context.Context, key string, cost ratelimit.Units, maxDelay time.Duration) (ratelimit.Decision, error) {
 	if !s.delays {
-		return s.CheckContext(ctx, key, cost)
+		// As in process, a refusal spends nothing even under CountRefused
+		// (which has no deny cache: Wait's checks are those).
+		return s.checkContext(ctx, key, cost, s.p.CountRefused)
 	}
 	a, err := s.tryWithin(ctx, key, cost, max(maxDelay, 0))
 	return a.within(), err
