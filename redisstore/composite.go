@@ -592,20 +592,27 @@ func (j layeredJudge) refusal(states [][]byte, now time.Duration, cost ratelimit
 
 // worst drains every layer that takes part: other requests, on this key
 // or on others that share a layer's key, may have spent all each admits.
-func (j layeredJudge) worst(states [][]byte, now time.Duration, cost ratelimit.Units) [][]byte {
-	var out [][]byte
+// The refusal keeps describing the layer d describes, which may then not
+// be the one Redis describes (another may refuse longer), so its
+// ResetAfter is the longest of every layer's in the worst case.
+func (j layeredJudge) worst(d ratelimit.Decision, states [][]byte, now time.Duration, cost ratelimit.Units) ratelimit.Decision {
+	drained := append([][]byte(nil), states...)
 	for i := range states {
 		if !j.lm.Takes(i, cost) {
 			continue
 		}
-		if drained := drain(j.lm.Machine(i), states[i], now, cost); drained != nil {
-			if out == nil {
-				out = append([][]byte(nil), states...)
-			}
-			out[i] = drained
+		m := j.lm.Machine(i)
+		if x := drain(m, states[i], now, cost); x != nil {
+			drained[i] = x
+		}
+		if l, _, err := m.Step(drained[i], now, cost, false); err == nil {
+			d.ResetAfter = max(d.ResetAfter, l.ResetAfter)
 		}
 	}
-	return out
+	if w, _, _, err := j.lm.Step(drained, now, cost, false); err == nil {
+		d = worstOf(d, w)
+	}
+	return d
 }
 
 var (

@@ -96,10 +96,23 @@ type judge interface {
 	// refusal decides cost at now on states, spending nothing, and
 	// returns the states as a refusal leaves them in Redis.
 	refusal(states [][]byte, now time.Duration, cost ratelimit.Units) (ratelimit.Decision, [][]byte, error)
-	// worst returns states with all that other requests could have spent
-	// by now spent at now, for states on which cost is refused: nil if
-	// nothing could have been.
-	worst(states [][]byte, now time.Duration, cost ratelimit.Units) [][]byte
+	// worst returns d, a refusal of cost at now on states, as the worst
+	// case makes it: as if other requests had spent, at now, all that the
+	// states admit then (spent then, it ages out last). Its RetryAfter
+	// and ResetAfter are never shorter, and its Remaining never higher,
+	// than those of a refusal on states that spent less since.
+	worst(d ratelimit.Decision, states [][]byte, now time.Duration, cost ratelimit.Units) ratelimit.Decision
+}
+
+// worstOf is d made as long and as low as w, a refusal of the same
+// request in the worst case, still describing the limit d describes.
+func worstOf(d, w ratelimit.Decision) ratelimit.Decision {
+	if !w.Allowed {
+		d.RetryAfter = max(d.RetryAfter, w.RetryAfter)
+		d.ResetAfter = max(d.ResetAfter, w.ResetAfter)
+		d.Remaining = min(d.Remaining, w.Remaining)
+	}
+	return d
 }
 
 // oneKey is a Store's judge: its rule's Machine on its one key.
@@ -110,11 +123,13 @@ func (j oneKey) refusal(states [][]byte, now time.Duration, cost ratelimit.Units
 	return d, [][]byte{next}, err
 }
 
-func (j oneKey) worst(states [][]byte, now time.Duration, cost ratelimit.Units) [][]byte {
+func (j oneKey) worst(d ratelimit.Decision, states [][]byte, now time.Duration, cost ratelimit.Units) ratelimit.Decision {
 	if drained := drain(j.m, states[0], now, cost); drained != nil {
-		return [][]byte{drained}
+		if w, _, err := j.m.Step(drained, now, cost, false); err == nil {
+			return worstOf(d, w)
+		}
 	}
-	return nil
+	return d
 }
 
 // drain returns state with the largest cost it admits at now spent, or
@@ -184,16 +199,9 @@ func (c *denyCache) answer(j judge, clock ratelimit.Clock, rk string, cost ratel
 		c.forget(rk)
 		return ratelimit.Decision{}, false, e.latest
 	}
-	if worst := j.worst(next, late, cost); worst != nil {
-		// Other requests may have spent it: answer as if they had, still
-		// describing the limit that refuses on the kept states (for a
-		// Composite, the worst case may make another the longest).
-		if w, _, err := j.refusal(worst, late, cost); err == nil && !w.Allowed {
-			d.RetryAfter = max(d.RetryAfter, w.RetryAfter)
-			d.ResetAfter = max(d.ResetAfter, w.ResetAfter)
-			d.Remaining = min(d.Remaining, w.Remaining)
-		}
-	}
+	// Other requests may have spent what the kept states admit: answer as
+	// if they had.
+	d = j.worst(d, next, late, cost)
 	// On the server's clock d is decided at late (or at an instant a cached
 	// answer recorded, if later): report it from early. A client clock's
 	// reading, clamped to the state's latest instant, is Redis's instant.
