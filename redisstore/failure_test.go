@@ -33,8 +33,15 @@ func drillServer(t *testing.T) *redistest.Server {
 
 var drillRule = ratelimit.GCRA{Rate: ratelimit.Every(year), Burst: 3}
 
+// drillee is what a drill checks: a Store or a Composite.
+type drillee interface {
+	Check(key string, cost ratelimit.Units) (ratelimit.Decision, error)
+	CheckContext(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error)
+	Stats() Stats
+}
+
 // timed runs one check and requires that it end by its deadline.
-func timed(t *testing.T, s *Store, key string) (ratelimit.Decision, error) {
+func timed(t *testing.T, s drillee, key string) (ratelimit.Decision, error) {
 	t.Helper()
 	start := time.Now()
 	d, err := s.Check(key, ratelimit.Unit)
@@ -45,7 +52,7 @@ func timed(t *testing.T, s *Store, key string) (ratelimit.Decision, error) {
 
 // awaitResume checks until Redis decides again (the circuit lets a probe
 // through after its pause), and returns that Decision.
-func awaitResume(t *testing.T, s *Store, key string) ratelimit.Decision {
+func awaitResume(t *testing.T, s drillee, key string) ratelimit.Decision {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -59,6 +66,42 @@ func awaitResume(t *testing.T, s *Store, key string) ratelimit.Decision {
 	}
 }
 
+// drillLayers are the layers of the Composite the drills check: drillRule
+// and a generous per-customer limit, so that drillRule decides.
+var drillLayers = []Layer{
+	{Layer: ratelimit.Layer{Rule: drillRule}},
+	{Layer: ratelimit.Layer{Rule: ratelimit.FixedWindow{Limit: 100, Window: year}, Key: firstField}},
+}
+
+// drillees builds, on rdb under prefix, a Store of drillRule ("store") or
+// a Composite of drillLayers ("composite"), with opts, and the in-process
+// limiter of the same rule or layers, for a fallback.
+func drillees(t *testing.T, kind string, rdb redis.UniversalClient, prefix string, opts ...Option) (drillee, ratelimit.KeyedLimiter, bool) {
+	t.Helper()
+	opts = append([]Option{WithPrefix(prefix), WithTimeout(drillTimeout), WithCircuit(3, 500*time.Millisecond)}, opts...)
+	if kind == "store" {
+		s, err := New(rdb, drillRule, opts...)
+		require.NoError(t, err)
+		local, err := ratelimit.NewStore(drillRule)
+		require.NoError(t, err)
+		return s, local, s.guard
+	}
+	c, err := NewComposite(rdb, drillLayers, opts...)
+	require.NoError(t, err)
+	base := make([]ratelimit.Layer, len(drillLayers))
+	for i, l := range drillLayers {
+		base[i] = l.Layer
+	}
+	local, err := ratelimit.Compose(base)
+	require.NoError(t, err)
+	return c, local, c.guard
+}
+
+// TestFailurePolicies: a Store's and a Composite's checks while Redis
+// hangs or has crashed get the failure policy's answer (fail open's fresh
+// key, fail closed's refusal, the fallback's own decision), the circuit
+// opens after 3 failures and stops waiting on Redis, and checks resume
+// once Redis is back.
 func TestFailurePolicies(t *testing.T) {
 	for _, ignoresContext := range []bool{false, true} {
 		name := "client stops at deadline"
@@ -66,8 +109,9 @@ func TestFailurePolicies(t *testing.T) {
 			name = "client ignores deadlines"
 		}
 		t.Run(name, func(t *testing.T) {
-			for _, drill := range []string{"hang", "crash"} {
-				t.Run(drill, func(t *testing.T) {
+			for _, run := range [][2]string{{"store", "hang"}, {"store", "crash"}, {"composite", "hang"}, {"composite", "crash"}} {
+				kind, drill := run[0], run[1]
+				t.Run(kind+" "+drill, func(t *testing.T) {
 					srv := drillServer(t)
 					rdb := srv.Client(func(o *redis.Options) {
 						o.ContextTimeoutEnabled = !ignoresContext
@@ -75,18 +119,13 @@ func TestFailurePolicies(t *testing.T) {
 						o.ReadTimeout = 2 * time.Second
 					})
 					defer rdb.Close()
-					open, err := New(rdb, drillRule, WithPrefix("open:"), WithTimeout(drillTimeout), WithCircuit(3, 500*time.Millisecond))
-					require.NoError(t, err)
-					closed, err := New(rdb, drillRule, WithPrefix("closed:"), WithTimeout(drillTimeout), WithFailureMode(FailClosed), WithCircuit(3, 500*time.Millisecond))
-					require.NoError(t, err)
-					local, err := ratelimit.NewStore(drillRule)
-					require.NoError(t, err)
-					fallback, err := New(rdb, drillRule, WithPrefix("fallback:"), WithTimeout(drillTimeout), WithFallback(local), WithCircuit(3, 500*time.Millisecond))
-					require.NoError(t, err)
-					assert.Equal(t, ignoresContext, open.guard)
+					open, local, guard := drillees(t, kind, rdb, "open:")
+					closed, _, _ := drillees(t, kind, rdb, "closed:", WithFailureMode(FailClosed))
+					fallback, _, _ := drillees(t, kind, rdb, "fallback:", WithFallback(local))
+					assert.Equal(t, ignoresContext, guard)
 
 					// Healthy: Redis decides.
-					for _, s := range []*Store{open, closed, fallback} {
+					for _, s := range []drillee{open, closed, fallback} {
 						d, err := setupCheck(t, "k", s.CheckContext)
 						require.NoError(t, err)
 						require.True(t, d.Allowed)
@@ -126,7 +165,7 @@ func TestFailurePolicies(t *testing.T) {
 
 					// While the circuit is open a check does not wait for Redis.
 					start := time.Now()
-					_, err = open.Check("k", ratelimit.Unit)
+					_, err := open.Check("k", ratelimit.Unit)
 					require.ErrorIs(t, err, ErrCircuitOpen)
 					assert.Less(t, time.Since(start), 10*time.Millisecond)
 
@@ -135,7 +174,7 @@ func TestFailurePolicies(t *testing.T) {
 					} else {
 						require.NoError(t, srv.Restart())
 					}
-					for _, s := range []*Store{open, closed, fallback} {
+					for _, s := range []drillee{open, closed, fallback} {
 						d := awaitResume(t, s, "k")
 						if drill == "hang" {
 							// The state survived: one unit was spent before,
@@ -208,4 +247,44 @@ func setupCheck(t *testing.T, key string, check func(context.Context, string, ra
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
 	return check(ctx, key, ratelimit.Unit)
+}
+
+// TestFallbackWithin: with Redis gone, CheckWithin and Wait go to the
+// fallback, which keeps the cap on a leaky bucket's Delay: a request that
+// the fallback would queue for longer is refused without spending, on a
+// Store and on a Composite.
+func TestFallbackWithin(t *testing.T) {
+	srv := drillServer(t)
+	rdb := srv.Client(func(o *redis.Options) { o.MaxRetries = -1 })
+	defer rdb.Close()
+	rule := ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(1), Capacity: 5}
+	clk := ratelimit.NewManualClock(unixNow)
+	localStore, err := ratelimit.NewStore(rule, ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	s, err := New(rdb, rule, WithClock(clk), WithTimeout(drillTimeout), WithFallback(localStore))
+	require.NoError(t, err)
+	layers := []ratelimit.Layer{{Rule: rule}}
+	localComp, err := ratelimit.Compose(layers, ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	c, err := NewComposite(rdb, []Layer{{Layer: layers[0]}}, WithClock(clk), WithTimeout(drillTimeout), WithFallback(localComp))
+	require.NoError(t, err)
+	require.NoError(t, srv.Kill())
+	for name, lim := range map[string]interface {
+		CheckWithin(string, ratelimit.Units, time.Duration) (ratelimit.Decision, error)
+		Wait(context.Context, string, ratelimit.Units) (ratelimit.Decision, error)
+	}{"store": s, "composite": c} {
+		d, err := lim.CheckWithin("k", ratelimit.Unit, 0)
+		require.ErrorIs(t, err, ErrUnavailable, name)
+		require.True(t, d.Allowed, "%s: the fallback admits the first at once", name)
+		d, err = lim.CheckWithin("k", ratelimit.Unit, time.Second/2)
+		require.ErrorIs(t, err, ErrUnavailable, name)
+		require.False(t, d.Allowed, "%s: the fallback would queue it for a second", name)
+		require.Equal(t, time.Second/2, d.RetryAfter, name)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		d, err = lim.Wait(ctx, "k", ratelimit.Unit)
+		cancel()
+		require.ErrorIs(t, err, ErrUnavailable, name)
+		require.True(t, d.Allowed, "%s: the fallback queues it", name)
+		require.Equal(t, time.Second, d.Delay, "%s: nothing was spent by the refusal", name)
+	}
 }
