@@ -60,11 +60,14 @@ func WithHashTag(tag func(key string) string) Option {
 // their keys fresh. In Redis Cluster every key of one script must be in one
 // slot: see [WithHashTag] and [Layer].Global.
 //
-// Of the options, a Composite reads [WithPrefix], [WithClock],
-// [WithTimeout], [WithExpiryMargin], [WithFailureMode], [WithObserver] and
-// [WithHashTag]; it has no deny cache, circuit breaker or fallback.
-// When Redis fails the error wraps [ErrUnavailable] and the Decision is the
-// failure policy's: fail open (the Decision on fresh keys) or fail closed.
+// It takes every option a [Store] takes, with the same meaning, and
+// [WithHashTag]: a deny cache ([WithDenyCache]; none with a shadow layer),
+// a circuit breaker ([WithCircuit]) and a fallback ([WithFallback], such
+// as a [ratelimit.Composite] of the same layers). When Redis fails the
+// error wraps [ErrUnavailable] and the Decision is the failure policy's:
+// the fallback's, fail open's (the Decision on fresh keys) or fail
+// closed's. It has Wait and CheckWithin as a Store has (see
+// [Composite.Wait]).
 type Composite struct {
 	rdb      redis.UniversalClient
 	lm       *ratelimit.LayeredMachine
@@ -375,6 +378,7 @@ func (c *Composite) decide(ctx context.Context, key string, cost ratelimit.Units
 	reply, err := c.run(ctx, key, c.script, keys, args)
 	if err != nil {
 		if errors.Is(err, ErrUnavailable) {
+			c.failed(err)
 			d, err := c.degraded(ctx, key, cost, maxBudget, err)
 			return d, none, err
 		}
@@ -405,8 +409,9 @@ func (c *Composite) cacheKey(keys []string, cost ratelimit.Units) string {
 // through the circuit breaker of the keys' master (they share a slot), on
 // a goroutine of its own when the client might not stop at ctx's
 // deadline. Its errors are ErrCircuitOpen, ErrUnavailable wrapping the
-// cause, [ratelimit.ErrInvalidState] for a layer's corrupted state and
-// [ErrCrossSlot] for keys in different slots.
+// cause, [ratelimit.ErrInvalidState] for a layer's corrupted state
+// (counted) and [ErrCrossSlot] for keys in different slots. The caller
+// counts a check's failures (see counters.failed).
 func (c *Composite) run(ctx context.Context, key string, script scriptRunner, keys []string, args []any) ([]any, error) {
 	var br *breaker
 	if len(keys) > 0 {
@@ -416,8 +421,6 @@ func (c *Composite) run(ctx context.Context, key string, script scriptRunner, ke
 	}
 	probe, ok := br.allow(time.Now(), c.o.pause)
 	if !ok {
-		c.failures.Add(1)
-		c.circuitRefusals.Add(1)
 		return nil, ErrCircuitOpen
 	}
 	reply, err := runScript(ctx, c.rdb, script, c.guard, keys, args)
@@ -434,7 +437,6 @@ func (c *Composite) run(ctx context.Context, key string, script scriptRunner, ke
 		br.success(probe)
 		return nil, fmt.Errorf("%w: key %q: %v", ErrCrossSlot, clipKey(key), err)
 	}
-	c.failures.Add(1)
 	br.failure(time.Now(), probe, c.o.failures, c.o.pause)
 	return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 }

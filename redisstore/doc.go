@@ -112,6 +112,44 @@
 // the failure policy. As in process, a Composite never spends a refusal,
 // CountRefused or not, and reports one on the keys as they stand.
 //
+// A Composite has what a Store has around its checks, with the same
+// meaning: [Composite.Wait] and [Composite.CheckWithin] (below), a deny
+// cache ([WithDenyCache]), the circuit breaker ([WithCircuit]; per master
+// on a Cluster client, the master of the request's slot) and a fallback
+// ([WithFallback]; a [ratelimit.Composite] of the same layers, say). Its
+// deny cache keeps, per request key, the states of every layer as Redis's
+// refusal read them, and answers a later request that those states refuse
+// without a round trip; as the Store's, it never admits and never reports
+// a shorter RetryAfter or ResetAfter than Redis would. Other requests
+// (another request key that shares a global or per-customer layer's key,
+// in this process or another) may have spent on a layer since: a cached
+// refusal is reported for the worst case, every layer drained, and
+// describes the layer that refuses on the kept states, which is not
+// always the one Redis would name. A Composite with a shadow layer has no
+// deny cache, since every request must reach the layer's OnShadow.
+//
+// # Waiting, and a cap on the Delay
+//
+// [Store.Wait] and [Composite.Wait] sleep out each refusal's RetryAfter on
+// the store's clock and check again, as [ratelimit.Store.Wait] does; they
+// give up at once, spending nothing, when the request could not go on
+// before the context's deadline. [Store.CheckWithin] and
+// [Composite.CheckWithin] refuse, spending nothing, a request that would
+// wait longer than a cap for its turn, as [ratelimit.Store.CheckWithin]
+// does; their Decisions are the in-process ones. Only a leaky bucket has
+// a Delay: on every other rule these are checks as [Store.CheckContext]
+// makes them. On a leaky bucket (a Composite with an enforced leaky bucket
+// layer) the Delay must be known to fit before anything is spent, which
+// the check script cannot tell: CheckWithin, and each attempt of a Wait
+// with a deadline, reads the states and the instant, decides in Go
+// ([ratelimit.LayeredMachine.StepWithin]) and writes the new states with a
+// compare-and-set, as a refund does. That is two round trips for an
+// admission (one for a refusal), and on a key that other checks write
+// between the two it reads again, a bounded number of times, then refuses
+// with [ErrConflict], having spent nothing. Wait's checks go to Redis, not
+// to the deny cache, whose longer RetryAfter would make it sleep longer
+// than it need, or give up on a deadline it could meet.
+//
 // # After the fact
 //
 // [Store.Peek], [Store.Refund], [Store.Settle] and [Store.Reset] are the
@@ -157,7 +195,9 @@
 // composite refund or settlement writes every enforced layer's new state,
 // all or none, in one compare-and-set. A refund, a settlement's refund or
 // a reset drops the key from this store's deny cache, and a settlement's
-// charge updates its cached refusal; another process's deny cache may
+// charge updates its cached refusal (a Composite's refund, settlement or
+// reset drops every refusal its cache holds, since other request keys may
+// share the layers' keys); another process's deny cache may
 // keep refusing the key until its own cached refusal runs out, and after
 // a charge into debt there may report a shorter RetryAfter than Redis
 // would (see [WithDenyCache]).

@@ -17,7 +17,8 @@ import (
 // other requests between reading and writing them on every one of its
 // attempts; nothing was given back or charged. Only the operations
 // computed in Go and written with a compare-and-set can return it: a
-// sliding log's, a sub-window's and a Composite's. Every check writes its key, so a key checked by many
+// sliding log's, a sub-window's and a Composite's, and the CheckWithin
+// and Wait of a leaky bucket (see [Store.CheckWithinContext]). Every check writes its key, so a key checked by many
 // processes at once (more often than once per round trip) can refuse most
 // of those this way. A [Store]'s refunds and settlements on a bucket rule
 // (token bucket, GCRA, leaky bucket), a fixed window or a sliding counter

@@ -111,10 +111,12 @@ const (
 func WithFailureMode(m FailureMode) Option { return func(o *options) { o.mode = m } }
 
 // WithFallback makes a check that Redis cannot decide go to local, an
-// in-process limiter such as a [ratelimit.Store] with the same rule: each
-// process then limits on its own until Redis is back, and the Decision is
-// local's. The error saying Redis failed is still returned. It takes
-// precedence over [WithFailureMode].
+// in-process limiter such as a [ratelimit.Store] with the same rule (for a
+// [Composite], a [ratelimit.Composite] of the same layers): each process
+// then limits on its own until Redis is back, and the Decision is local's.
+// A CheckWithin, or an attempt of Wait with a deadline, asks local's
+// CheckWithin with its cap if local has one. The error saying Redis failed
+// is still returned. It takes precedence over [WithFailureMode].
 func WithFallback(local ratelimit.KeyedLimiter) Option {
 	return func(o *options) { o.fallback = local }
 }
@@ -133,7 +135,11 @@ func WithCircuit(failures int, pause time.Duration) Option {
 // WithDenyCache sets how many keys' refusals the store keeps, to answer
 // without a round trip a request that Redis would refuse; the default is
 // 10,000, and n <= 0 turns it off. A rule with CountRefused has no deny
-// cache: each of its refusals spends, so each goes to Redis.
+// cache: each of its refusals spends, so each goes to Redis. A [Composite]
+// keeps refusals by request key, each with every layer's state, and has
+// none if a layer is in shadow mode (see the package documentation for
+// how its answers may differ from Redis's); Wait asks Redis, not the
+// cache (see [Store.Wait]).
 //
 // What a cached answer is. The cache keeps the key's state as Redis's last
 // refusal left it. A request is refused from the cache only if that state

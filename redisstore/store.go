@@ -84,6 +84,15 @@ type counters struct {
 	failures, circuitRefusals, invalid, mismatches, localDenials atomic.Uint64
 }
 
+// failed counts a check that Redis did not decide because of err, an
+// error matching ErrUnavailable.
+func (s *counters) failed(err error) {
+	s.failures.Add(1)
+	if errors.Is(err, ErrCircuitOpen) {
+		s.circuitRefusals.Add(1)
+	}
+}
+
 // New returns a Store for rule on the Redis that rdb talks to. rule is
 // validated as by [ratelimit.New]; a bad rule or option is an error.
 //
@@ -561,7 +570,7 @@ func (s *Store) failureMode(cost ratelimit.Units) ratelimit.Decision {
 	return d
 }
 
-// Stats are a store's counters since it was built.
+// Stats are a [Store]'s or a [Composite]'s counters since it was built.
 type Stats struct {
 	// Failures counts checks Redis did not decide (errors, timeouts and
 	// refusals of the open circuit), each answered by the failure policy.

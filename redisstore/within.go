@@ -76,10 +76,7 @@ func (s *Store) within(ctx context.Context, key string, cost ratelimit.Units, bu
 		}
 		return a, nil
 	case errors.Is(err, ErrUnavailable):
-		s.failures.Add(1)
-		if errors.Is(err, ErrCircuitOpen) {
-			s.circuitRefusals.Add(1)
-		}
+		s.failed(err)
 		d, err := s.degradedWithin(ctx, key, cost, budget, err)
 		return checked(d), err
 	}
@@ -183,6 +180,7 @@ func (c *Composite) within(ctx context.Context, key string, cost ratelimit.Units
 	case err == nil:
 		return a, reports, nil
 	case errors.Is(err, ErrUnavailable):
+		c.failed(err)
 		d, err := c.degraded(ctx, key, cost, budget, err)
 		return checked(d), nil, err
 	}
