@@ -1,7 +1,6 @@
 package redisstore
 
 import (
-	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -47,45 +46,12 @@ func TestCompositeDenyCacheOtherSpender(t *testing.T) {
 	for name, layers := range denyLayers() {
 		clk := ratelimit.NewManualClock(unixNow)
 		prefix := testPrefix()
-		rdb := shared.Client(nil)
-		defer rdb.Close()
-		calls := &callCounter{}
-		rdb.AddHook(calls)
-		cached, err := NewComposite(rdb, layers, WithClock(clk), WithPrefix(prefix), WithHashTag(firstField))
+		counted, calls := countedClient(t)
+		cached, err := NewComposite(counted, layers, WithClock(clk), WithPrefix(prefix), WithHashTag(firstField))
 		require.NoError(t, err)
 		other, err := NewComposite(needRedis(t), layers, WithClock(clk), WithPrefix(prefix), WithHashTag(firstField), WithDenyCache(0))
 		require.NoError(t, err)
-		r := rand.New(rand.NewPCG(27, 5))
-		local, contested, spent := 0, 0, false
-		for i := range 600 {
-			clk.Advance(time.Duration(r.IntN(40)) * time.Millisecond)
-			if r.IntN(2) == 0 {
-				key := []string{"x 1", "x 2", "y 1"}[r.IntN(3)]
-				d, err := other.Check(key, ratelimit.Units(1+r.IntN(2500)))
-				require.NoError(t, err)
-				spent = spent || d.Allowed
-			}
-			cost := ratelimit.Units(1+r.IntN(4)) * ratelimit.Unit
-			before, sent := cached.Stats().LocalDenials, calls.n.Load()
-			d, err := cached.Check("x 1", cost)
-			require.NoError(t, err)
-			if cached.Stats().LocalDenials == before {
-				require.Equal(t, sent+1, calls.n.Load(), "%s: request %d went to Redis once", name, i)
-				spent = false // Redis answered: the cache knows what it holds
-				continue
-			}
-			require.Equal(t, sent, calls.n.Load(), "%s: request %d: a refusal from the cache sent a script", name, i)
-			require.False(t, d.Allowed, "%s: request %d: the cache admitted", name, i)
-			local++
-			if spent {
-				contested++
-			}
-			want, err := other.Peek("x 1", cost)
-			require.NoError(t, err)
-			requireCachedCompositeRefusal(t, want, d, "%s: request %d of %v, the other spent since: %v", name, i, cost, spent)
-		}
-		t.Logf("%s: %d refusals answered by the cache, %d after the other process spent", name, local, contested)
-		assert.NotZero(t, contested, name)
+		otherSpender(t, name, clk, cached, other, calls, []string{"x 1", "x 2", "y 1"}, 600, requireCachedCompositeRefusal)
 	}
 }
 

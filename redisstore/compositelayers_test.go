@@ -14,6 +14,7 @@ import (
 
 	"github.com/ratekit/ratelimit"
 	"github.com/ratekit/ratelimit/httplimit"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestCompositeCheckLayersAsInProcess: the Redis Composite's CheckLayers
@@ -24,24 +25,8 @@ import (
 func TestCompositeCheckLayersAsInProcess(t *testing.T) {
 	rdb := needRedis(t)
 	ctx := context.Background()
-	keyFns := []func(string) string{func(string) string { return "all" }, firstField, nil}
 	rapid.Check(t, func(t *rapid.T) {
-		n := rapid.IntRange(1, 3).Draw(t, "layers")
-		local := make([]ratelimit.Layer, n)
-		remote := make([]Layer, n)
-		for i := range n {
-			rule := drawRule(t)
-			keyFn := keyFns[rapid.IntRange(0, 2).Draw(t, "key")]
-			shadow := rapid.IntRange(0, 3).Draw(t, "shadow") == 0
-			local[i] = ratelimit.Layer{Rule: rule, Key: keyFn, Shadow: shadow}
-			remote[i] = Layer{Layer: local[i]}
-		}
-		clk := ratelimit.NewManualClock(unixNow)
-		want, err := ratelimit.Compose(local, ratelimit.WithClock(clk))
-		require.NoError(t, err)
-		got, err := NewComposite(rdb, remote, WithClock(clk), WithPrefix(testPrefix()), WithHashTag(firstField),
-			WithExpiryMargin(time.Hour), WithTimeout(5*time.Second))
-		require.NoError(t, err)
+		local, clk, want, got := drawComposites(t, rdb, drawRule)
 		capacity := ratelimit.Units(1 << 62)
 		for _, l := range local {
 			m, _ := ratelimit.NewMachine(l.Rule)
@@ -68,6 +53,28 @@ func TestCompositeCheckLayersAsInProcess(t *testing.T) {
 			require.Equal(t, wl, gl, "check %d, key %q, cost %d: the layers' Decisions", step, key, cost)
 		}
 	})
+}
+
+// drawComposites draws one to three layers, each of a rule drawn by
+// rule, keyed globally, per customer or per whole key, enforced or (one
+// in four) shadow, and returns them with a ManualClock at unixNow and the
+// in-process and Redis Composites of those layers on it.
+func drawComposites(t *rapid.T, rdb redis.UniversalClient, rule func(*rapid.T) ratelimit.Rule) ([]ratelimit.Layer, *ratelimit.ManualClock, *ratelimit.Composite, *Composite) {
+	keyFns := []func(string) string{func(string) string { return "all" }, firstField, nil}
+	local := rapid.SliceOfN(rapid.Custom(func(t *rapid.T) ratelimit.Layer {
+		return ratelimit.Layer{Rule: rule(t), Key: keyFns[rapid.IntRange(0, 2).Draw(t, "key")], Shadow: rapid.IntRange(0, 3).Draw(t, "shadow") == 0}
+	}), 1, 3).Draw(t, "layers")
+	remote := make([]Layer, len(local))
+	for i, l := range local {
+		remote[i] = Layer{Layer: l}
+	}
+	clk := ratelimit.NewManualClock(unixNow)
+	want, err := ratelimit.Compose(local, ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	got, err := NewComposite(rdb, remote, WithClock(clk), WithPrefix(testPrefix()), WithHashTag(firstField),
+		WithExpiryMargin(time.Hour), WithTimeout(5*time.Second))
+	require.NoError(t, err)
+	return local, clk, want, got
 }
 
 // TestRedisCompositeFieldsListEveryLayer: httplimit's middleware over a

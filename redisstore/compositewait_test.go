@@ -77,37 +77,26 @@ func sameOutcome(t require.TestingT, want, got outcome, msgAndArgs ...any) {
 // requireCachedCompositeRefusal (the Stores' to requireCachedRefusal).
 func TestCompositeWaitWithinAsInProcess(t *testing.T) {
 	rdb := needRedis(t)
-	keyFns := []func(string) string{func(string) string { return "all" }, firstField, nil}
 	var slept, gaveUp, admitted, tooSlow atomic.Int64
 	defer func() {
 		t.Logf("waits: %d slept, %d gave up, %d admitted; CheckWithin: %d too slow", slept.Load(), gaveUp.Load(), admitted.Load(), tooSlow.Load())
 	}()
-	rapid.Check(t, func(t *rapid.T) {
-		n := rapid.IntRange(1, 3).Draw(t, "layers")
-		local := make([]ratelimit.Layer, n)
-		remote := make([]Layer, n)
-		for i := range n {
-			rule := drawRule(t)
-			if rapid.IntRange(0, 2).Draw(t, "leaky") == 0 {
-				// Paced in days, so that the waits' deadlines (about two
-				// weeks, or fifty years) fall among their Delays.
-				c := rapid.Int64Range(1, 6).Draw(t, "capacity")
-				rule = ratelimit.LeakyBucket{
-					Rate:     ratelimit.Rate{Count: rapid.Int64Range(1, 3).Draw(t, "count"), Per: rapid.SampledFrom([]time.Duration{24 * time.Hour, 7 * 24 * time.Hour, 30 * 24 * time.Hour}).Draw(t, "per")},
-					Capacity: c, Delay: rapid.Int64Range(0, c).Draw(t, "delay"), Name: "leaky",
-				}
-			}
-			keyFn := keyFns[rapid.IntRange(0, 2).Draw(t, "key")]
-			shadow := rapid.IntRange(0, 4).Draw(t, "shadow") == 0
-			local[i] = ratelimit.Layer{Rule: rule, Key: keyFn, Shadow: shadow}
-			remote[i] = Layer{Layer: local[i]}
+	// Leaky buckets one time in three, paced in days, so that the waits'
+	// deadlines (about two weeks, or fifty years) fall among their Delays.
+	rule := func(t *rapid.T) ratelimit.Rule {
+		if rapid.IntRange(0, 2).Draw(t, "leaky") != 0 {
+			return drawRule(t)
 		}
-		clk := ratelimit.NewManualClock(unixNow)
-		want, err := ratelimit.Compose(local, ratelimit.WithClock(clk))
-		require.NoError(t, err)
-		got, err := NewComposite(rdb, remote, WithClock(clk), WithPrefix(testPrefix()), WithHashTag(firstField),
-			WithExpiryMargin(time.Hour), WithTimeout(5*time.Second))
-		require.NoError(t, err)
+		c := rapid.Int64Range(1, 6).Draw(t, "capacity")
+		return ratelimit.LeakyBucket{
+			Rate:     ratelimit.Rate{Count: rapid.Int64Range(1, 3).Draw(t, "count"), Per: rapid.SampledFrom([]time.Duration{24 * time.Hour, 7 * 24 * time.Hour, 30 * 24 * time.Hour}).Draw(t, "per")},
+			Capacity: c, Delay: rapid.Int64Range(0, c).Draw(t, "delay"), Name: "leaky",
+		}
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		local, clk, want, got := drawComposites(t, rdb, rule)
+		n := len(local)
+		var err error
 		// One enforced layer: the Stores too, keyed as the layer is.
 		var wantStore *ratelimit.Store
 		var gotStore *Store
