@@ -58,7 +58,9 @@ func TestCompositeDenyCacheOtherSpender(t *testing.T) {
 // TestCompositeDenyCacheSavesRoundTrips: a request key hammered at 100
 // times its limit from one process reaches Redis only for what it is
 // admitted and about once per retry period for what it is refused, on a
-// client clock and on the server's.
+// client clock and on the server's; each refusal answered locally is one
+// Redis gives (on the server's clock, Redis's answer just after: the
+// cached At never later, and the instant to come back at never earlier).
 func TestCompositeDenyCacheSavesRoundTrips(t *testing.T) {
 	rdb := needRedis(t)
 	for name, layers := range denyLayers() {
@@ -70,13 +72,31 @@ func TestCompositeDenyCacheSavesRoundTrips(t *testing.T) {
 			}
 			c, err := NewComposite(rdb, layers, opts...)
 			require.NoError(t, err)
+			// The same keys, without a cache: what Redis itself answers.
+			plain, err := NewComposite(rdb, layers, append(opts, WithDenyCache(0))...)
+			require.NoError(t, err)
 			admitted := 0
 			const requests = 1000
-			for range requests {
+			for i := range requests {
+				before := c.Stats().LocalDenials
 				d, err := c.Check("x 1", ratelimit.Unit)
 				require.NoError(t, err)
 				if d.Allowed {
 					admitted++
+				}
+				if c.Stats().LocalDenials > before {
+					want, err := plain.Peek("x 1", ratelimit.Unit)
+					require.NoError(t, err)
+					if serverClock {
+						// Redis's time has moved on since: the cached
+						// refusal's At is never later, and the instant it
+						// says to come back at never earlier.
+						require.False(t, want.Allowed, "request %d", i)
+						require.LessOrEqual(t, d.At, want.At, "request %d", i)
+						require.GreaterOrEqual(t, d.At+d.RetryAfter, want.At+want.RetryAfter, "request %d", i)
+					} else {
+						requireCachedCompositeRefusal(t, want, d, "request %d", i)
+					}
 				}
 				clk.Advance(time.Millisecond)
 			}
