@@ -58,6 +58,20 @@ import (
 // A check in flight while this process refunds or resets its key may carry
 // back a refusal Redis made before the refund: the generation makes remember
 // ignore every refusal from a check sent before the latest drop.
+//
+// A Composite's cache. An entry is a request key's: the states of every
+// layer as the script read them when every layer's refusal was decided
+// (Redis writes nothing for a refused request, not even the instant). The
+// argument above holds per layer key: whatever request keys share a layer's
+// key (a global cap), checks only spend it, so a request that an enforced
+// layer's kept state refuses is refused by that layer in Redis, and so by
+// the Composite. The worst case drains every layer: others may have spent
+// on any of them. The Decision still names the layer that refuses on the
+// kept states, with the worst case's longest RetryAfter and lowest
+// Remaining, and, since the layer Redis names may then be another, the
+// longest ResetAfter of every layer in the worst case. Its own refunds,
+// settlements and resets clear the whole cache (clear): another request
+// key's entry may hold a layer's key they changed.
 
 // denyCache holds recent refusals by Redis key (a Composite's by the
 // request's layer keys), at most max of them.
