@@ -72,10 +72,10 @@ type Store struct {
 	deny  *denyCache // nil when off
 	judge oneKey     // what the deny cache decides with
 
-	// delays says the rule is a leaky bucket, whose Delay a check with a
-	// bound must fit before it spends; layered is the rule as one layer,
-	// whose StepWithin such a check decides with.
-	delays  bool
+	// layered is the rule as one layer, for a rule whose admissions may
+	// carry a Delay (a leaky bucket, see algorithm.delays), which a check
+	// with a bound must know to fit before it spends: such a check decides
+	// with its StepWithin.
 	layered *ratelimit.LayeredMachine
 }
 
@@ -127,12 +127,6 @@ func New(rdb redis.UniversalClient, rule ratelimit.Rule, opts ...Option) (*Store
 		judge:    oneKey{m},
 		marginMs: max(1, ceilMs(o.margin)),
 	}
-	if p.Algorithm == "leaky_bucket" {
-		s.delays = true
-		if s.layered, err = ratelimit.NewLayeredMachine([]ratelimit.Layer{{Rule: rule}}); err != nil {
-			return nil, err
-		}
-	}
 	if _, ok := rdb.(*redis.Client); ok {
 		// One server: the step runs as a function where the server has
 		// Redis Functions (see functionCaller). A Cluster or a Ring keeps
@@ -155,6 +149,11 @@ func New(rdb redis.UniversalClient, rule ratelimit.Rule, opts ...Option) (*Store
 		s.deny = nil
 	}
 	s.alg = a
+	if a.delays {
+		if s.layered, err = ratelimit.NewLayeredMachine([]ratelimit.Layer{{Rule: rule}}); err != nil {
+			return nil, err
+		}
+	}
 	s.stepArgs = newStepArgs(a.step, p, s.marginMs)
 	s.lookArgs = s.stepArgs.look(p)
 	s.keyHead = o.prefix + ruleTag(p) + ":{"

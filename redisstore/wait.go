@@ -109,7 +109,7 @@ func waitFor(ctx context.Context, clk ratelimit.Clock, refused ratelimit.Decisio
 // with the time left.
 func (s *Store) Wait(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
 	return waitFor(ctx, s.Clock(), s.refused(), func(ctx context.Context, budget time.Duration) (attempt, error) {
-		if !s.delays || budget == maxBudget {
+		if !s.alg.delays || budget == maxBudget {
 			d, err := s.checkContext(ctx, key, cost, true)
 			return checked(d), err
 		}
@@ -139,7 +139,7 @@ func (s *Store) CheckWithin(key string, cost ratelimit.Units, maxDelay time.Dura
 // nothing. Its other errors, and the failure policy, are CheckContext's;
 // a fallback that has CheckWithin is asked with maxDelay.
 func (s *Store) CheckWithinContext(ctx context.Context, key string, cost ratelimit.Units, maxDelay time.Duration) (ratelimit.Decision, error) {
-	if !s.delays {
+	if !s.alg.delays {
 		// As in process, a refusal spends nothing even under CountRefused
 		// (which has no deny cache: Wait's checks are those).
 		return s.checkContext(ctx, key, cost, s.p.CountRefused)
