@@ -75,31 +75,8 @@ func TestCompositeDenyCacheSavesRoundTrips(t *testing.T) {
 			// The same keys, without a cache: what Redis itself answers.
 			plain, err := NewComposite(rdb, layers, append(opts, WithDenyCache(0))...)
 			require.NoError(t, err)
-			admitted := 0
 			const requests = 1000
-			for i := range requests {
-				before := c.Stats().LocalDenials
-				d, err := c.Check("x 1", ratelimit.Unit)
-				require.NoError(t, err)
-				if d.Allowed {
-					admitted++
-				}
-				if c.Stats().LocalDenials > before {
-					want, err := plain.Peek("x 1", ratelimit.Unit)
-					require.NoError(t, err)
-					if serverClock {
-						// Redis's time has moved on since: the cached
-						// refusal's At is never later, and the instant it
-						// says to come back at never earlier.
-						require.False(t, want.Allowed, "request %d", i)
-						require.LessOrEqual(t, d.At, want.At, "request %d", i)
-						require.GreaterOrEqual(t, d.At+d.RetryAfter, want.At+want.RetryAfter, "request %d", i)
-					} else {
-						requireCachedCompositeRefusal(t, want, d, "request %d", i)
-					}
-				}
-				clk.Advance(time.Millisecond)
-			}
+			admitted := hammer(t, clk, c, plain, "x 1", requests, requireCachedCompositeRefusal)
 			local := int(c.Stats().LocalDenials)
 			t.Logf("%s (server clock %v): %d admitted, %d refused locally: %d round trips", name, serverClock, admitted, local, requests-local)
 			assert.Greater(t, local, requests*8/10, "%s: most refusals are answered locally", name)

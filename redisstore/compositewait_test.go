@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratekit/ratelimit"
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
+
+	"github.com/ratekit/ratelimit"
 )
 
 // outcome is what a Wait or a check returned.

@@ -32,25 +32,9 @@ func TestDenyCacheSavesRoundTrips(t *testing.T) {
 			// The same keys, without a cache: what Redis itself answers.
 			plain, err := New(rdb, rule, WithClock(clk), WithPrefix(prefix), WithDenyCache(0))
 			require.NoError(t, err)
-			admitted, refused := 0, 0
 			const requests = 3000 // 1,000 a second for 3 s: 100 times the limit
-			for i := range requests {
-				before := cached.Stats().LocalDenials
-				d, err := cached.Check("hammer", ratelimit.Unit)
-				require.NoError(t, err)
-				if d.Allowed {
-					admitted++
-				} else {
-					refused++
-				}
-				if cached.Stats().LocalDenials > before {
-					// Answered without Redis: Redis refuses too.
-					want, err := plain.Check("hammer", ratelimit.Unit)
-					require.NoError(t, err)
-					requireCachedRefusal(t, want, d, "request %d at %v", i, clk.Now())
-				}
-				clk.Advance(time.Millisecond)
-			}
+			admitted := hammer(t, clk, cached, plain, "hammer", requests, requireCachedRefusal)
+			refused := requests - admitted
 			local := int(cached.Stats().LocalDenials)
 			t.Logf("%d requests: %d admitted, %d refused, %d of them locally: %d round trips", requests, admitted, refused, local, requests-local)
 			roundTrips := requests - local
@@ -60,6 +44,44 @@ func TestDenyCacheSavesRoundTrips(t *testing.T) {
 			assert.Greater(t, local, requests*9/10, "most refusals are answered locally")
 		})
 	}
+}
+
+// hammer checks key through cached requests times, a millisecond apart on
+// clk, and holds each refusal the deny cache answers to what plain (the
+// same keys without a cache) answers just after, by allowed; it returns
+// how many requests were admitted. On the server's clock (cached has no
+// client clock) Redis's time has moved on by then: the cached refusal's
+// At is never later, and the instant it says to come back at never
+// earlier.
+func hammer(t *testing.T, clk *ratelimit.ManualClock, cached, plain cachedLimiter, key string, requests int,
+	allowed func(t interface {
+		require.TestingT
+		Helper()
+	}, want, got ratelimit.Decision, msgAndArgs ...any)) int {
+	t.Helper()
+	admitted := 0
+	for i := range requests {
+		before := cached.Stats().LocalDenials
+		d, err := cached.Check(key, ratelimit.Unit)
+		require.NoError(t, err)
+		if d.Allowed {
+			admitted++
+		}
+		if cached.Stats().LocalDenials > before {
+			// Answered without Redis: Redis refuses too.
+			want, err := plain.Peek(key, ratelimit.Unit)
+			require.NoError(t, err)
+			if d.At == want.At {
+				allowed(t, want, d, "request %d at %v", i, clk.Now())
+			} else {
+				require.False(t, want.Allowed, "request %d", i)
+				require.Less(t, d.At, want.At, "request %d", i)
+				require.GreaterOrEqual(t, d.At+d.RetryAfter, want.At+want.RetryAfter, "request %d", i)
+			}
+		}
+		clk.Advance(time.Millisecond)
+	}
+	return admitted
 }
 
 // TestDenyCacheOnServerTime: on the server's clock too, a key far over its
