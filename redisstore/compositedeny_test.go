@@ -59,8 +59,8 @@ func TestCompositeDenyCacheOtherSpender(t *testing.T) {
 // times its limit from one process reaches Redis only for what it is
 // admitted and about once per retry period for what it is refused, on a
 // client clock and on the server's; each refusal answered locally is one
-// Redis gives (on the server's clock, Redis's answer just after: the
-// cached At never later, and the instant to come back at never earlier).
+// Redis gives (on the server's clock, held to Redis's answer just after:
+// see hammer).
 func TestCompositeDenyCacheSavesRoundTrips(t *testing.T) {
 	rdb := needRedis(t)
 	for name, layers := range denyLayers() {
@@ -76,7 +76,7 @@ func TestCompositeDenyCacheSavesRoundTrips(t *testing.T) {
 			plain, err := NewComposite(rdb, layers, append(opts, WithDenyCache(0))...)
 			require.NoError(t, err)
 			const requests = 1000
-			admitted := hammer(t, clk, c, plain, "x 1", requests, requireCachedCompositeRefusal)
+			admitted := hammer(t, clk, serverClock, c, plain, "x 1", requests, requireCachedCompositeRefusal)
 			local := int(c.Stats().LocalDenials)
 			t.Logf("%s (server clock %v): %d admitted, %d refused locally: %d round trips", name, serverClock, admitted, local, requests-local)
 			assert.Greater(t, local, requests*8/10, "%s: most refusals are answered locally", name)
