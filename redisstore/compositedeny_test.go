@@ -47,9 +47,9 @@ func TestCompositeDenyCacheOtherSpender(t *testing.T) {
 		clk := ratelimit.NewManualClock(unixNow)
 		prefix := testPrefix()
 		counted, calls := countedClient(t)
-		cached, err := NewComposite(counted, layers, WithClock(clk), WithPrefix(prefix), WithHashTag(firstField))
+		cached, err := NewComposite(counted, layers, WithClock(clk), WithPrefix(prefix), WithHashTag(firstField), WithTimeout(5*time.Second))
 		require.NoError(t, err)
-		other, err := NewComposite(needRedis(t), layers, WithClock(clk), WithPrefix(prefix), WithHashTag(firstField), WithDenyCache(0))
+		other, err := NewComposite(needRedis(t), layers, WithClock(clk), WithPrefix(prefix), WithHashTag(firstField), WithDenyCache(0), WithTimeout(5*time.Second))
 		require.NoError(t, err)
 		otherSpender(t, name, clk, cached, other, calls, []string{"x 1", "x 2", "y 1"}, 600, requireCachedCompositeRefusal)
 	}
@@ -97,7 +97,7 @@ func TestCompositeDenyCacheForgetsOnRefundAndReset(t *testing.T) {
 	}
 	for _, op := range []string{"refund", "settle", "reset"} {
 		clk := ratelimit.NewManualClock(unixNow)
-		c, err := NewComposite(rdb, layers, WithClock(clk), WithPrefix(testPrefix()))
+		c, err := NewComposite(rdb, layers, WithClock(clk), WithPrefix(testPrefix()), WithTimeout(5*time.Second))
 		require.NoError(t, err)
 		var at time.Duration
 		for _, key := range []string{"a", "b"} {
@@ -143,7 +143,7 @@ func TestCompositeDenyCacheOff(t *testing.T) {
 		{[]Layer{{Layer: ratelimit.Layer{Rule: rule}}}, []Option{WithDenyCache(0)}},
 		{[]Layer{{Layer: ratelimit.Layer{Rule: rule}}, {Layer: ratelimit.Layer{Rule: rule, Shadow: true, OnShadow: func(ratelimit.ShadowReport) { shadowed++ }}}}, nil},
 	} {
-		comp, err := NewComposite(rdb, c.layers, append(c.opts, WithPrefix(testPrefix()))...)
+		comp, err := NewComposite(rdb, c.layers, append(c.opts, WithPrefix(testPrefix()), WithTimeout(5*time.Second))...)
 		require.NoError(t, err)
 		for range 5 {
 			_, err := comp.Check("k", ratelimit.Unit)

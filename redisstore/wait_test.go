@@ -102,7 +102,7 @@ func TestLeakyWaitSpendsNothingPastDeadline(t *testing.T) {
 	rule := ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(1), Capacity: 5}
 	for _, queued := range []ratelimit.Units{3 * ratelimit.Unit, 5 * ratelimit.Unit} {
 		clk := ratelimit.NewManualClock(unixNow)
-		s, err := New(rdb, rule, WithClock(clk), WithPrefix(testPrefix()))
+		s, err := New(rdb, rule, WithClock(clk), WithPrefix(testPrefix()), WithTimeout(5*time.Second))
 		require.NoError(t, err)
 		local, err := ratelimit.NewStore(rule, ratelimit.WithClock(clk))
 		require.NoError(t, err)
