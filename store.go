@@ -466,13 +466,33 @@ func (sh *storeShard[S]) wait() {
 	if sh.tl.mu.TryLock() {
 		return
 	}
+	if f := lockWaits.Load(); f != nil {
+		start := time.Now()
+		locked := sh.contend()
+		(*f)(time.Since(start), locked)
+		return
+	}
+	sh.contend()
+}
+
+// contend takes the shard's lock, found held: it spins while the holder is
+// marked as inserting, then waits as the mutex does. It reports whether it
+// came to the mutex's wait (which spins a little, then parks).
+func (sh *storeShard[S]) contend() bool {
 	for i := 0; sh.spin && i < insertSpins && sh.inserting.Load(); i++ {
 		if sh.tl.mu.TryLock() {
-			return
+			return false
 		}
 	}
 	sh.tl.mu.Lock()
+	return true
 }
+
+// lockWaits, if set (only tests set it), is told of every hold of a
+// shard's lock that found it held, once the lock is taken: how long the
+// hold waited for it, and whether it came to the mutex's wait (see
+// contend). It runs with the lock held.
+var lockWaits atomic.Pointer[func(wait time.Duration, locked bool)]
 
 // adding records, with the lock held, that this hold adds a key, and marks
 // the shard if the hold has not yet.
