@@ -13,18 +13,17 @@
 //
 // Arenas. A key's first 16 bytes are copied into its slot and the rest, if
 // any, to the end of an arena of its segment, a byte array, and the slot
-// names their offset: a
-// slot holds no pointer, so that the garbage collector has nothing to mark
-// per key (for states without pointers, a table is a few arrays per
-// segment to it, however many keys it holds), and the table keeps no
-// reference to the caller's string. A dropped key leaves its bytes behind;
-// when an arena has no room for a new key, its keys are copied into the
-// table's spare arena (see Table.room), which costs one pass over the
-// segment, as a sweep does.
+// names their offset: a slot holds no pointer, so that the garbage
+// collector has nothing to mark per key (for states without pointers, a
+// table is a few arrays per segment to it, however many keys it holds),
+// and the table keeps no reference to the caller's string. A dropped key
+// leaves its bytes behind; when an arena has no room for a new key's, its
+// keys' bytes are copied into the table's spare arena (see Table.room),
+// which costs one pass over the segment, as a sweep does.
 //
 // Segments. No operation may pause for long, so no operation touches more
 // than one segment's array of slots (at most segmentBytes, 32 KiB, for
-// states of up to 48 bytes), apart from a doubling of the directory, which
+// states of up to 40 bytes), apart from a doubling of the directory, which
 // copies its entries. A table
 // is a directory of segments in the manner of extendible hashing: the
 // directory has 2^depth entries indexed by the tag's top depth bits, and a
