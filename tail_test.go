@@ -372,11 +372,12 @@ func tailRun(ctx context.Context, traceStart time.Time, check func(string) error
 
 // tailWaits records the waits for a shard's lock during a run (see
 // ratelimit.SetLockWaits): how long each waited, and how many came to the
-// mutex's wait rather than spinning.
+// mutex's wait rather than spinning, of all and of those over 100µs.
 type tailWaits struct {
-	lat    []int64 // the first len(lat) waits, in nanoseconds
-	n      atomic.Int64
-	locked atomic.Int64
+	lat        []int64 // the first len(lat) waits, in nanoseconds
+	n          atomic.Int64
+	locked     atomic.Int64
+	longLocked atomic.Int64
 }
 
 func newTailWaits() *tailWaits { return &tailWaits{lat: make([]int64, 1<<21)} }
@@ -384,6 +385,9 @@ func newTailWaits() *tailWaits { return &tailWaits{lat: make([]int64, 1<<21)} }
 func (w *tailWaits) record(d time.Duration, locked bool) {
 	if locked {
 		w.locked.Add(1)
+		if d > 100*time.Microsecond {
+			w.longLocked.Add(1)
+		}
 	}
 	if i := w.n.Add(1) - 1; i < int64(len(w.lat)) {
 		w.lat[i] = int64(d)
@@ -404,8 +408,8 @@ func (w *tailWaits) report(name string, lat []int64) string {
 		return len(xs) - i
 	}
 	p := int64(tailQuantile(lat, 0.9999))
-	return fmt.Sprintf("%-10s lock waits %d (to the mutex %d)  over 20µs %d  over 100µs %d  at or over p99.99 (%v): %d waits, %d checks",
-		name, w.n.Load(), w.locked.Load(), over(waits, 20_000), over(waits, 100_000), time.Duration(p), over(waits, p), over(lat, p))
+	return fmt.Sprintf("%-10s lock waits %d (to the mutex %d)  over 20µs %d  over 100µs %d (to the mutex %d)  at or over p99.99 (%v): %d waits, %d checks",
+		name, w.n.Load(), w.locked.Load(), over(waits, 20_000), over(waits, 100_000), w.longLocked.Load(), time.Duration(p), over(waits, p), over(lat, p))
 }
 
 // tailQuantile returns the p quantile of sorted latencies.
