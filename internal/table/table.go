@@ -279,7 +279,9 @@ type Stats struct {
 }
 
 // segment is one array of a table: the tags whose top depth bits are
-// prefix.
+// prefix. Its counts are 32-bit, so that its header fills a 96-byte size
+// class: the collector marks every header whole, one for every few hundred
+// keys.
 type segment[S any] struct {
 	slots  []slot[S]
 	keys   []byte // its arena: the bytes of its keys' tails, at the offsets its slots hold
