@@ -129,7 +129,8 @@ var definedFigures = map[string]string{
 	"100 ms":   "redisstore's default deadline (WithTimeout)",
 	"64 bytes": "MaxKeyLen",
 	"32 bytes": "the SHA-256 digest a longer key is replaced by",
-	"16 bytes": "the mean key length a preallocated table sizes its arenas for, internal/table's preallocKeyBytes",
+	"16 bytes": "the bytes of a key its slot holds, internal/table's headBytes",
+	"24 bytes": "the mean key length a preallocated table sizes its arenas for, internal/table's headBytes and preallocKeyBytes",
 }
 
 // TestDocsFiguresInOnePlace checks that a measured figure is written in one

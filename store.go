@@ -86,12 +86,13 @@ func WithShards(n int) Option {
 
 // WithPreallocation makes a [Store] allocate, when it is built, the memory
 // for its whole bound (each segment sized for its share of the bound and
-// three standard deviations more, and arenas for keys of 16 bytes on
-// average) instead of segment by segment as keys arrive, so that hardly any
-// Check allocates as the store fills or once it is full, as new keys take
-// the place of old ones: only a segment whose keys stray past that slack
-// grows, rarely, near the bound, and longer keys grow an arena now and then
-// until the arenas fit them. That leaves the garbage collector almost
+// three standard deviations more, and arenas for keys of up to 24 bytes
+// on average, whose first 16 bytes lie in their slots) instead of segment
+// by segment as keys arrive, so that hardly any Check allocates as the
+// store fills or once it is full, as new keys take the place of old ones:
+// only a segment whose keys stray past that slack grows, rarely, near the
+// bound, and longer keys grow an arena now and then until the arenas fit
+// them. That leaves the garbage collector almost
 // nothing to do on the store's account, and hardly any Check waits for a
 // segment's growth or split (see [Store]; docs/tail.md has the memory and
 // the latencies). The memory is taken whether or not keys ever come, so
@@ -139,17 +140,19 @@ func WithPreallocation() Option {
 // too small for its traffic.
 //
 // Memory. A key costs one slot of its shard's table, a word of hash tag,
-// key length, the key's place in its segment's arena and bookkeeping, with
-// the rule's state inline (16 bytes for the token bucket, GCRA, the leaky
-// bucket, the fixed window and the sliding counter, 24 for a sliding
-// counter whose Limit is over 2,147,483; a sliding log's state also points
-// at its log), the slack of an open-addressed table, and a copy of the
-// key's bytes in the arena: no pointer per key, so that however many keys a
-// store holds, the garbage collector has only its arrays to mark
-// (BenchmarkStoreMemory and docs/tail.md have the bytes per key and the
-// collector's times).
+// key length, the place of the key's tail in its segment's arena and
+// bookkeeping, the key's first 16 bytes, and the rule's state (16 bytes
+// for the token bucket, GCRA, the leaky bucket, the fixed window and the
+// sliding counter, 24 for a sliding counter whose Limit is over 2,147,483;
+// a sliding log's state also points at its log), the slack of an
+// open-addressed table, and a copy of the key's bytes past its first 16 in
+// the arena: so checking a key of up to 16 bytes that the store holds
+// reads its slot and none of the arena. No pointer per key, so that
+// however many keys a store holds, the garbage collector has only its
+// arrays to mark (BenchmarkStoreMemory and docs/tail.md have the bytes per
+// key and the collector's times).
 // A shard's table is a directory of segments, each an array of at most 32
-// KiB allocated as keys arrive, and an arena of its keys' bytes: a segment
+// KiB allocated as keys arrive, and an arena of its keys' tails: a segment
 // grows by about 1/8 at a time and splits in two when it would pass 32 KiB,
 // and an arena is compacted as its keys are dropped, so that no check copies
 // more than one segment under its shard's lock, however many keys the store
@@ -464,13 +467,33 @@ func (sh *storeShard[S]) wait() {
 	if sh.tl.mu.TryLock() {
 		return
 	}
+	if f := lockWaits.Load(); f != nil {
+		start := time.Now()
+		locked := sh.contend()
+		(*f)(time.Since(start), locked)
+		return
+	}
+	sh.contend()
+}
+
+// contend takes the shard's lock, found held: it spins while the holder is
+// marked as inserting, then waits as the mutex does. It reports whether it
+// came to the mutex's wait (which spins a little, then parks).
+func (sh *storeShard[S]) contend() bool {
 	for i := 0; sh.spin && i < insertSpins && sh.inserting.Load(); i++ {
 		if sh.tl.mu.TryLock() {
-			return
+			return false
 		}
 	}
 	sh.tl.mu.Lock()
+	return true
 }
+
+// lockWaits, if set (only tests set it), is told of every hold of a
+// shard's lock that found it held, once the lock is taken: how long the
+// hold waited for it, and whether it came to the mutex's wait (see
+// contend). It runs with the lock held.
+var lockWaits atomic.Pointer[func(wait time.Duration, locked bool)]
 
 // adding records, with the lock held, that this hold adds a key, and marks
 // the shard if the hold has not yet.

@@ -1,5 +1,19 @@
 package ratelimit
 
+import "time"
+
+// SetLockWaits makes every hold of a store's shard lock that finds the
+// lock held call f, with the lock held, once it has the lock: how long it
+// waited, and whether it came to the mutex's wait rather than spinning
+// (see storeShard.contend). nil stops it.
+func SetLockWaits(f func(wait time.Duration, locked bool)) {
+	if f == nil {
+		lockWaits.Store(nil)
+		return
+	}
+	lockWaits.Store(&f)
+}
+
 // StoreHolds reports whether s has an entry for key, fresh or not, without
 // marking it used.
 func StoreHolds(s *Store, key string) bool { return s.core.holds(key) }

@@ -158,9 +158,15 @@ func TestTail(t *testing.T) {
 			if !only.MatchString(sub.name) {
 				continue
 			}
+			waits := newTailWaits()
+			ratelimit.SetLockWaits(waits.record)
 			lat, fill := tailRun(ctx, traceStart, sub.make())
+			ratelimit.SetLockWaits(nil)
 			t.Logf("round %d: %s", round, tailReport(sub.name, lat))
 			t.Logf("round %d: %s", round, tailReport(sub.name+" fill", fill))
+			if waits.n.Load() > 0 {
+				t.Logf("round %d: %s", round, waits.report(sub.name, lat))
+			}
 			keep(sub.name, lat)
 			if busy == nil && strings.HasPrefix(sub.name, "store") {
 				busy = tailBusy(time.Duration(lat[len(lat)/2]))
@@ -362,6 +368,48 @@ func tailRun(ctx context.Context, traceStart time.Time, check func(string) error
 	slices.Sort(all)
 	slices.Sort(fill)
 	return all, fill
+}
+
+// tailWaits records the waits for a shard's lock during a run (see
+// ratelimit.SetLockWaits): how long each waited, and how many came to the
+// mutex's wait rather than spinning, of all and of those over 100µs.
+type tailWaits struct {
+	lat        []int64 // the first len(lat) waits, in nanoseconds
+	n          atomic.Int64
+	locked     atomic.Int64
+	longLocked atomic.Int64
+}
+
+func newTailWaits() *tailWaits { return &tailWaits{lat: make([]int64, 1<<21)} }
+
+func (w *tailWaits) record(d time.Duration, locked bool) {
+	if locked {
+		w.locked.Add(1)
+		if d > 100*time.Microsecond {
+			w.longLocked.Add(1)
+		}
+	}
+	if i := w.n.Add(1) - 1; i < int64(len(w.lat)) {
+		w.lat[i] = int64(d)
+	}
+}
+
+// report tells how many checks waited for a lock and for how long, beside
+// the run's checks (lat, sorted): of the checks at or over the run's
+// p99.99, how many waited that long for a lock. A check that waited d took
+// at least d, so that is how many of the slowest checks were slow for a
+// lock, at the least.
+func (w *tailWaits) report(name string, lat []int64) string {
+	n := min(int(w.n.Load()), len(w.lat))
+	waits := slices.Clone(w.lat[:n])
+	slices.Sort(waits)
+	over := func(xs []int64, d int64) int { // values at or over d
+		i, _ := slices.BinarySearch(xs, d)
+		return len(xs) - i
+	}
+	p := int64(tailQuantile(lat, 0.9999))
+	return fmt.Sprintf("%-10s lock waits %d (to the mutex %d)  over 20µs %d  over 100µs %d (to the mutex %d)  at or over p99.99 (%v): %d waits, %d checks",
+		name, w.n.Load(), w.locked.Load(), over(waits, 20_000), over(waits, 100_000), w.longLocked.Load(), time.Duration(p), over(waits, p), over(lat, p))
 }
 
 // tailQuantile returns the p quantile of sorted latencies.

@@ -4,25 +4,26 @@
 //
 // A Table is not safe for concurrent use: the store guards each one with its
 // shard's mutex. It never allocates an object per key: its entries live in
-// arrays of slots, each holding the entry's state and a word with the key's
+// arrays of slots, each holding the entry's state, a word with the key's
 // 32-bit hash tag, its length, its offset in its segment's arena and a use
-// count, so that finding a key and reading its state touch the slot and the
-// key's bytes. A slot is 8 bytes plus the state, so a 16-byte state takes
-// 24-byte slots.
+// count, and the key's first headBytes (16) bytes, so that finding a key of
+// up to 16 bytes and reading its state touch the slot alone, and a longer
+// key's the slot and the rest of its bytes. A slot is 24 bytes plus the
+// state, so a 16-byte state takes 40-byte slots.
 //
-// Arenas. A key's bytes are copied, when it is inserted, to the end of an
-// arena of its segment, a byte array, and the slot names their offset: a
-// slot holds no pointer, so that the garbage collector has nothing to mark
-// per key (for states without pointers, a table is a few arrays per
-// segment to it, however many keys it holds), and the table keeps no
-// reference to the caller's string. A dropped key leaves its bytes behind;
-// when an arena has no room for a new key, its keys are copied into the
-// table's spare arena (see Table.room), which costs one pass over the
-// segment, as a sweep does.
+// Arenas. A key's first 16 bytes are copied into its slot and the rest, if
+// any, to the end of an arena of its segment, a byte array, and the slot
+// names their offset: a slot holds no pointer, so that the garbage
+// collector has nothing to mark per key (for states without pointers, a
+// table is a few arrays per segment to it, however many keys it holds),
+// and the table keeps no reference to the caller's string. A dropped key
+// leaves its bytes behind; when an arena has no room for a new key's, its
+// keys' bytes are copied into the table's spare arena (see Table.room),
+// which costs one pass over the segment, as a sweep does.
 //
 // Segments. No operation may pause for long, so no operation touches more
 // than one segment's array of slots (at most segmentBytes, 32 KiB, for
-// states of up to 48 bytes), apart from a doubling of the directory, which
+// states of up to 40 bytes), apart from a doubling of the directory, which
 // copies its entries. A table
 // is a directory of segments in the manner of extendible hashing: the
 // directory has 2^depth entries indexed by the tag's top depth bits, and a
@@ -70,6 +71,7 @@
 package table
 
 import (
+	"encoding/binary"
 	"math"
 	"slices"
 	"sync/atomic"
@@ -126,15 +128,16 @@ const MaxKeyLen = 1<<lenBits - 1
 
 // arenaMax is the most bytes a segment's arena may hold: the offsets its
 // slots can name. No segment that splits comes near it (one of the
-// largest slots' segments holds 1,194 keys of at most 127 bytes, 152 KB);
+// largest slots' segments holds 896 keys, each of at most 111 bytes past
+// its head, 99 KB);
 // only one at maxDepth, which grows instead of splitting, could reach it,
 // and then it makes room in itself (see Table.room).
 const arenaMax = 1 << offBits
 
 // preallocKeyBytes is the arena room Preallocate gives every entry: keys
-// of up to 16 bytes on average fill a preallocated table without a
-// growth of any arena.
-const preallocKeyBytes = 16
+// of up to 24 bytes on average (8 past their heads) fill a preallocated
+// table without a growth of any arena.
+const preallocKeyBytes = 8
 
 // minSlots is the size of a new segment's array.
 const minSlots = 8
@@ -174,8 +177,52 @@ const maxDepth = 24
 const handPrime = 1<<32 + 15
 
 type slot[S any] struct {
-	meta  uint64 // tag<<32 | key offset<<offShift | key length<<lenShift | turn | use count<<useShift | metaUsed; 0 when empty
+	meta  uint64 // tag<<32 | tail offset<<offShift | key length<<lenShift | turn | use count<<useShift | metaUsed; 0 when empty
+	head  head   // the key's first headBytes bytes
 	state S
+}
+
+// headBytes is how many of a key's bytes its slot holds; the rest, its
+// tail, lie in its segment's arena.
+const headBytes = 16
+
+// head is a key's first headBytes bytes as little-endian words, zeros past
+// the key's end (the key's length, in the meta, tells a key that ends in
+// zero bytes from a shorter one).
+type head [2]uint64
+
+// headOf returns key's head.
+func headOf(key string) head {
+	switch n := len(key); {
+	case n >= headBytes:
+		return head{le64(key[:8]), le64(key[8:16])}
+	case n > 8:
+		// The last 8 bytes, moved down past the ones the first word holds.
+		return head{le64(key[:8]), le64(key[n-8:]) >> (8 * (headBytes - n))}
+	}
+	var b [headBytes]byte
+	copy(b[:], key)
+	return head{binary.LittleEndian.Uint64(b[:8]), binary.LittleEndian.Uint64(b[8:])}
+}
+
+// le64 returns the first 8 bytes of s, which has at least 8, as a
+// little-endian word: one load where the machine allows it.
+func le64(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+// probe is what finding a key compares a slot with: the meta's tag and
+// length (in the bits tagMask|lenMask pick), and the key's head.
+type probe struct {
+	m uint64
+	h head
+}
+
+// probeOf returns key's probe; tag is its hash's.
+func probeOf(key string, tag uint32) probe {
+	return probe{match(key, tag), headOf(key)}
 }
 
 // match returns what a slot's meta holds of key, whose hash gave tag, in
@@ -184,25 +231,36 @@ func match(key string, tag uint32) uint64 {
 	return uint64(tag)<<32 | uint64(len(key))<<lenShift
 }
 
-// keyLen and keyOff return the length of the key a slot's meta describes
-// and its offset in its segment's arena.
-func keyLen(meta uint64) int { return int(meta & lenMask >> lenShift) }
-func keyOff(meta uint64) int { return int(meta & offMask >> offShift) }
+// keyLen returns the length of the key a slot's meta describes, tailLen
+// that of its tail (the bytes in the arena), and keyOff the tail's offset
+// in its segment's arena.
+func keyLen(meta uint64) int  { return int(meta & lenMask >> lenShift) }
+func tailLen(meta uint64) int { return max(0, keyLen(meta)-headBytes) }
+func keyOff(meta uint64) int  { return int(meta & offMask >> offShift) }
 
 // is reports whether s, a slot of the segment whose arena is keys, holds
-// key, whose match (see match) is m.
-func (s *slot[S]) is(keys []byte, key string, m uint64) bool {
-	if s.meta&(tagMask|lenMask) != m {
+// key, whose probe is p: its tag, length and head first, and only then,
+// for a key longer than its head, the tail's bytes in the arena.
+func (s *slot[S]) is(keys []byte, key string, p *probe) bool {
+	if s.meta&(tagMask|lenMask) != p.m || s.head != p.h {
 		return false
 	}
+	if len(key) <= headBytes {
+		return true
+	}
 	off := keyOff(s.meta)
-	return string(keys[off:off+len(key)]) == key
+	return string(keys[off:off+len(key)-headBytes]) == key[headBytes:]
 }
 
 // keyOf returns a copy of the key s, a slot of g, holds.
 func (g *segment[S]) keyOf(s *slot[S]) string {
+	n := keyLen(s.meta)
+	b := make([]byte, max(n, headBytes))
+	binary.LittleEndian.PutUint64(b, s.head[0])
+	binary.LittleEndian.PutUint64(b[8:], s.head[1])
 	off := keyOff(s.meta)
-	return string(g.keys[off : off+keyLen(s.meta)])
+	copy(b[headBytes:], g.keys[off:off+tailLen(s.meta)])
+	return string(b[:n])
 }
 
 type pin struct {
@@ -221,33 +279,42 @@ type Stats struct {
 }
 
 // segment is one array of a table: the tags whose top depth bits are
-// prefix.
+// prefix. Its counts are 32-bit, so that its header fills a 96-byte size
+// class: the collector marks every header whole, one for every few hundred
+// keys.
 type segment[S any] struct {
 	slots  []slot[S]
-	keys   []byte // its arena: the bytes of its keys, at the offsets its slots hold
-	end    int    // bytes of keys used, from the start
-	dead   int    // of those, the bytes of keys dropped
-	n      int    // entries held
-	growAt int    // n at which the array grows or splits: 7/8 of it
-	since  int    // insertions since its last sweep
-	depth  uint   // the tag's top bits this segment is chosen by
-	prefix uint64 // their value
-	idx    int    // its place in the table's segs
-	hand   int    // CLOCK hand, a slot
-	stride int    // how far the hand moves at a time: coprime to len(slots)
-	steps  int    // slots the hand has visited this turn
-	turn   uint64 // metaTurn or 0: the parity of the hand's current turn
+	keys   []byte // its arena: the bytes of its keys' tails, at the offsets its slots hold
+	end    int32  // bytes of keys used, from the start
+	dead   int32  // of those, the bytes of keys dropped
+	n      int32  // entries held
+	growAt int32  // n at which the array grows or splits: 7/8 of it
+	since  int32  // insertions since its last sweep
+	idx    int32  // its place in the table's segs
+	hand   int32  // CLOCK hand, a slot
+	stride int32  // how far the hand moves at a time: coprime to len(slots)
+	steps  int32  // slots the hand has visited this turn
+	prefix uint32 // the tag's top depth bits' value
+	depth  uint8  // the tag's top bits this segment is chosen by
+	turn   uint8  // metaTurn or 0: the parity of the hand's current turn
 }
 
-// dirEntry is a directory entry: its segment, and copies of the segment's
-// array, arena and depth, so that finding a key reads the directory, the
-// array and the arena but not the segment.
+// dirEntry is a directory entry: its segment's place in the table's segs,
+// and copies of the segment's array, arena and depth, so that finding a
+// key reads the directory, the array and the arena but not the segment. It
+// takes half a cache line, and the collector marks its two pointers.
 type dirEntry[S any] struct {
-	slots []slot[S]
-	keys  []byte
-	depth uint
-	g     *segment[S]
+	slots *slot[S] // the array's first slot
+	keys  *byte    // the arena's first byte
+	n     uint32   // len(slots)
+	nkeys uint32   // len(keys): at most arenaMax
+	depth uint32
+	idx   uint32 // the segment's place in segs
 }
+
+// array and arena return e's copies of its segment's array and arena.
+func (e *dirEntry[S]) array() []slot[S] { return unsafe.Slice(e.slots, e.n) }
+func (e *dirEntry[S]) arena() []byte    { return unsafe.Slice(e.keys, e.nkeys) }
 
 // Table is one shard's bounded map. The zero Table holds nothing and admits
 // nothing; call [Table.Init] first.
@@ -404,7 +471,7 @@ func (t *Table[S]) Preallocate() {
 	t.segs = make([]*segment[S], 1<<d)
 	arena := want * preallocKeyBytes
 	for i := range t.segs {
-		g := &segment[S]{depth: d, prefix: uint64(i), idx: i, keys: t.newArena(arena)}
+		g := &segment[S]{depth: uint8(d), prefix: uint32(i), idx: int32(i), keys: t.newArena(arena)}
 		t.segs[i] = g
 		t.resize(g, size)
 	}
@@ -432,7 +499,7 @@ func (t *Table[S]) entry(tag uint32) *dirEntry[S] {
 // seg returns the segment that holds tag, or nil before the first Insert.
 func (t *Table[S]) seg(tag uint32) *segment[S] {
 	if e := t.entry(tag); e != nil {
-		return e.g
+		return t.segs[e.idx]
 	}
 	return nil
 }
@@ -443,7 +510,7 @@ func home(tag uint32, depth uint, n int) int {
 	return int(uint64(uint32(uint64(tag)<<depth)) * uint64(n) >> 32)
 }
 
-func (g *segment[S]) home(tag uint32) int { return home(tag, g.depth, len(g.slots)) }
+func (g *segment[S]) home(tag uint32) int { return home(tag, uint(g.depth), len(g.slots)) }
 
 // Find returns the state of key, whose hash gave tag, or nil if t does not
 // hold it. It marks a found entry referenced. The pointer is valid until
@@ -473,28 +540,29 @@ func (t *Table[S]) slotOf(key string, tag uint32) *slot[S] {
 	if e == nil {
 		return nil
 	}
-	i := lookup(e.slots, e.keys, e.depth, key, tag)
+	slots := e.array()
+	i := lookup(slots, e.arena(), uint(e.depth), key, tag)
 	if i < 0 {
 		return nil
 	}
-	return &e.slots[i]
+	return &slots[i]
 }
 
 // lookup returns key's slot in g, or -1.
 func (g *segment[S]) lookup(key string, tag uint32) int {
-	return lookup(g.slots, g.keys, g.depth, key, tag)
+	return lookup(g.slots, g.keys, uint(g.depth), key, tag)
 }
 
 // lookup returns key's slot in slots, the array of a segment of depth whose
 // arena is keys, or -1.
 func lookup[S any](slots []slot[S], keys []byte, depth uint, key string, tag uint32) int {
-	want := match(key, tag)
+	p := probeOf(key, tag)
 	for i := home(tag, depth, len(slots)); ; {
 		s := &slots[i]
 		if s.meta == 0 {
 			return -1
 		}
-		if s.is(keys, key, want) {
+		if s.is(keys, key, &p) {
 			return i
 		}
 		if i++; i == len(slots) {
@@ -515,7 +583,7 @@ func (t *Table[S]) Insert(key string, tag uint32, now int64) (*S, bool) {
 	}
 	if len(t.dir) == 0 {
 		g := &segment[S]{keys: t.newArena(arenaSize(0))}
-		t.dir = []dirEntry[S]{{g: g}}
+		t.dir = make([]dirEntry[S], 1)
 		t.segs = []*segment[S]{g}
 		t.resize(g, minSlots)
 	}
@@ -543,19 +611,20 @@ func (t *Table[S]) Insert(key string, tag uint32, now int64) (*S, bool) {
 		t.split(g)
 		g = t.seg(tag)
 	}
-	for !t.room(g, len(key)) {
+	tail := max(0, len(key)-headBytes)
+	for !t.room(g, tail) {
 		if !t.clock(g, now) { // a segment at maxDepth whose arena is full
 			t.settlePool(n, took)
 			return nil, false
 		}
 	}
-	off := 0 // the empty key's, so that it never lies past the arena's end
-	if len(key) > 0 {
-		off = g.end
-		g.end += copy(g.keys[off:], key)
+	off := 0 // an empty tail's, so that it never lies past the arena's end
+	if tail > 0 {
+		off = int(g.end)
+		g.end += int32(copy(g.keys[off:], key[headBytes:]))
 	}
 	i := g.place(tag)
-	g.slots[i] = slot[S]{meta: match(key, tag) | uint64(off)<<offShift | g.turn | useNew | metaUsed}
+	g.slots[i] = slot[S]{meta: match(key, tag) | uint64(off)<<offShift | uint64(g.turn) | useNew | metaUsed, head: headOf(key)}
 	g.n++
 	g.since++
 	t.n++
@@ -566,7 +635,7 @@ func (t *Table[S]) Insert(key string, tag uint32, now int64) (*S, bool) {
 
 // share returns the entries g would hold were the table's spread evenly
 // over the hash space.
-func (t *Table[S]) share(g *segment[S]) int { return t.n >> g.depth }
+func (t *Table[S]) share(g *segment[S]) int32 { return int32(t.n >> g.depth) }
 
 // victim returns the segment that makes room for a key of g in a full
 // table: g, unless g holds less than 7/8 of its share and one of the next
@@ -596,7 +665,7 @@ const victimTries = 4
 // split replaces g by two segments one bit deeper, doubling the directory
 // first if g is as deep as it.
 func (t *Table[S]) split(g *segment[S]) {
-	if g.depth == t.depth {
+	if uint(g.depth) == t.depth {
 		dir := make([]dirEntry[S], 2*len(t.dir))
 		for i, e := range t.dir {
 			dir[2*i], dir[2*i+1] = e, e
@@ -604,33 +673,33 @@ func (t *Table[S]) split(g *segment[S]) {
 		t.dir = dir
 		t.depth++
 	}
-	d := g.depth + 1
+	d := uint(g.depth) + 1
 	bit := uint64(1) << (32 - d) // the tag bit that parts the halves
 	var n1, bytes1 int
 	for i := range g.slots {
 		if m := g.slots[i].meta; m != 0 && m>>32&bit != 0 {
 			n1++
-			bytes1 += keyLen(m)
+			bytes1 += tailLen(m)
 		}
 	}
 	halves := [2]*segment[S]{
-		{depth: d, prefix: g.prefix << 1, turn: g.turn, idx: g.idx},
-		{depth: d, prefix: g.prefix<<1 | 1, turn: g.turn, idx: len(t.segs)},
+		{depth: uint8(d), prefix: g.prefix << 1, turn: g.turn, idx: g.idx},
+		{depth: uint8(d), prefix: g.prefix<<1 | 1, turn: g.turn, idx: int32(len(t.segs))},
 	}
 	t.segs[g.idx] = halves[0]
 	t.segs = append(t.segs, halves[1])
 	t.slots -= len(g.slots)
-	live := [2]int{g.end - g.dead - bytes1, bytes1}
-	for h, n := range [2]int{g.n - n1, n1} {
+	live := [2]int{int(g.end-g.dead) - bytes1, bytes1}
+	for h, n := range [2]int{int(g.n) - n1, n1} {
 		halves[h].resize(fit[S](max(minSlots-1, n*8/7+1)))
-		halves[h].n = n
+		halves[h].n = int32(n)
 		halves[h].keys = t.newArena(arenaSize(live[h]))
 		t.slots += len(halves[h].slots)
 	}
 	for i := range g.slots {
 		if s := &g.slots[i]; s.meta != 0 {
 			h := halves[s.meta>>32&bit>>(32-d)]
-			h.slots[h.place(uint32(s.meta>>32))] = slot[S]{meta: h.store(g.keys, s.meta), state: s.state}
+			h.slots[h.place(uint32(s.meta>>32))] = slot[S]{meta: h.store(g.keys, s.meta), head: s.head, state: s.state}
 		}
 	}
 	t.recycle(g.keys)
@@ -642,10 +711,11 @@ func (t *Table[S]) split(g *segment[S]) {
 // point points g's directory entries at g and its array: the run of
 // 2^(depth-g.depth) entries that its prefix begins.
 func (t *Table[S]) point(g *segment[S]) {
-	run := 1 << (t.depth - g.depth)
-	first := int(g.prefix) << (t.depth - g.depth)
+	run := 1 << (t.depth - uint(g.depth))
+	first := int(g.prefix) << (t.depth - uint(g.depth))
 	for i := range run {
-		t.dir[first+i] = dirEntry[S]{slots: g.slots, keys: g.keys, depth: g.depth, g: g}
+		t.dir[first+i] = dirEntry[S]{slots: unsafe.SliceData(g.slots), keys: unsafe.SliceData(g.keys),
+			n: uint32(len(g.slots)), nkeys: uint32(len(g.keys)), depth: uint32(g.depth), idx: uint32(g.idx)}
 	}
 }
 
@@ -658,7 +728,7 @@ func (t *Table[S]) resize(g *segment[S], size int) {
 	t.point(g)
 }
 
-// room makes room for a key of n bytes at the end of g's arena, if it has
+// room makes room for a tail of n bytes at the end of g's arena, if it has
 // none: it copies g's keys into an arena of their own size (the spare, if it
 // is large enough, else a new one), leaving the bytes of the keys dropped
 // behind, and the arena they leave becomes the spare. The new arena is the
@@ -668,10 +738,10 @@ func (t *Table[S]) resize(g *segment[S], size int) {
 // its arenas rather than allocate. It reports false if g's keys and n would
 // not fit in arenaMax bytes.
 func (t *Table[S]) room(g *segment[S], n int) bool {
-	if g.end+n <= len(g.keys) {
+	if int(g.end)+n <= len(g.keys) {
 		return true
 	}
-	need := g.end - g.dead + n
+	need := int(g.end-g.dead) + n
 	if need > t.arenaMax {
 		return false
 	}
@@ -698,17 +768,17 @@ func (t *Table[S]) room(g *segment[S], n int) bool {
 	return true
 }
 
-// store copies the key that meta, a slot's of the segment whose arena is
-// from, describes to the end of g's arena, and returns meta with the key's
-// new offset.
+// store copies the tail of the key that meta, a slot's of the segment
+// whose arena is from, describes to the end of g's arena, and returns meta
+// with the tail's new offset.
 func (g *segment[S]) store(from []byte, meta uint64) uint64 {
-	off, n := keyOff(meta), keyLen(meta)
+	off, n := keyOff(meta), tailLen(meta)
 	if n == 0 {
 		return meta &^ offMask // at 0, as Insert puts it
 	}
 	copy(g.keys[g.end:], from[off:off+n])
 	meta = meta&^offMask | uint64(g.end)<<offShift
-	g.end += n
+	g.end += int32(n)
 	return meta
 }
 
@@ -742,7 +812,7 @@ func (t *Table[S]) Unpin() {
 
 func (t *Table[S]) pinned(g *segment[S], s *slot[S]) bool {
 	for _, p := range t.pins {
-		if s.is(g.keys, p.key, match(p.key, p.tag)) {
+		if pr := probeOf(p.key, p.tag); s.is(g.keys, p.key, &pr) {
 			return true
 		}
 	}
@@ -799,16 +869,16 @@ func (t *Table[S]) clock(g *segment[S], now int64) bool {
 		return false
 	}
 	for range handTurnsMax*len(g.slots) + 1 {
-		i := g.hand
-		if g.hand += g.stride; g.hand >= len(g.slots) {
-			g.hand -= len(g.slots)
+		i := int(g.hand)
+		if g.hand += g.stride; int(g.hand) >= len(g.slots) {
+			g.hand -= int32(len(g.slots))
 		}
-		if g.steps++; g.steps == len(g.slots) {
+		if g.steps++; int(g.steps) == len(g.slots) {
 			g.steps = 0
 			g.turn ^= metaTurn
 		}
 		s := &g.slots[i]
-		if s.meta == 0 || s.meta&metaTurn == g.turn || t.pinned(g, s) {
+		if s.meta == 0 || s.meta&metaTurn == uint64(g.turn) || t.pinned(g, s) {
 			continue
 		}
 		s.meta ^= metaTurn
@@ -830,10 +900,10 @@ func (t *Table[S]) clock(g *segment[S], now int64) bool {
 // run back into the gap (so that no tombstones are needed) and clearing the
 // slot left over.
 func (t *Table[S]) remove(g *segment[S], i int, lossy bool) {
-	if m := g.slots[i].meta; keyOff(m)+keyLen(m) == g.end {
-		g.end = keyOff(m) // the last key stored: its bytes are free at once (the empty key's are none)
+	if m := g.slots[i].meta; keyOff(m)+tailLen(m) == int(g.end) {
+		g.end = int32(keyOff(m)) // the last tail stored: its bytes are free at once (an empty tail's are none)
 	} else {
-		g.dead += keyLen(m)
+		g.dead += int32(tailLen(m))
 	}
 	n := len(g.slots)
 	dist := func(from, to int) int { // cyclic distance
@@ -917,9 +987,9 @@ func fit[S any](least int) int {
 func (g *segment[S]) resize(size int) {
 	old := g.slots
 	g.slots = make([]slot[S], size)
-	g.growAt = size * 7 / 8
+	g.growAt = int32(size * 7 / 8)
 	g.hand, g.steps = 0, 0
-	g.stride = int(handPrime % uint64(size))
+	g.stride = int32(handPrime % uint64(size))
 	for i := range old {
 		if s := &old[i]; s.meta != 0 {
 			g.slots[g.place(uint32(s.meta>>32))] = *s

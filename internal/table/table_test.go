@@ -1,6 +1,7 @@
 package table
 
 import (
+	"encoding/binary"
 	"hash/fnv"
 	"runtime"
 	"slices"
@@ -46,27 +47,28 @@ func consistent(t require.TestingT, tb *Table[int64]) {
 	require.Len(t, tb.dir, 1<<tb.depth)
 	seen := map[*segment[int64]]int{}
 	for i, e := range tb.dir {
-		g := e.g
+		require.Less(t, int(e.idx), len(tb.segs), "directory entry %d names no segment", i)
+		g := tb.segs[e.idx]
 		require.NotNil(t, g)
-		require.Equal(t, len(g.slots), len(e.slots), "directory entry %d holds a stale array", i)
-		require.Equal(t, g.depth, e.depth, "directory entry %d holds a stale depth", i)
-		require.Same(t, unsafe.SliceData(g.slots), unsafe.SliceData(e.slots), "directory entry %d holds a stale array", i)
-		require.Same(t, unsafe.SliceData(g.keys), unsafe.SliceData(e.keys), "directory entry %d holds a stale arena", i)
-		require.Equal(t, len(g.keys), len(e.keys), "directory entry %d holds a stale arena", i)
-		require.Equal(t, uint64(i>>(tb.depth-g.depth)), g.prefix, "directory entry %d points at the wrong segment", i)
-		require.LessOrEqual(t, g.depth, tb.depth)
+		require.Equal(t, len(g.slots), len(e.array()), "directory entry %d holds a stale array", i)
+		require.Equal(t, uint(g.depth), uint(e.depth), "directory entry %d holds a stale depth", i)
+		require.Same(t, unsafe.SliceData(g.slots), unsafe.SliceData(e.array()), "directory entry %d holds a stale array", i)
+		require.Same(t, unsafe.SliceData(g.keys), unsafe.SliceData(e.arena()), "directory entry %d holds a stale arena", i)
+		require.Equal(t, len(g.keys), len(e.arena()), "directory entry %d holds a stale arena", i)
+		require.Equal(t, uint32(i>>(tb.depth-uint(g.depth))), g.prefix, "directory entry %d points at the wrong segment", i)
+		require.LessOrEqual(t, uint(g.depth), tb.depth)
 		seen[g]++
 		require.Same(t, g, tb.segs[g.idx], "segment at directory entry %d is not at its place in segs", i)
 		// The directory entries of a segment of depth d share their top d
 		// bits.
-		first := i >> (tb.depth - g.depth) << (tb.depth - g.depth)
-		require.Same(t, g, tb.dir[first].g)
+		first := i >> (tb.depth - uint(g.depth)) << (tb.depth - uint(g.depth))
+		require.Same(t, g, tb.segs[tb.dir[first].idx])
 	}
 	require.Len(t, tb.segs, len(seen), "segs lists every segment once")
 	used, slots := 0, 0
 	for g, refs := range seen {
 		slots += len(g.slots)
-		require.Equal(t, 1<<(tb.depth-g.depth), refs, "a segment of depth %d has the wrong number of directory entries", g.depth)
+		require.Equal(t, 1<<(tb.depth-uint(g.depth)), refs, "a segment of depth %d has the wrong number of directory entries", g.depth)
 		held, bytes := 0, 0
 		owner := make([]int, g.end) // the slot whose key holds each byte, +1
 		if len(tb.spare) > 0 {
@@ -79,8 +81,11 @@ func consistent(t require.TestingT, tb *Table[int64]) {
 				continue
 			}
 			held++
-			off, n := keyOff(s.meta), keyLen(s.meta)
-			require.LessOrEqual(t, off+n, g.end, "slot %d's key lies past its arena's end", i)
+			off, n := keyOff(s.meta), tailLen(s.meta)
+			if n == 0 {
+				require.Zero(t, off, "slot %d's empty tail is not at 0", i)
+			}
+			require.LessOrEqual(t, off+n, int(g.end), "slot %d's key lies past its arena's end", i)
 			for b := off; b < off+n; b++ {
 				require.Zero(t, owner[b], "slots %d and %d share byte %d of their arena", owner[b]-1, i, b)
 				owner[b] = i + 1
@@ -94,12 +99,12 @@ func consistent(t require.TestingT, tb *Table[int64]) {
 				require.NotZero(t, g.slots[j].meta, "a gap in the probe run of %q", g.keyOf(s))
 			}
 		}
-		require.Equal(t, g.n, held)
-		require.Equal(t, bytes, g.end-g.dead, "bytes of the keys held")
-		require.LessOrEqual(t, g.end, len(g.keys))
+		require.Equal(t, int(g.n), held)
+		require.Equal(t, bytes, int(g.end-g.dead), "bytes of the keys held")
+		require.LessOrEqual(t, int(g.end), len(g.keys))
 		require.LessOrEqual(t, len(g.keys), tb.arenaMax, "an arena past arenaMax")
-		require.Less(t, g.n, len(g.slots))
-		require.LessOrEqual(t, g.n*8, len(g.slots)*7, "fuller than 7/8")
+		require.Less(t, int(g.n), len(g.slots))
+		require.LessOrEqual(t, int(g.n)*8, len(g.slots)*7, "fuller than 7/8")
 		used += held
 	}
 	require.Equal(t, tb.n, used)
@@ -110,6 +115,9 @@ func consistent(t require.TestingT, tb *Table[int64]) {
 		require.LessOrEqual(t, tb.n, tb.floor+int(tb.pool.max))
 	}
 }
+
+// storeSlotBytes is the size of the slots of the store's 16-byte states.
+const storeSlotBytes = int(unsafe.Sizeof(slot[[2]int64]{}))
 
 // Keys starting with "d" play digests: their tag carries the flag.
 func isDigest(key string) bool { return len(key) > 0 && key[0] == 'd' }
@@ -429,7 +437,7 @@ func TestTableChurnKeepsBudget(t *testing.T) {
 // slots per entry once it holds more than one segment's worth.
 func TestTableSegmentsBounded(t *testing.T) {
 	const n = 300_000
-	var tb Table[[2]int64] // a 24-byte slot, as the store's 16-byte states
+	var tb Table[[2]int64] // the slot of the store's 16-byte states
 	tb.Init(n, func(*[2]int64, int64) bool { return false })
 	largest := 0
 	for i := range 2 * n {
@@ -465,7 +473,7 @@ func TestTableSweepsKeepSegmentsEven(t *testing.T) {
 	for run := range 16 {
 		var tb Table[int64]
 		tb.Init(size, expired)
-		tb.segSlots = segmentBytes / 24 // as for the store's 16-byte states
+		tb.segSlots = segmentBytes / storeSlotBytes // as for the store's 16-byte states
 		insert := func(k string, until, now int64) {
 			k = strconv.Itoa(run) + k
 			p, ok := tb.Insert(k, Tag(hash(k), false), now)
@@ -496,7 +504,7 @@ func TestTablePreallocated(t *testing.T) {
 	}
 	var tb Table[int64]
 	tb.Init(size, expired)
-	tb.segSlots = segmentBytes / 24 // as for the store's 16-byte states
+	tb.segSlots = segmentBytes / storeSlotBytes // as for the store's 16-byte states
 	tb.Preallocate()
 	slots := tb.slots
 	require.InDelta(t, 1.3, float64(slots)/size, 0.1, "slots per entry")
@@ -520,10 +528,14 @@ func TestTablePreallocated(t *testing.T) {
 func TestTableCopiesKeys(t *testing.T) {
 	var tb Table[int64]
 	tb.Init(100, expired)
+	const pad = "-and-a-tail-past-the-head"
 	buf := []byte("key-0")
 	for i := range 50 {
 		buf[4] = byte('0' + i%10)
 		buf = append(buf[:5], strconv.Itoa(i)...)
+		if i%2 == 1 { // a key longer than its head
+			buf = append(buf, pad...)
+		}
 		k := unsafe.String(&buf[0], len(buf)) // the caller's bytes, reused
 		p, ok := tb.Insert(k, Tag(hash(k), false), 0)
 		require.True(t, ok)
@@ -532,6 +544,9 @@ func TestTableCopiesKeys(t *testing.T) {
 	for i := range 50 {
 		k := "key-" + string(rune('0'+i%10)) + strconv.Itoa(i)
 		k = k[:4] + k[4:5] + strconv.Itoa(i)
+		if i%2 == 1 {
+			k += pad
+		}
 		p := tb.Lookup(k, Tag(hash(k), false))
 		require.NotNil(t, p, "key %q", k)
 		require.Equal(t, int64(i), *p)
@@ -556,7 +571,7 @@ func TestTableArenaBound(t *testing.T) {
 			p, ok := tb.Insert(k, Tag(hash(k), false), 0)
 			if !ok {
 				g := tb.segs[0]
-				require.Greater(t, g.end-g.dead+len(k), tb.arenaMax, "refused %q with room in the arena", k)
+				require.Greater(t, int(g.end-g.dead)+len(k), tb.arenaMax, "refused %q with room in the arena", k)
 				tb.Each(func(m string, _ *int64) { require.True(t, held[m], "refused %q while %q could go", k, m) })
 				tb.Unpin()
 				clear(held)
@@ -576,8 +591,8 @@ func TestTableArenaBound(t *testing.T) {
 	})
 }
 
-// TestTableArenasRecycled: a preallocated table whose keys (of up to 16
-// bytes) come and go, each new key taking an old one's place, compacts its
+// TestTableArenasRecycled: a preallocated table whose keys (of up to 24
+// bytes, so up to 8 in the arena) come and go, each new key taking an old one's place, compacts its
 // arenas into the spare and reuses the arena left: it allocates nothing,
 // and its arenas stay within twice its keys' bytes (an arena is not made
 // smaller when its segment's sweeps leave it fewer keys). A table that
@@ -587,13 +602,13 @@ func TestTableArenasRecycled(t *testing.T) {
 	for _, pre := range []bool{true, false} {
 		var tb Table[int64]
 		tb.Init(size, expired)
-		tb.segSlots = segmentBytes / 24 // as for the store's 16-byte states
+		tb.segSlots = segmentBytes / storeSlotBytes // as for the store's 16-byte states
 		if pre {
 			tb.Preallocate()
 		}
 		keys := make([]string, 5*size)
 		for i := range keys {
-			keys[i] = "user-" + strconv.Itoa(i*7919)
+			keys[i] = "user-session-ke" + strconv.Itoa(i*7919)
 		}
 		insert := func(i int) {
 			k := keys[i]
@@ -617,7 +632,7 @@ func TestTableArenasRecycled(t *testing.T) {
 		arenas, bytes := len(tb.spare), 0
 		for _, g := range tb.segs {
 			arenas += len(g.keys)
-			bytes += g.end - g.dead
+			bytes += int(g.end - g.dead)
 		}
 		require.LessOrEqual(t, arenas, 2*bytes+len(tb.spare)+len(tb.segs)*arenaSize(0), "arenas (preallocated %v)", pre)
 		t.Logf("preallocated %v: arenas %.2f bytes a key byte", pre, float64(arenas)/float64(bytes))
@@ -727,4 +742,45 @@ func TestTablePoolConcurrent(t *testing.T) {
 	}
 	require.Equal(t, int64(pooled), pool.used.Load())
 	require.Equal(t, k*floor+units, held, "the tables hold their floors and the whole pool")
+}
+
+// TestTableHeadOf: a key's head is its first 16 bytes, zeros past its end,
+// at every length.
+func TestTableHeadOf(t *testing.T) {
+	src := "abcdefghijklmnopqrstuvwxyz"
+	for n := 0; n <= len(src); n++ {
+		var b [headBytes]byte
+		copy(b[:], src[:n])
+		want := head{binary.LittleEndian.Uint64(b[:8]), binary.LittleEndian.Uint64(b[8:])}
+		require.Equal(t, want, headOf(strings.Clone(src[:n])), "key of %d bytes", n)
+	}
+}
+
+// TestTableTellsKeysApart: keys of one tag are told apart by their length
+// (a key ending in zero bytes from the shorter one, whose head is the
+// same), by their heads, and past the head by their tails in the arena.
+func TestTableTellsKeysApart(t *testing.T) {
+	head16 := "0123456789abcdef"
+	keys := []string{
+		"", "\x00", "\x00\x00", "ab", "ab\x00", "abc", "abd", "12345678", "123456789", "12345678\x00",
+		head16, head16 + "\x00", head16 + "x", head16 + "y", head16 + "xy", head16 + "yx",
+		"1123456789abcdef" + "x", head16[:15] + "0x",
+	}
+	var tb Table[int64]
+	tb.Init(100, expired)
+	const tag = 42 << 8 // one tag for every key
+	for i, k := range keys {
+		require.Nil(t, tb.Lookup(k, tag), "%q found before it was added", k)
+		p, ok := tb.Insert(k, tag, 0)
+		require.True(t, ok)
+		*p = int64(i + 1)
+	}
+	for i, k := range keys {
+		p := tb.Lookup(k, tag)
+		require.NotNil(t, p, "%q", k)
+		require.Equal(t, int64(i+1), *p, "%q found another key's entry", k)
+	}
+	var seen []string
+	tb.Each(func(k string, _ *int64) { seen = append(seen, k) })
+	require.ElementsMatch(t, keys, seen)
 }
