@@ -51,7 +51,7 @@ type PlanSet struct {
 // another), or its plan's rule is changed by an Update, the key's state
 // moves to its new store the next time it is checked, converted by a
 // [Migration] policy; there is no pass over all keys. Which plan holds a
-// key is kept in a record of the key (48 bytes besides the key, in a table
+// key is kept in a record of the key (64 bytes besides the key, in a table
 // of the rule set's own, bounded as a store is, with room for as many keys
 // as all the plans' stores when it is built), so that a key checked for the
 // first time, or the first time since it moved, takes the locks of its
@@ -684,19 +684,27 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 				continue
 			}
 			moved = true
+			ts := [2]tranche{{}, {spent, whole}}
 			if i == 0 {
-				spent, whole = r.carry(src, spent, whole, now)
+				ts = r.carry(src, spent, whole, now)
 			}
-			// x is not capped at the new capacity: the record keeps what a
-			// cap cuts off, for the key's next move.
-			x := policy.carry(spent, src.capacity(), l.store.capacity())
+			// The amounts are not capped at the new capacity: the record
+			// keeps what a cap cuts off, for the key's next move.
+			from, to := src.capacity(), l.store.capacity()
+			if policy == MigrateProportional || policy == MigrateAdditive {
+				ts[0].x, ts[1].x = policy.carry(ts[0].x, from, to), policy.carry(ts[1].x, from, to)
+			} else { // a policy of the sum: one amount
+				ts = [2]tranche{{}, {policy.carry(satAdd(ts[0].x, ts[1].x), from, to), ts[1].until}}
+			}
+			x, whole := satAdd(ts[0].x, ts[1].x), ts[1].until
 			if x <= 0 || whole <= now || !l.store.acquire(t.k, now) {
 				continue
 			}
-			held := min(x, l.store.capacity())
+			held := min(x, to)
 			l.store.setSpent(t.k, now, held, whole)
 			if i == 0 {
-				next.until, next.x, next.held = whole, x, held
+				next.until, next.x, next.held = whole, ts[1].x, held
+				next.until0, next.x0 = ts[0].until, ts[0].x
 			}
 		}
 	}
@@ -712,21 +720,13 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 
 // carry returns what a first layer's state that shows spent in use at now,
 // whole again at whole, moves on with, by the record of its last move (see
-// planRecord): what that move carried in, given back evenly, plus what the
-// state holds beyond what it was given (what was admitted since), and the
-// instant all of that is given back.
-func (r *planRecord) carry(src keyedStore, spent, whole, now int64) (int64, int64) {
-	left := linear(r.x, r.at, r.until, now)
+// planRecord): what of the amounts that move carried in is not yet given
+// back, each with its instant, plus what the state holds beyond what it
+// was given (what was admitted since), given back at whole; as at most two
+// amounts, the later last.
+func (r *planRecord) carry(src keyedStore, spent, whole, now int64) [2]tranche {
 	since := max(spent-src.heldAt(r.at, r.held, r.until, now), 0)
-	switch {
-	case since > 0 && left > 0:
-		return since + left, max(whole, r.until)
-	case since > 0:
-		return since, whole
-	case left > 0:
-		return left, r.until
-	}
-	return 0, now
+	return r.pending(since, whole, now)
 }
 
 // recorded returns the plan a key's record names: that plan, if g still
