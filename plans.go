@@ -110,6 +110,9 @@ type builtPlan struct {
 	// single is the plan's one store, for a plan of one rule (no layer Key
 	// or Shadow): the check of a key it holds needs nothing else.
 	single keyedStore
+	// counts is whether a check counts a refusal, as a Store's Check does:
+	// for a plan of one Rule (not of Layers) that counts refusals.
+	counts bool
 	// lineage is the same for a plan and the plans that replace it under
 	// the same name, so that a key last checked under a plan since retired
 	// is looked for in the stores its successor kept.
@@ -333,6 +336,12 @@ func (p *Plans) buildPlan(name string, pl Plan, old *planGen) (*builtPlan, error
 	if l := bp.comp.layers; len(l) == 1 && l[0].key == nil && !l[0].shadow {
 		bp.single = l[0].store
 	}
+	if pl.Rule != nil {
+		// A plan of one rule is a Store's: its checks count a refusal the
+		// rule counts, and its looks report one as counted.
+		bp.counts = bp.single.countsRefused()
+		bp.comp.layers[0].counts = true
+	}
 	return bp, nil
 }
 
@@ -385,7 +394,7 @@ func (p *Plans) Check(key string, cost Units) (Decision, error) {
 	if d, ok := p.checkHeld(context.Background(), key, cost); ok {
 		return d, nil
 	}
-	a, err := p.try(context.Background(), key, cost, maxBudget)
+	a, err := p.tryOut(context.Background(), key, cost, maxBudget, nil, true)
 	if err != nil {
 		return a.d, err
 	}
@@ -409,7 +418,7 @@ func (p *Plans) CheckContext(ctx context.Context, key string, cost Units) (Decis
 	if d, ok := p.checkHeld(ctx, key, cost); ok {
 		return d, nil
 	}
-	a, err := p.try(ctx, key, cost, maxBudget)
+	a, err := p.tryOut(ctx, key, cost, maxBudget, nil, true)
 	if err != nil {
 		return a.d, err
 	}
@@ -431,7 +440,7 @@ func (p *Plans) checkHeld(ctx context.Context, key string, cost Units) (Decision
 	if st == nil || cost <= 0 || int64(cost) > st.capacity() {
 		return Decision{}, false
 	}
-	d, ok := st.checkHeld(key, st.prepare(key), int64(cost), &p.gen, g, &p.records, planRecord{plan: bp.id, lineage: bp.lineage})
+	d, ok := st.checkHeld(key, st.prepare(key), int64(cost), bp.counts, &p.gen, g, &p.records, planRecord{plan: bp.id, lineage: bp.lineage})
 	if !ok {
 		return d, false
 	}
@@ -484,13 +493,15 @@ func (p *Plans) Wait(ctx context.Context, key string, cost Units) (Decision, err
 // if an Update replaces it before the attempt holds its locks; ctx may name
 // the key's plan. The error is a cost error, checked against key's plan.
 func (p *Plans) try(ctx context.Context, key string, cost Units, budget time.Duration) (attempt, error) {
-	return p.tryOut(ctx, key, cost, budget, nil)
+	return p.tryOut(ctx, key, cost, budget, nil, false)
 }
 
 // tryOut is try that also appends the Decision of every enforced layer of
 // the key's plan to *out, if out is not nil (see appendLayers), with the
-// plan's name for a rule that has none.
-func (p *Plans) tryOut(ctx context.Context, key string, cost Units, budget time.Duration, out *[]Decision) (attempt, error) {
+// plan's name for a rule that has none. If counts, the attempt is a
+// Check's, which counts a refusal that a plan of one rule counts, as a
+// Store's Check does.
+func (p *Plans) tryOut(ctx context.Context, key string, cost Units, budget time.Duration, out *[]Decision, counts bool) (attempt, error) {
 	for {
 		g := p.gen.Load()
 		bp := p.plan(ctx, g, key)
@@ -502,7 +513,7 @@ func (p *Plans) tryOut(ctx context.Context, key string, cost Units, budget time.
 		if out != nil {
 			from = len(*out)
 		}
-		if a, ok := p.tryIn(g, bp, key, int64(cost), budget, out); ok {
+		if a, ok := p.tryIn(g, bp, key, int64(cost), budget, out, counts); ok {
 			a.changed = g.done
 			if out != nil {
 				for i := from; i < len(*out); i++ {
@@ -577,8 +588,10 @@ func unlockAll(locks []shardLock) {
 // ordered before the Update, and the keys it spent move with what they
 // spent. A budget of peekOnly makes the attempt a look (Plans.Peek): it
 // records no instant and spends nothing, though a key that moved is still
-// moved.
-func (p *Plans) tryIn(g *planGen, bp *builtPlan, key string, cost int64, budget time.Duration, out *[]Decision) (attempt, bool) {
+// moved. If counts, a refusal that a plan of one rule counts is counted,
+// and the Decision is the one after it, as a Store's Check gives (see
+// builtPlan.counts).
+func (p *Plans) tryIn(g *planGen, bp *builtPlan, key string, cost int64, budget time.Duration, out *[]Decision, counts bool) (attempt, bool) {
 	layers := bp.comp.layers
 	var buf [inlineLayers]layerTurn
 	turns := prepareTurns(layers, key, cost, buf[:0])
@@ -593,6 +606,9 @@ func (p *Plans) tryIn(g *planGen, bp *builtPlan, key string, cost int64, budget 
 		return a, true
 	}
 	a := decideLocked(layers, turns, bp.comp.enforced, now, cost, budget)
+	if counts && bp.counts && a.err == nil && !a.d.Allowed {
+		a.d = bp.single.stepAt(turns[0].k, now, cost, stepCheck)
+	}
 	if out != nil && a.err == nil {
 		*out = appendLayers(layers, turns, now, a.committed, *out)
 	}

@@ -356,8 +356,12 @@ type keyedStore interface {
 	// store holds k, or k is new to the rule set (recs has no record of
 	// key, and its lock is free: then rec is recorded and k added), it
 	// decides cost as a Composite of this one store would, committing it if
-	// admitted; ok is false, with nothing done, otherwise.
-	checkHeld(key string, k storeKey, cost int64, gen *atomic.Pointer[planGen], g *planGen, recs *planRecords, rec planRecord) (d Decision, ok bool)
+	// admitted, or, if counts, as the store's Check would (counting a
+	// refusal the rule counts); ok is false, with nothing done, otherwise.
+	checkHeld(key string, k storeKey, cost int64, counts bool, gen *atomic.Pointer[planGen], g *planGen, recs *planRecords, rec planRecord) (d Decision, ok bool)
+	// countsRefused reports whether the rule counts refused cost
+	// (CountRefused), as the store's Check does.
+	countsRefused() bool
 	// heldAt returns what a state that setSpent made with x (0 < x <=
 	// the capacity) at at, whole by until, has in use at now, given no
 	// new spending.
@@ -732,7 +736,7 @@ func (c *storeCore[S, A]) setSpent(k storeKey, now, x, until int64) {
 	c.alg.withSpent(s, now, x, until)
 }
 
-func (c *storeCore[S, A]) checkHeld(key string, k storeKey, cost int64, gen *atomic.Pointer[planGen], g *planGen, recs *planRecords, rec planRecord) (Decision, bool) {
+func (c *storeCore[S, A]) checkHeld(key string, k storeKey, cost int64, counts bool, gen *atomic.Pointer[planGen], g *planGen, recs *planRecords, rec planRecord) (Decision, bool) {
 	sh := &c.shards[k.h&c.mask]
 	now := sh.hold(clampTime(c.clk.Now()))
 	if gen.Load() != g {
@@ -753,8 +757,8 @@ func (c *storeCore[S, A]) checkHeld(key string, k storeKey, cost int64, gen *ato
 		}
 	}
 	var d Decision
-	if !c.refused {
-		d = c.alg.step(s, now, cost, stepCheck) // commits only what it admits
+	if counts || !c.refused {
+		d = c.alg.step(s, now, cost, stepCheck) // commits what it admits, and a refusal it counts
 	} else if d = c.alg.step(s, now, cost, stepLook); d.Allowed {
 		d = c.alg.step(s, now, cost, stepCheck)
 	}
@@ -764,6 +768,8 @@ func (c *storeCore[S, A]) checkHeld(key string, k storeKey, cost int64, gen *ato
 	}
 	return d, true
 }
+
+func (c *storeCore[S, A]) countsRefused() bool { return c.refused }
 
 func (c *storeCore[S, A]) heldAt(at, x, until, now int64) int64 {
 	if x <= 0 || until <= at {
