@@ -391,10 +391,11 @@ func ContextWithPlan(ctx context.Context, plan string) context.Context {
 // results and errors of [Composite.Check] (of [Store.Check], for a plan of
 // one rule).
 func (p *Plans) Check(key string, cost Units) (Decision, error) {
-	if d, ok := p.checkHeld(context.Background(), key, cost); ok {
+	d, pick, ok := p.checkHeld(context.Background(), key, cost)
+	if ok {
 		return d, nil
 	}
-	a, err := p.tryOut(context.Background(), key, cost, maxBudget, nil, true)
+	a, err := p.tryOut(context.Background(), key, cost, maxBudget, nil, true, pick)
 	if err != nil {
 		return a.d, err
 	}
@@ -415,10 +416,11 @@ func (p *Plans) CheckContext(ctx context.Context, key string, cost Units) (Decis
 		bp.name.fill(&d)
 		return d, err
 	}
-	if d, ok := p.checkHeld(ctx, key, cost); ok {
+	d, pick, ok := p.checkHeld(ctx, key, cost)
+	if ok {
 		return d, nil
 	}
-	a, err := p.tryOut(ctx, key, cost, maxBudget, nil, true)
+	a, err := p.tryOut(ctx, key, cost, maxBudget, nil, true, pick)
 	if err != nil {
 		return a.d, err
 	}
@@ -432,24 +434,32 @@ func (p *Plans) CheckContext(ctx context.Context, key string, cost Units) (Decis
 // one rule holds, or that is new to the rule set, is decided with its
 // store's lock (and, for a new key, its record's), as the attempt would
 // decide it (see storeCore.checkHeld); ok is false, with nothing done,
-// otherwise.
-func (p *Plans) checkHeld(ctx context.Context, key string, cost Units) (Decision, bool) {
+// otherwise, and pick is the plan it found, for the attempt to start from
+// rather than run the plan function again.
+func (p *Plans) checkHeld(ctx context.Context, key string, cost Units) (Decision, planPick, bool) {
 	g := p.gen.Load()
 	bp := p.plan(ctx, g, key)
+	pick := planPick{g, bp}
 	st := bp.single
 	if st == nil || cost <= 0 || int64(cost) > st.capacity() {
-		return Decision{}, false
+		return Decision{}, pick, false
 	}
 	d, ok := st.checkHeld(key, st.prepare(key), int64(cost), bp.counts, &p.gen, g, &p.records, planRecord{plan: bp.id, lineage: bp.lineage})
 	if !ok {
-		return d, false
+		return d, pick, false
 	}
 	bp.name.fill(&d)
 	if p.obs != nil {
 		a := attempt{d: d}
 		observe(p.obs, &a, int64(cost))
 	}
-	return d, true
+	return d, pick, true
+}
+
+// planPick is a key's plan as found in a rule set (see Plans.tryOut).
+type planPick struct {
+	g  *planGen
+	bp *builtPlan
 }
 
 // CheckWithin is [Plans.Check] for a request that may wait at most
@@ -493,18 +503,23 @@ func (p *Plans) Wait(ctx context.Context, key string, cost Units) (Decision, err
 // if an Update replaces it before the attempt holds its locks; ctx may name
 // the key's plan. The error is a cost error, checked against key's plan.
 func (p *Plans) try(ctx context.Context, key string, cost Units, budget time.Duration) (attempt, error) {
-	return p.tryOut(ctx, key, cost, budget, nil, false)
+	return p.tryOut(ctx, key, cost, budget, nil, false, planPick{})
 }
 
 // tryOut is try that also appends the Decision of every enforced layer of
 // the key's plan to *out, if out is not nil (see appendLayers), with the
 // plan's name for a rule that has none. If counts, the attempt is a
 // Check's, which counts a refusal that a plan of one rule counts, as a
-// Store's Check does.
-func (p *Plans) tryOut(ctx context.Context, key string, cost Units, budget time.Duration, out *[]Decision, counts bool) (attempt, error) {
+// Store's Check does. A pick (not zero) is the key's plan as the caller
+// found it: the first attempt starts from it.
+func (p *Plans) tryOut(ctx context.Context, key string, cost Units, budget time.Duration, out *[]Decision, counts bool, pick planPick) (attempt, error) {
 	for {
-		g := p.gen.Load()
-		bp := p.plan(ctx, g, key)
+		g, bp := pick.g, pick.bp
+		if g == nil {
+			g = p.gen.Load()
+			bp = p.plan(ctx, g, key)
+		}
+		pick = planPick{} // if the rule set is replaced meanwhile, find the plan again
 		if d, err := bp.comp.checkCost(cost); err != nil {
 			bp.name.fill(&d)
 			return attempt{d: d}, err
