@@ -86,10 +86,11 @@ type Plans struct {
 // planGen is one rule set as built: the plans, and the stores of earlier
 // rule sets that may still hold keys.
 type planGen struct {
-	set   PlanSet
-	plans map[string]*builtPlan
-	def   *builtPlan
-	names []string // the plans' names, sorted
+	set    PlanSet
+	plans  map[string]*builtPlan
+	def    *builtPlan
+	names  []string     // the plans' names, sorted
+	byName []*builtPlan // the plans in the order of names
 	// byID finds a plan by its id, for the plan a key's record names: this
 	// set's plans, and the plans of earlier sets whose stores may still
 	// hold keys (see replacedPlan).
@@ -256,6 +257,7 @@ func (p *Plans) build(set PlanSet, old *planGen, now int64, m Migration) (*planG
 			kept[l.store] = true
 		}
 		g.plans[name] = bp
+		g.byName = append(g.byName, bp)
 	}
 	g.def = g.plans[set.Default]
 	g.byID = make(map[uint64]*recordedPlan, len(g.plans))
@@ -361,7 +363,7 @@ func (p *Plans) plan(ctx context.Context, g *planGen, key string) *builtPlan {
 		return g.def
 	default:
 		name = p.planOf(key)
-		bp, ok := g.plans[name]
+		bp, ok := g.find(name)
 		if !ok {
 			p.warn.unnamed(key, name, g.set.Default)
 			return g.def
@@ -369,11 +371,30 @@ func (p *Plans) plan(ctx context.Context, g *planGen, key string) *builtPlan {
 		p.warn.named()
 		return bp
 	}
-	if bp, ok := g.plans[name]; ok {
+	if bp, ok := g.find(name); ok {
 		return bp
 	}
 	return g.def
 }
+
+// find returns the plan named name, if g has one: for a few plans by
+// comparing names, which is quicker than hashing the name for the map.
+func (g *planGen) find(name string) (*builtPlan, bool) {
+	if len(g.names) > smallPlanSet {
+		bp, ok := g.plans[name]
+		return bp, ok
+	}
+	for i, n := range g.names {
+		if n == name {
+			return g.byName[i], true
+		}
+	}
+	return nil, false
+}
+
+// smallPlanSet is the most plans a rule set looks a name up among by
+// comparing it with each plan's (see planGen.find).
+const smallPlanSet = 8
 
 // planKey is the context key of ContextWithPlan.
 type planKey struct{}
@@ -444,7 +465,7 @@ func (p *Plans) checkHeld(ctx context.Context, key string, cost Units) (Decision
 	if st == nil || cost <= 0 || int64(cost) > st.capacity() {
 		return Decision{}, pick, false
 	}
-	d, ok := st.checkHeld(key, st.prepare(key), int64(cost), bp.counts, &p.gen, g, &p.records, planRecord{plan: bp.id, lineage: bp.lineage})
+	d, ok := st.checkHeld(key, st.prepare(key), int64(cost), &p.gen, g, &p.records, bp)
 	if !ok {
 		return d, pick, false
 	}

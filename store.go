@@ -351,14 +351,14 @@ type keyedStore interface {
 	// at now and whole again by until (see Migration), or a fresh one if x
 	// <= 0 or until <= now.
 	setSpent(k storeKey, now, x, until int64)
-	// checkHeld is a plan's check of key in its one store (see
+	// checkHeld is plan bp's check of key in its one store (see
 	// Plans.checkHeld): with k's shard locked, if gen still holds g and the
 	// store holds k, or k is new to the rule set (recs has no record of
-	// key, and its lock is free: then rec is recorded and k added), it
+	// key, and its lock is free: then a record of bp is added, and k), it
 	// decides cost as a Composite of this one store would, committing it if
-	// admitted, or, if counts, as the store's Check would (counting a
-	// refusal the rule counts); ok is false, with nothing done, otherwise.
-	checkHeld(key string, k storeKey, cost int64, counts bool, gen *atomic.Pointer[planGen], g *planGen, recs *planRecords, rec planRecord) (d Decision, ok bool)
+	// admitted, or, if bp counts refusals (see builtPlan.counts), as the
+	// store's Check would; ok is false, with nothing done, otherwise.
+	checkHeld(key string, k storeKey, cost int64, gen *atomic.Pointer[planGen], g *planGen, recs *planRecords, bp *builtPlan) (d Decision, ok bool)
 	// countsRefused reports whether the rule counts refused cost
 	// (CountRefused), as the store's Check does.
 	countsRefused() bool
@@ -736,7 +736,7 @@ func (c *storeCore[S, A]) setSpent(k storeKey, now, x, until int64) {
 	c.alg.withSpent(s, now, x, until)
 }
 
-func (c *storeCore[S, A]) checkHeld(key string, k storeKey, cost int64, counts bool, gen *atomic.Pointer[planGen], g *planGen, recs *planRecords, rec planRecord) (Decision, bool) {
+func (c *storeCore[S, A]) checkHeld(key string, k storeKey, cost int64, gen *atomic.Pointer[planGen], g *planGen, recs *planRecords, bp *builtPlan) (Decision, bool) {
 	sh := &c.shards[k.h&c.mask]
 	now := sh.hold(clampTime(c.clk.Now()))
 	if gen.Load() != g {
@@ -746,7 +746,7 @@ func (c *storeCore[S, A]) checkHeld(key string, k storeKey, cost int64, counts b
 	s := sh.t.Find(k.key, k.tag)
 	var ev evictions
 	if s == nil {
-		if !recs.add(key, rec, now) {
+		if !recs.add(key, planRecord{plan: bp.id, lineage: bp.lineage}, now) {
 			sh.release()
 			return Decision{}, false
 		}
@@ -757,7 +757,7 @@ func (c *storeCore[S, A]) checkHeld(key string, k storeKey, cost int64, counts b
 		}
 	}
 	var d Decision
-	if counts || !c.refused {
+	if bp.counts || !c.refused {
 		d = c.alg.step(s, now, cost, stepCheck) // commits what it admits, and a refusal it counts
 	} else if d = c.alg.step(s, now, cost, stepLook); d.Allowed {
 		d = c.alg.step(s, now, cost, stepCheck)
