@@ -16,15 +16,15 @@ import (
 // What a move carries in is held in full until the instant the rule it was
 // spent under would have made it whole, and given back whole then, as a
 // fixed window gives its count back at its end: never sooner, whatever the
-// rule that holds it meanwhile. It is kept as two amounts, each with its
-// instant: what the key spent under the rule it left, and, apart, what it
-// still carried from earlier moves that comes back sooner. When the key
-// moves on, it carries what of those amounts is not yet given back, plus
-// what its state shows beyond what it was given (what it was admitted
-// since, given back when that state would be whole); of three amounts, the
-// two whose instants are nearest are kept as one, at the later instant. So
-// a rule that gives a move back sooner (a bucket refills at its own rate,
-// or a window ends) or caps it (the new capacity is smaller) does so only
+// rule that holds it meanwhile. It is kept as at most two amounts, each
+// with its instant (x0 given back at until0, x at until, the later), for
+// what a key carries comes back at different instants. When the key moves
+// on, it carries what of those amounts is not yet given back, plus what
+// its state shows beyond what it was given (what it was admitted since,
+// given back when that state would be whole); of three amounts, the two
+// whose instants are nearest are kept as one, at the later instant. So a
+// rule that gives a move back sooner (a bucket refills at its own rate, or
+// a window ends) or caps it (the new capacity is smaller) does so only
 // while it holds the key.
 type planRecord struct {
 	plan    uint64 // the id of the plan whose stores hold the key (see builtPlan)
