@@ -85,7 +85,9 @@ type compositeLayer struct {
 	// counts is set for a Store's own layer when it stands for the Store's
 	// Check, which counts a refusal that the rule counts (CountRefused):
 	// a Peek or a Settle through it then reports a refusal as that Check
-	// would. A Composite, a plan, Wait and CheckWithin never count one.
+	// would; so is a plan's one layer, for a plan of one rule, whose Check
+	// is a Store's. A Composite, a plan of layers, Wait and CheckWithin
+	// never count one.
 	counts bool
 }
 

@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -134,7 +135,9 @@ func viewOf(d ratelimit.Decision) refusalView {
 }
 
 // uncountedCaller is a way to ask about a rule that never counts a
-// refusal: a Composite, a plan, CheckWithin, a LayeredMachine. It returns
+// refusal: a Composite, a plan of layers, CheckWithin, a LayeredMachine
+// (a plan of one rule counts one, as a Store does: see
+// TestPlansCountRefusedAsStore). It returns
 // a function that decides cost for one key at the clock's time.
 type uncountedCaller struct {
 	name string
@@ -154,12 +157,6 @@ var uncountedCallers = []uncountedCaller{
 		}, ratelimit.WithClock(clk))
 		require.NoError(t, err)
 		return func(cost ratelimit.Units) (ratelimit.Decision, error) { return c.Check("k", cost) }
-	}},
-	{"plan of one rule", func(t require.TestingT, rule ratelimit.Rule, clk *ratelimit.ManualClock) func(ratelimit.Units) (ratelimit.Decision, error) {
-		p, err := ratelimit.NewPlans(ratelimit.PlanSet{Plans: map[string]ratelimit.Plan{"p": {Rule: rule}}, Default: "p"},
-			func(string) string { return "" }, ratelimit.WithClock(clk))
-		require.NoError(t, err)
-		return func(cost ratelimit.Units) (ratelimit.Decision, error) { return p.Check("k", cost) }
 	}},
 	{"plan of layers", func(t require.TestingT, rule ratelimit.Rule, clk *ratelimit.ManualClock) func(ratelimit.Units) (ratelimit.Decision, error) {
 		p, err := ratelimit.NewPlans(ratelimit.PlanSet{Plans: map[string]ratelimit.Plan{"p": {Layers: []ratelimit.Layer{{Rule: rule}}}}, Default: "p"},
@@ -185,7 +182,7 @@ var uncountedCallers = []uncountedCaller{
 }
 
 // TestCountRefusedUncountedCallers: a caller that never counts a refusal
-// (a Composite, a plan, CheckWithin, a LayeredMachine) reports a refusal
+// (a Composite, a plan of layers, CheckWithin, a LayeredMachine) reports a refusal
 // of a rule with CountRefused as uncounted, for RetryAfter is when this
 // same request passes; Check on the rule itself counts it and says so.
 func TestCountRefusedUncountedCallers(t *testing.T) {
@@ -390,4 +387,60 @@ func TestCountRefusedUncountedRetryAfterIsExact(t *testing.T) {
 		}
 		t.Logf("%d refusals", refusals)
 	})
+}
+
+// TestPlansCountRefusedAsStore: a plan of one rule that counts refusals
+// (CountRefused) gives, on a trace of checks and looks, the Decisions a
+// Store of that rule gives (Policy aside: the plan's name): its checks
+// count a refusal, as the Store's do, and its looks report one as counted.
+// A key that moves onto the plan with debt has its first, refused check
+// counted too.
+func TestPlansCountRefusedAsStore(t *testing.T) {
+	const s = time.Second
+	for _, rule := range []ratelimit.Rule{
+		ratelimit.SlidingCounter{Limit: 10, Window: 10 * s, CountRefused: true},
+		ratelimit.SubWindow{Limit: 10, Window: 10 * s, Buckets: 5, CountRefused: true},
+	} {
+		t.Run(fmt.Sprintf("%T", rule), func(t *testing.T) {
+			clk := ratelimit.NewManualClock(0)
+			store, err := ratelimit.NewStore(rule, ratelimit.WithClock(clk))
+			require.NoError(t, err)
+			on := "p"
+			plans, err := ratelimit.NewPlans(ratelimit.PlanSet{Plans: map[string]ratelimit.Plan{
+				"p": {Rule: rule},
+				"o": {Rule: ratelimit.FixedWindow{Limit: 10, Window: 10 * s}},
+			}, Default: "p"}, func(string) string { return on }, ratelimit.WithClock(clk))
+			require.NoError(t, err)
+			for at := time.Duration(0); at < 40*s; at += 100 * time.Millisecond {
+				clk.Set(at)
+				want, err := store.Peek("k", ratelimit.Unit)
+				require.NoError(t, err)
+				got, err := plans.Peek("k", ratelimit.Unit)
+				require.NoError(t, err)
+				got.Policy = ""
+				require.Equal(t, want, got, "look at %v", at)
+				want, err = store.Check("k", ratelimit.Unit)
+				require.NoError(t, err)
+				got, err = plans.Check("k", ratelimit.Unit)
+				require.NoError(t, err)
+				got.Policy = ""
+				require.Equal(t, want, got, "check at %v", at)
+			}
+
+			// A key spent on "o" moves to "p" with 8 of 10 in use: its
+			// first check there, of 5, is refused and counted (the moved
+			// key takes the attempt's path, not the held key's).
+			on = "o"
+			d, err := plans.Check("m", 8*ratelimit.Unit)
+			require.NoError(t, err)
+			require.True(t, d.Allowed)
+			on = "p"
+			d, err = plans.Check("m", 5*ratelimit.Unit)
+			require.NoError(t, err)
+			require.False(t, d.Allowed)
+			after, err := plans.Peek("m", ratelimit.Unit)
+			require.NoError(t, err)
+			assert.False(t, after.Allowed, "the 5 refused were counted: 10 of 10 in use, not 8")
+		})
+	}
 }

@@ -51,7 +51,7 @@ func (p *Plans) CheckLayers(ctx context.Context, key string, cost Units, maxDela
 		d, err := p.CheckContext(ctx, key, cost)
 		return d, dst, err
 	}
-	a, err := p.tryOut(ctx, key, cost, layerBudget(maxDelay), &dst)
+	a, err := p.tryOut(ctx, key, cost, layerBudget(maxDelay), &dst, false, planPick{})
 	if err != nil {
 		return a.d, dst, err
 	}

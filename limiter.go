@@ -187,8 +187,9 @@ type algorithm[S any] interface {
 
 // stepMode is what a step does with a key's state, and how it reports a
 // refusal that the rule counts (CountRefused of [SlidingCounter] and
-// [SubWindow]). Only a check counts one; every other caller, a Wait, a
-// CheckWithin, a [Composite] or a plan, spends only what it admits, so its
+// [SubWindow]). Only a check counts one (a Check of a limiter, a store or
+// a plan of one rule); every other caller, a Wait, a CheckWithin, a
+// [Composite] or a plan of layers, spends only what it admits, so its
 // refusal leaves the key as it was and its RetryAfter is when this same
 // request passes.
 type stepMode uint8

@@ -33,22 +33,35 @@ import (
 //     would leave (all of it gone by the instant, or a window from now).
 //
 // The key's record (which the rule set keeps beside the key's state) also
-// keeps the amount before the new capacity's cap, and treats it as given
-// back evenly until that instant: when the key moves again, it carries
-// that remainder, plus what its state shows beyond what it was given (what
-// it was admitted since), rather than what the rule in between rounded up
-// or down. So, with MigrateProportional or MigrateAdditive, moving at a
-// window's edge is no fresh window (the debt a bucket carries past it is
-// counted in the next one); moving back and forth at one instant gives
-// back at most once what a bucket moved into gives back early to be full
-// by the old rule's instant; and a key is never stuck: what it spent ages
-// out no later than the rule it was spent under would have made it whole,
-// give or take two windows or sub-window buckets of the rules it moves
-// through, however it moves afterwards. That a moving key is admitted, over
-// any span, at most what the most generous plan admits plus one capacity
-// is not proved: random traces of a key moving between a bucket's plan and
-// a window's plan near the window's edges find it admitted a unit more
-// than that over spans of an hour or more.
+// keeps the amount before the new capacity's cap, and holds it in full
+// until that instant, as a fixed window holds its count to the window's
+// end, whatever the rule that holds the key meanwhile gives back sooner:
+// when the key moves again, it carries what of it is not yet given back,
+// plus what its state shows beyond what it was given (what it was admitted
+// since, held until that state would be whole), rather than what the rule
+// in between rounded up or down (see planRecord, which keeps two such
+// amounts, merging the nearest of three). So, with MigrateProportional or
+// MigrateAdditive, moving at a window's edge is no fresh window (the debt a
+// bucket carries past it is counted in the next one); hopping off a plan
+// and back, however often, gives nothing back sooner than the plan would
+// have; moving back and forth at one instant gives back at most once what
+// a bucket moved into gives back early to be full by the old rule's
+// instant; and a key is never stuck: what it spent ages out no later than
+// the rule it was spent under would have made it whole, give or take two
+// windows or sub-window buckets of the rules it moves through, however it
+// moves afterwards.
+//
+// What a moving key is admitted over any span is at most what the plans it
+// is checked on in that span admit together over the span, plus the
+// largest of their capacities: hopping between plans gets no more than
+// one key on each plan would. It is not held to what the most generous of
+// them admits plus one capacity: a bucket that a move brings debt into must
+// be full by when the rule it came from would have made the key whole
+// (never stuck), so a key that hops from a window's plan to a bucket's
+// plan at the last instant of each window is given the bucket's capacity
+// back at once, each window, on top of the window's count. The first bound
+// is tested on random traces and schedules, not proved; the second's
+// excess is shown by a test of that schedule (plans_migrate_test.go).
 //
 // Policies round in the key's disfavour. MigrateAsIs keeps the units left,
 // so a key that moves to a plan whose capacity is at most what it has left
@@ -307,7 +320,7 @@ func (a *slAlgo) withSpent(s *slState, now, x, until int64) {
 		// What remains once step j's admission leaves, at now + j/steps
 		// of the way to end, is at least x * (steps - j) / steps.
 		left := ceilMulDiv(x, steps-j, steps)
-		t := now + (end-now)*j/steps - a.window
+		t := now + ceilMulDiv(end-now, j, steps) - a.window
 		s.admit(0, min(t, now), x-left-logged)
 		logged = x - left
 	}

@@ -51,7 +51,7 @@ type PlanSet struct {
 // another), or its plan's rule is changed by an Update, the key's state
 // moves to its new store the next time it is checked, converted by a
 // [Migration] policy; there is no pass over all keys. Which plan holds a
-// key is kept in a record of the key (48 bytes besides the key, in a table
+// key is kept in a record of the key (64 bytes besides the key, in a table
 // of the rule set's own, bounded as a store is, with room for as many keys
 // as all the plans' stores when it is built), so that a key checked for the
 // first time, or the first time since it moved, takes the locks of its
@@ -86,10 +86,11 @@ type Plans struct {
 // planGen is one rule set as built: the plans, and the stores of earlier
 // rule sets that may still hold keys.
 type planGen struct {
-	set   PlanSet
-	plans map[string]*builtPlan
-	def   *builtPlan
-	names []string // the plans' names, sorted
+	set    PlanSet
+	plans  map[string]*builtPlan
+	def    *builtPlan
+	names  []string     // the plans' names, sorted
+	byName []*builtPlan // the plans in the order of names
 	// byID finds a plan by its id, for the plan a key's record names: this
 	// set's plans, and the plans of earlier sets whose stores may still
 	// hold keys (see replacedPlan).
@@ -110,6 +111,9 @@ type builtPlan struct {
 	// single is the plan's one store, for a plan of one rule (no layer Key
 	// or Shadow): the check of a key it holds needs nothing else.
 	single keyedStore
+	// counts is whether a check counts a refusal, as a Store's Check does:
+	// for a plan of one Rule (not of Layers) that counts refusals.
+	counts bool
 	// lineage is the same for a plan and the plans that replace it under
 	// the same name, so that a key last checked under a plan since retired
 	// is looked for in the stores its successor kept.
@@ -253,6 +257,7 @@ func (p *Plans) build(set PlanSet, old *planGen, now int64, m Migration) (*planG
 			kept[l.store] = true
 		}
 		g.plans[name] = bp
+		g.byName = append(g.byName, bp)
 	}
 	g.def = g.plans[set.Default]
 	g.byID = make(map[uint64]*recordedPlan, len(g.plans))
@@ -333,6 +338,12 @@ func (p *Plans) buildPlan(name string, pl Plan, old *planGen) (*builtPlan, error
 	if l := bp.comp.layers; len(l) == 1 && l[0].key == nil && !l[0].shadow {
 		bp.single = l[0].store
 	}
+	if pl.Rule != nil {
+		// A plan of one rule is a Store's: its checks count a refusal the
+		// rule counts, and its looks report one as counted.
+		bp.counts = bp.single.countsRefused()
+		bp.comp.layers[0].counts = true
+	}
 	return bp, nil
 }
 
@@ -352,7 +363,7 @@ func (p *Plans) plan(ctx context.Context, g *planGen, key string) *builtPlan {
 		return g.def
 	default:
 		name = p.planOf(key)
-		bp, ok := g.plans[name]
+		bp, ok := g.find(name)
 		if !ok {
 			p.warn.unnamed(key, name, g.set.Default)
 			return g.def
@@ -360,11 +371,30 @@ func (p *Plans) plan(ctx context.Context, g *planGen, key string) *builtPlan {
 		p.warn.named()
 		return bp
 	}
-	if bp, ok := g.plans[name]; ok {
+	if bp, ok := g.find(name); ok {
 		return bp
 	}
 	return g.def
 }
+
+// find returns the plan named name, if g has one: for a few plans by
+// comparing names, which is quicker than hashing the name for the map.
+func (g *planGen) find(name string) (*builtPlan, bool) {
+	if len(g.names) > smallPlanSet {
+		bp, ok := g.plans[name]
+		return bp, ok
+	}
+	for i, n := range g.names {
+		if n == name {
+			return g.byName[i], true
+		}
+	}
+	return nil, false
+}
+
+// smallPlanSet is the most plans a rule set looks a name up among by
+// comparing it with each plan's (see planGen.find).
+const smallPlanSet = 8
 
 // planKey is the context key of ContextWithPlan.
 type planKey struct{}
@@ -382,10 +412,11 @@ func ContextWithPlan(ctx context.Context, plan string) context.Context {
 // results and errors of [Composite.Check] (of [Store.Check], for a plan of
 // one rule).
 func (p *Plans) Check(key string, cost Units) (Decision, error) {
-	if d, ok := p.checkHeld(context.Background(), key, cost); ok {
+	d, pick, ok := p.checkHeld(context.Background(), key, cost)
+	if ok {
 		return d, nil
 	}
-	a, err := p.try(context.Background(), key, cost, maxBudget)
+	a, err := p.tryOut(context.Background(), key, cost, maxBudget, nil, true, pick)
 	if err != nil {
 		return a.d, err
 	}
@@ -406,10 +437,11 @@ func (p *Plans) CheckContext(ctx context.Context, key string, cost Units) (Decis
 		bp.name.fill(&d)
 		return d, err
 	}
-	if d, ok := p.checkHeld(ctx, key, cost); ok {
+	d, pick, ok := p.checkHeld(ctx, key, cost)
+	if ok {
 		return d, nil
 	}
-	a, err := p.try(ctx, key, cost, maxBudget)
+	a, err := p.tryOut(ctx, key, cost, maxBudget, nil, true, pick)
 	if err != nil {
 		return a.d, err
 	}
@@ -423,24 +455,32 @@ func (p *Plans) CheckContext(ctx context.Context, key string, cost Units) (Decis
 // one rule holds, or that is new to the rule set, is decided with its
 // store's lock (and, for a new key, its record's), as the attempt would
 // decide it (see storeCore.checkHeld); ok is false, with nothing done,
-// otherwise.
-func (p *Plans) checkHeld(ctx context.Context, key string, cost Units) (Decision, bool) {
+// otherwise, and pick is the plan it found, for the attempt to start from
+// rather than run the plan function again.
+func (p *Plans) checkHeld(ctx context.Context, key string, cost Units) (Decision, planPick, bool) {
 	g := p.gen.Load()
 	bp := p.plan(ctx, g, key)
+	pick := planPick{g, bp}
 	st := bp.single
 	if st == nil || cost <= 0 || int64(cost) > st.capacity() {
-		return Decision{}, false
+		return Decision{}, pick, false
 	}
-	d, ok := st.checkHeld(key, st.prepare(key), int64(cost), &p.gen, g, &p.records, planRecord{plan: bp.id, lineage: bp.lineage})
+	d, ok := st.checkHeld(key, st.prepare(key), int64(cost), &p.gen, g, &p.records, bp)
 	if !ok {
-		return d, false
+		return d, pick, false
 	}
 	bp.name.fill(&d)
 	if p.obs != nil {
 		a := attempt{d: d}
 		observe(p.obs, &a, int64(cost))
 	}
-	return d, true
+	return d, pick, true
+}
+
+// planPick is a key's plan as found in a rule set (see Plans.tryOut).
+type planPick struct {
+	g  *planGen
+	bp *builtPlan
 }
 
 // CheckWithin is [Plans.Check] for a request that may wait at most
@@ -484,16 +524,23 @@ func (p *Plans) Wait(ctx context.Context, key string, cost Units) (Decision, err
 // if an Update replaces it before the attempt holds its locks; ctx may name
 // the key's plan. The error is a cost error, checked against key's plan.
 func (p *Plans) try(ctx context.Context, key string, cost Units, budget time.Duration) (attempt, error) {
-	return p.tryOut(ctx, key, cost, budget, nil)
+	return p.tryOut(ctx, key, cost, budget, nil, false, planPick{})
 }
 
 // tryOut is try that also appends the Decision of every enforced layer of
 // the key's plan to *out, if out is not nil (see appendLayers), with the
-// plan's name for a rule that has none.
-func (p *Plans) tryOut(ctx context.Context, key string, cost Units, budget time.Duration, out *[]Decision) (attempt, error) {
+// plan's name for a rule that has none. If counts, the attempt is a
+// Check's, which counts a refusal that a plan of one rule counts, as a
+// Store's Check does. A pick (not zero) is the key's plan as the caller
+// found it: the first attempt starts from it.
+func (p *Plans) tryOut(ctx context.Context, key string, cost Units, budget time.Duration, out *[]Decision, counts bool, pick planPick) (attempt, error) {
 	for {
-		g := p.gen.Load()
-		bp := p.plan(ctx, g, key)
+		g, bp := pick.g, pick.bp
+		if g == nil {
+			g = p.gen.Load()
+			bp = p.plan(ctx, g, key)
+		}
+		pick = planPick{} // if the rule set is replaced meanwhile, find the plan again
 		if d, err := bp.comp.checkCost(cost); err != nil {
 			bp.name.fill(&d)
 			return attempt{d: d}, err
@@ -502,7 +549,7 @@ func (p *Plans) tryOut(ctx context.Context, key string, cost Units, budget time.
 		if out != nil {
 			from = len(*out)
 		}
-		if a, ok := p.tryIn(g, bp, key, int64(cost), budget, out); ok {
+		if a, ok := p.tryIn(g, bp, key, int64(cost), budget, out, counts); ok {
 			a.changed = g.done
 			if out != nil {
 				for i := from; i < len(*out); i++ {
@@ -577,8 +624,10 @@ func unlockAll(locks []shardLock) {
 // ordered before the Update, and the keys it spent move with what they
 // spent. A budget of peekOnly makes the attempt a look (Plans.Peek): it
 // records no instant and spends nothing, though a key that moved is still
-// moved.
-func (p *Plans) tryIn(g *planGen, bp *builtPlan, key string, cost int64, budget time.Duration, out *[]Decision) (attempt, bool) {
+// moved. If counts, a refusal that a plan of one rule counts is counted,
+// and the Decision is the one after it, as a Store's Check gives (see
+// builtPlan.counts).
+func (p *Plans) tryIn(g *planGen, bp *builtPlan, key string, cost int64, budget time.Duration, out *[]Decision, counts bool) (attempt, bool) {
 	layers := bp.comp.layers
 	var buf [inlineLayers]layerTurn
 	turns := prepareTurns(layers, key, cost, buf[:0])
@@ -593,6 +642,9 @@ func (p *Plans) tryIn(g *planGen, bp *builtPlan, key string, cost int64, budget 
 		return a, true
 	}
 	a := decideLocked(layers, turns, bp.comp.enforced, now, cost, budget)
+	if counts && bp.counts && a.err == nil && !a.d.Allowed {
+		a.d = bp.single.stepAt(turns[0].k, now, cost, stepCheck)
+	}
 	if out != nil && a.err == nil {
 		*out = appendLayers(layers, turns, now, a.committed, *out)
 	}
@@ -684,19 +736,27 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 				continue
 			}
 			moved = true
+			ts := [2]tranche{{}, {spent, whole}}
 			if i == 0 {
-				spent, whole = r.carry(src, spent, whole, now)
+				ts = r.carry(src, spent, whole, now)
 			}
-			// x is not capped at the new capacity: the record keeps what a
-			// cap cuts off, for the key's next move.
-			x := policy.carry(spent, src.capacity(), l.store.capacity())
+			// The amounts are not capped at the new capacity: the record
+			// keeps what a cap cuts off, for the key's next move.
+			from, to := src.capacity(), l.store.capacity()
+			if policy == MigrateProportional || policy == MigrateAdditive {
+				ts[0].x, ts[1].x = policy.carry(ts[0].x, from, to), policy.carry(ts[1].x, from, to)
+			} else { // a policy of the sum: one amount
+				ts = [2]tranche{{}, {policy.carry(satAdd(ts[0].x, ts[1].x), from, to), ts[1].until}}
+			}
+			x, whole := satAdd(ts[0].x, ts[1].x), ts[1].until
 			if x <= 0 || whole <= now || !l.store.acquire(t.k, now) {
 				continue
 			}
-			held := min(x, l.store.capacity())
+			held := min(x, to)
 			l.store.setSpent(t.k, now, held, whole)
 			if i == 0 {
-				next.until, next.x, next.held = whole, x, held
+				next.until, next.x, next.held = whole, ts[1].x, held
+				next.until0, next.x0 = ts[0].until, ts[0].x
 			}
 		}
 	}
@@ -712,21 +772,13 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 
 // carry returns what a first layer's state that shows spent in use at now,
 // whole again at whole, moves on with, by the record of its last move (see
-// planRecord): what that move carried in, given back evenly, plus what the
-// state holds beyond what it was given (what was admitted since), and the
-// instant all of that is given back.
-func (r *planRecord) carry(src keyedStore, spent, whole, now int64) (int64, int64) {
-	left := linear(r.x, r.at, r.until, now)
+// planRecord): what of the amounts that move carried in is not yet given
+// back, each with its instant, plus what the state holds beyond what it
+// was given (what was admitted since), given back at whole; as at most two
+// amounts, the later last.
+func (r *planRecord) carry(src keyedStore, spent, whole, now int64) [2]tranche {
 	since := max(spent-src.heldAt(r.at, r.held, r.until, now), 0)
-	switch {
-	case since > 0 && left > 0:
-		return since + left, max(whole, r.until)
-	case since > 0:
-		return since, whole
-	case left > 0:
-		return left, r.until
-	}
-	return 0, now
+	return r.pending(since, whole, now)
 }
 
 // recorded returns the plan a key's record names: that plan, if g still

@@ -1,6 +1,7 @@
 package ratelimit_test
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,5 +106,28 @@ func TestPlansResetDropsReplacedStores(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPlansPlanFunctionOncePerCheck: a check runs the plan function once,
+// on the held key's path and on the attempt's (a plan of layers, a key
+// that moves); it ran twice when the held key's path missed.
+func TestPlansPlanFunctionOncePerCheck(t *testing.T) {
+	var calls atomic.Int64
+	on := "layers"
+	p, err := ratelimit.NewPlans(ratelimit.PlanSet{Plans: map[string]ratelimit.Plan{
+		"layers": {Layers: []ratelimit.Layer{
+			{Rule: ratelimit.GCRA{Rate: ratelimit.PerSecond(10), Burst: 10}},
+			{Rule: ratelimit.FixedWindow{Limit: 100, Window: time.Hour}},
+		}},
+		"one": {Rule: ratelimit.GCRA{Rate: ratelimit.PerSecond(5), Burst: 5}},
+	}, Default: "one"}, func(string) string { calls.Add(1); return on }, ratelimit.WithClock(ratelimit.NewManualClock(0)))
+	require.NoError(t, err)
+	for _, plan := range []string{"layers", "layers", "one", "one", "layers"} {
+		on = plan
+		calls.Store(0)
+		_, err := p.Check("k", ratelimit.Unit)
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), calls.Load(), "a check on %q", plan)
 	}
 }

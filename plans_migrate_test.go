@@ -1,6 +1,7 @@
 package ratelimit_test
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"testing"
@@ -118,11 +119,13 @@ type migrationRule struct {
 }
 
 // drawMigrationRule draws one of the seven algorithms with a small
-// capacity and a window of 10 to 60 minutes, so that plans are of one
-// scale and traces cross windows.
-func drawMigrationRule(t *rapid.T, label string) migrationRule {
+// capacity and a window of 10 to 60 minutes (w, if not 0), so that plans
+// are of one scale and traces cross windows.
+func drawMigrationRule(t *rapid.T, label string, w time.Duration) migrationRule {
 	c := rapid.Int64Range(1, 6).Draw(t, label+"capacity")
-	w := time.Duration(rapid.SampledFrom([]int{10, 12, 20, 30, 60}).Draw(t, label+"minutes")) * time.Minute
+	if w == 0 {
+		w = drawMigrationWindow(t, label)
+	}
 	r := ratelimit.Rate{Count: c, Per: w}
 	m := migrationRule{capacity: c, window: w, granularity: w}
 	switch rapid.IntRange(0, 6).Draw(t, label+"algorithm") {
@@ -145,6 +148,11 @@ func drawMigrationRule(t *rapid.T, label string) migrationRule {
 	return m
 }
 
+// drawMigrationWindow draws a window of 10 to 60 minutes.
+func drawMigrationWindow(t *rapid.T, label string) time.Duration {
+	return time.Duration(rapid.SampledFrom([]int{10, 12, 20, 30, 60}).Draw(t, label+"minutes")) * time.Minute
+}
+
 // movingKey is a trace of one key over a rule set of random plans, moved
 // between them by a random schedule: at random, at every request,
 // alternating, or at the window edges of the plans.
@@ -156,15 +164,17 @@ type movingKey struct {
 	policy ratelimit.Migration
 }
 
-func newMovingKey(t *rapid.T) *movingKey {
+// newMovingKey draws a rule set of two or three plans, all with the
+// window w if it is not 0, moving keys by one of policies.
+func newMovingKey(t *rapid.T, w time.Duration, policies ...ratelimit.Migration) *movingKey {
 	n := rapid.IntRange(2, 3).Draw(t, "plans")
 	// A day from the clock's origin, so that every rule has windows and
 	// buckets before now to count in.
 	mk := &movingKey{clk: ratelimit.NewManualClock(24 * time.Hour), on: "0"}
-	mk.policy = ratelimit.Migration(rapid.IntRange(0, 2).Draw(t, "policy")) // all but reset
+	mk.policy = rapid.SampledFrom(policies).Draw(t, "policy")
 	set := ratelimit.PlanSet{Plans: map[string]ratelimit.Plan{}, Default: "0", OnMove: mk.policy}
 	for i := range n {
-		r := drawMigrationRule(t, strconv.Itoa(i))
+		r := drawMigrationRule(t, strconv.Itoa(i), w)
 		mk.plans = append(mk.plans, r)
 		set.Plans[strconv.Itoa(i)] = ratelimit.Plan{Rule: r.rule}
 	}
@@ -176,10 +186,12 @@ func newMovingKey(t *rapid.T) *movingKey {
 
 // schedule returns the i-th request's plan and the time to wait before
 // it, by a schedule drawn once per trace: at random, on the next plan at
-// every request, or alternating in pairs; at random instants or at (just
-// before, at, just after) the plans' window edges.
+// every request, alternating in pairs, hopping onto a plan at its own
+// window edges and off it between them, or hopping off a plan and back
+// half way to its next window edge again and again; at random instants or
+// at (just before, at, just after) the plans' window edges.
 func (mk *movingKey) schedule(t *rapid.T) func(i int) (plan int, gap time.Duration) {
-	mode := rapid.IntRange(0, 2).Draw(t, "schedule")
+	mode := rapid.IntRange(0, 4).Draw(t, "schedule")
 	return func(i int) (int, time.Duration) {
 		plan := rapid.IntRange(0, len(mk.plans)-1).Draw(t, "plan")
 		switch mode {
@@ -188,9 +200,18 @@ func (mk *movingKey) schedule(t *rapid.T) func(i int) (plan int, gap time.Durati
 		case 2: // alternating in pairs
 			plan = i / 2 % len(mk.plans)
 		}
-		g := mk.plans[rapid.IntRange(0, len(mk.plans)-1).Draw(t, "edgeOf")].granularity
+		edgeOf := rapid.IntRange(0, len(mk.plans)-1).Draw(t, "edgeOf")
+		g := mk.plans[edgeOf].granularity
 		if g == 0 || rapid.Bool().Draw(t, "anywhere") {
 			return plan, time.Duration(rapid.Int64Range(0, int64(10*time.Minute)).Draw(t, "gap"))
+		}
+		if mode == 3 { // onto the plan whose edge it is
+			plan = edgeOf
+		}
+		if mode == 4 && rapid.Bool().Draw(t, "halve") {
+			// Half way to the plan's next edge, hopping off and back.
+			now := mk.clk.Now()
+			return []int{edgeOf, plan}[i%2], ((now/g+1)*g - now) / 2
 		}
 		// Just before, at or just after one of the plans' window edges.
 		now := mk.clk.Now()
@@ -208,7 +229,7 @@ func (mk *movingKey) schedule(t *rapid.T) func(i int) (plan int, gap time.Durati
 // and what the key was admitted meanwhile there to another.
 func TestPlansMovesNeverStuck(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		mk := newMovingKey(t)
+		mk := newMovingKey(t, 0, ratelimit.MigrateProportional, ratelimit.MigrateAsIs, ratelimit.MigrateAdditive)
 		next := mk.schedule(t)
 		var whole time.Duration // the instant the key is whole again under its rule
 		var slack time.Duration
@@ -245,6 +266,216 @@ func TestPlansMovesNeverStuck(t *testing.T) {
 			require.True(t, d.Allowed, "plan %d (%T) not whole at %v: the key was whole at %v under its rule", plan, r.rule, mk.clk.Now(), whole)
 		}
 	})
+}
+
+// most returns the most r admits over the span [from, to] (both
+// included), in milli-units, to a key fresh at from: a bucket its
+// capacity and what it earns meanwhile; a fixed window its Limit in every
+// window the span touches, and so a sliding counter at most, whose current
+// window's count never passes its Limit; a sliding log its Limit in every
+// Window-long part of the span; a sub-window its Limit in every Buckets
+// buckets the span touches.
+func (r migrationRule) most(from, to time.Duration) int64 {
+	c := r.capacity * int64(ratelimit.Unit)
+	switch rule := r.rule.(type) {
+	case ratelimit.FixedWindow, ratelimit.SlidingCounter:
+		return c * int64(to/r.window-from/r.window+1)
+	case ratelimit.SlidingLog:
+		return c * int64((to-from)/r.window+1)
+	case ratelimit.SubWindow:
+		touched := int64(to/r.granularity - from/r.granularity + 1)
+		k := int64(rule.Buckets)
+		return c * ((touched + k - 1) / k)
+	}
+	return c + c*int64(to-from)/int64(r.window) // a bucket; exact in int64 over these spans
+}
+
+// TestPlansMovesNeverMore: over any span of a trace, a key that moves
+// between plans by MigrateProportional or MigrateAdditive is admitted at
+// most what the plans it was checked on in that span together admit over
+// the span to keys fresh at its start, plus the largest of their
+// capacities: hopping between plans is no way to more than one key on each
+// plan would get, whatever the algorithms (all seven), the windows (one for
+// every plan, or each its own), the schedule (at random, at every request,
+// alternating, hopping onto a window's plan at its edges, or off a plan and
+// back half way to its next edge again and again) or the instants. The
+// bound Migration states and this holds to is weaker than "what the most
+// generous plan admits, plus one capacity", which a key hopping onto a
+// bucket's plan at every window's end exceeds (see
+// TestPlansHoppingToABucketAtWindowEnds).
+func TestPlansMovesNeverMore(t *testing.T) {
+	for round := range neverMoreRounds {
+		t.Run(strconv.Itoa(round), func(t *testing.T) { rapid.Check(t, checkNeverMore) })
+		if t.Failed() {
+			return
+		}
+	}
+}
+
+// neverMoreRounds is how many rounds of rapid's checks
+// TestPlansMovesNeverMore runs.
+const neverMoreRounds = 20
+
+func checkNeverMore(t *rapid.T) {
+	var w time.Duration // each plan its own
+	if rapid.Bool().Draw(t, "oneWindow") {
+		w = drawMigrationWindow(t, "")
+	}
+	mk := newMovingKey(t, w, ratelimit.MigrateProportional, ratelimit.MigrateAdditive)
+	next := mk.schedule(t)
+	n := rapid.IntRange(1, 150).Draw(t, "requests")
+	at := make([]time.Duration, 0, n)
+	on := make([]int, 0, n)
+	got := make([]int64, 0, n) // milli-units admitted
+	for i := range n {
+		plan, gap := next(i)
+		mk.clk.Advance(gap)
+		mk.on = strconv.Itoa(plan)
+		d, err := mk.p.Check("k", ratelimit.Unit)
+		require.NoError(t, err)
+		at, on = append(at, mk.clk.Now()), append(on, plan)
+		got = append(got, 0)
+		if d.Allowed {
+			got[i] = int64(ratelimit.Unit)
+		}
+	}
+	for i := range n {
+		var admitted int64
+		var involved [3]bool // the plans checked on in [i, j]
+		for j := i; j < n; j++ {
+			admitted += got[j]
+			involved[on[j]] = true
+			// What every plan checked on in [i, j] admits over it, plus the
+			// largest capacity among them.
+			var bound, largest int64
+			for p, r := range mk.plans {
+				if involved[p] {
+					bound += r.most(at[i], at[j])
+					largest = max(largest, r.capacity*int64(ratelimit.Unit))
+				}
+			}
+			bound += largest
+			if admitted > bound {
+				t.Fatalf("requests %d to %d (%v to %v, on plans %v): admitted %d milli-units, more than the plans admit together over the span plus a capacity, %d",
+					i, j, at[i], at[j], on[i:j+1], admitted, bound)
+			}
+		}
+	}
+}
+
+// TestPlansHoppingBackIsNoRefill: a key that fills a window's plan (2 in a
+// window of 30 minutes) and then hops to a bucket's plan (1 each 20
+// minutes) and straight back, half way to the window's end, again and
+// again, spending all it is given each time, gets no more in that window
+// than the more generous plan admits over it plus its capacity (2.5 + 1). A
+// move carried what the window had counted as given back evenly until the
+// window's end, so every hop gave half of what was left back, and the key
+// was admitted 20 and more in one window.
+func TestPlansHoppingBackIsNoRefill(t *testing.T) {
+	const w = 30 * time.Minute
+	bucket := ratelimit.TokenBucket{Rate: ratelimit.Rate{Count: 1, Per: 20 * time.Minute}, Burst: 1}
+	for _, window := range []ratelimit.Rule{
+		ratelimit.FixedWindow{Limit: 2, Window: w},
+		ratelimit.SlidingLog{Limit: 2, Window: w},
+		ratelimit.SlidingCounter{Limit: 2, Window: w},
+		ratelimit.SubWindow{Limit: 2, Window: w, Buckets: 3},
+	} {
+		for _, m := range []ratelimit.Migration{ratelimit.MigrateProportional, ratelimit.MigrateAdditive} {
+			t.Run(fmt.Sprintf("%T/%v", window, m), func(t *testing.T) {
+				on := "a"
+				p, clk := twoPlans(t, window, bucket, m, &on)
+				admitted := 0
+				check := func(plan string) bool {
+					on = plan
+					d, err := p.Check("k", ratelimit.Unit)
+					require.NoError(t, err)
+					if d.Allowed {
+						admitted++
+					}
+					return d.Allowed
+				}
+				clk.Set(w) // the window [w, 2w)
+				for check("a") {
+				}
+				for k := 1; w>>k > 0; k++ {
+					clk.Set(2*w - w>>k)
+					check("b")
+					for check("a") {
+					}
+				}
+				assert.LessOrEqual(t, admitted, 3)
+			})
+		}
+	}
+}
+
+// TestPlansHoppingToABucketAtWindowEnds: a key that spends a window's plan
+// (2 in 10 minutes) and hops to a bucket's plan (2 each 10 minutes) at the
+// last instant of each window gets, over hours, more than either plan alone
+// admits plus one capacity: a bucket that a move brings debt into must be
+// full by when the rule it came from would have given it back (a key is
+// never stuck), and the window gives it back an instant later, so the
+// bucket gives it back at once. It gets less than the two plans together
+// plus one capacity, the bound Migration states and TestPlansMovesNeverMore
+// tests: should it ever get less than the first, that bound can be
+// tightened.
+func TestPlansHoppingToABucketAtWindowEnds(t *testing.T) {
+	const w = 10 * time.Minute
+	for _, m := range []ratelimit.Migration{ratelimit.MigrateProportional, ratelimit.MigrateAdditive} {
+		t.Run(m.String(), func(t *testing.T) {
+			on := "a"
+			p, clk := twoPlans(t, ratelimit.FixedWindow{Limit: 2, Window: w},
+				ratelimit.TokenBucket{Rate: ratelimit.Rate{Count: 2, Per: w}, Burst: 2}, m, &on)
+			admitted := 0
+			for at := w; at < 7*w; at += w { // 6 windows, from w to 7w-1
+				for _, c := range []struct {
+					at   time.Duration
+					plan string
+				}{{at, "a"}, {at, "b"}, {at, "a"}, {at, "b"}, {at + w - 1, "a"}, {at + w - 1, "b"}, {at + w - 1, "a"}, {at + w - 1, "b"}} {
+					clk.Set(c.at)
+					on = c.plan
+					d, err := p.Check("k", ratelimit.Unit)
+					require.NoError(t, err)
+					if d.Allowed {
+						admitted++
+					}
+				}
+			}
+			// Over [w, 7w-1] the window's plan admits 12, the bucket's
+			// less than 14: with its capacity, less than 16; together,
+			// and with a capacity, less than 28.
+			assert.Greater(t, admitted, 16)
+			assert.LessOrEqual(t, admitted, 28)
+			t.Logf("admitted %d", admitted)
+		})
+	}
+}
+
+// TestPlansMoveIntoALogHoldsToTheInstant: a key that fills a fixed
+// window's plan at the window's last nanosecond and moves to a sliding
+// log's plan has nothing there until the window ends: the log's spread of
+// the debt rounded its instants down, and logged most of it as already
+// gone.
+func TestPlansMoveIntoALogHoldsToTheInstant(t *testing.T) {
+	const w = 30 * time.Minute
+	for _, m := range []ratelimit.Migration{ratelimit.MigrateProportional, ratelimit.MigrateAdditive} {
+		t.Run(m.String(), func(t *testing.T) {
+			on := "a"
+			p, clk := twoPlans(t, ratelimit.FixedWindow{Limit: 3, Window: w}, ratelimit.SlidingLog{Limit: 3, Window: w}, m, &on)
+			clk.Set(w - 1)
+			d, err := p.Check("k", 3*ratelimit.Unit)
+			require.NoError(t, err)
+			require.True(t, d.Allowed)
+			on = "b"
+			d, err = p.Check("k", ratelimit.Unit/1000)
+			require.NoError(t, err)
+			assert.False(t, d.Allowed, "3 of 3 in use until %v", w)
+			clk.Set(w)
+			d, err = p.Check("k", 3*ratelimit.Unit)
+			require.NoError(t, err)
+			assert.True(t, d.Allowed, "whole at %v", w)
+		})
+	}
 }
 
 // TestPlansAdditiveMovesDebtWhole: a key in debt (15 of 10 in use, after a

@@ -13,30 +13,71 @@ import (
 // of plans and replaced rule sets; and, for the first layer of that plan,
 // what the key's last move carried in (see [Migration]).
 //
-// What a move carries in is given back evenly from the move to the instant
-// the old rule would have made the key whole, whatever the rule that holds
-// it meanwhile: when the key moves on, its state's amount is taken as that
-// evenly given-back remainder, plus what it shows beyond what the state it
-// was given would hold by then (what it was admitted since). So a rule
-// that rounds a move up (a fixed window holds a count to its window's end,
-// a bucket refills at its own rate) or down (the new capacity is smaller)
-// does so only while it holds the key.
+// What a move carries in is held in full until the instant the rule it was
+// spent under would have made it whole, and given back whole then, as a
+// fixed window gives its count back at its end: never sooner, whatever the
+// rule that holds it meanwhile. It is kept as at most two amounts, each
+// with its instant (x0 given back at until0, x at until, the later), for
+// what a key carries comes back at different instants. When the key moves
+// on, it carries what of those amounts is not yet given back, plus what
+// its state shows beyond what it was given (what it was admitted since,
+// given back when that state would be whole); of three amounts, the two
+// whose instants are nearest are kept as one, at the later instant. So a
+// rule that gives a move back sooner (a bucket refills at its own rate, or
+// a window ends) or caps it (the new capacity is smaller) does so only
+// while it holds the key.
 type planRecord struct {
 	plan    uint64 // the id of the plan whose stores hold the key (see builtPlan)
 	lineage uint64 // and its lineage
 	at      int64  // the instant of the last move
-	until   int64  // when what it carried in is given back in full
+	until   int64  // when x is given back, and the state was given it all back
 	x       int64  // what it carried in, before the new capacity's cap
-	held    int64  // what the state it was given held at at (x, capped)
+	held    int64  // what the state it was given held at at (x0 and x, capped)
+	until0  int64  // when x0 is given back: before until
+	x0      int64  // what it carried in that is given back at until0
 }
 
-// linear returns ceil(x * (until-now) / (until-at)), what of x given back
-// evenly from at to until is left at now (at <= now).
-func linear(x, at, until, now int64) int64 {
-	if x <= 0 || now >= until {
-		return 0
+// tranche is an amount a key's record holds until an instant (see
+// planRecord).
+type tranche struct{ x, until int64 }
+
+// pending returns what of the record's amounts is still held at now, and
+// what the key's state was admitted since the move (since), given back at
+// whole, as at most two tranches, the later last: of three, the two whose
+// instants are nearest are merged at the later instant (sums saturate,
+// see satAdd).
+func (r *planRecord) pending(since, whole, now int64) [2]tranche {
+	var ts [3]tranche
+	n := 0
+	for _, t := range [3]tranche{{r.x0, r.until0}, {r.x, r.until}, {since, whole}} {
+		if t.x > 0 && t.until > now {
+			ts[n] = t
+			n++
+		}
 	}
-	return ceilMulDiv(x, until-now, until-at)
+	for i := 1; i < n; i++ { // by instant
+		for j := i; j > 0 && ts[j].until < ts[j-1].until; j-- {
+			ts[j], ts[j-1] = ts[j-1], ts[j]
+		}
+	}
+	if n == 3 {
+		if ts[1].until-ts[0].until <= ts[2].until-ts[1].until {
+			ts[1].x = satAdd(ts[0].x, ts[1].x)
+			ts[0], ts[1], ts[2] = ts[1], ts[2], tranche{}
+		} else {
+			ts[2].x = satAdd(ts[1].x, ts[2].x)
+			ts[1], ts[2] = ts[2], tranche{}
+		}
+		n = 2
+	}
+	if n == 2 && ts[0].until == ts[1].until {
+		ts[1].x = satAdd(ts[0].x, ts[1].x)
+		ts[0] = tranche{}
+	}
+	if n == 1 {
+		ts[1], ts[0] = ts[0], tranche{}
+	}
+	return [2]tranche{ts[0], ts[1]}
 }
 
 // planRecords is a rule set's table of key records: sharded and bounded

@@ -40,11 +40,11 @@ import (
 // bounds the penalty carried into the next window to that of a window
 // filled by admitted requests (a count above Limit, a debt left by
 // [Store.Settle], takes no more). Only a check counts a refusal: the Check
-// of a limiter or a [Store] (and [Peek] and [Store.Peek] report a refusal
-// as that Check would, counting nothing). Wait, CheckWithin, a [Composite]
-// and a plan of a [Plans] never spend a refusal, and so report one on the
-// key as it stands: its RetryAfter is when this same request passes, as
-// for every rule.
+// of a limiter, a [Store] or a plan of one rule of a [Plans] (and [Peek],
+// [Store.Peek] and [Plans.Peek] report a refusal as that Check would,
+// counting nothing). Wait, CheckWithin, a [Composite] and a plan of layers
+// never spend a refusal, and so report one on the key as it stands: its
+// RetryAfter is when this same request passes, as for every rule.
 type SlidingCounter struct {
 	Limit        int64
 	Window       time.Duration

@@ -354,13 +354,17 @@ type keyedStore interface {
 	// at now and whole again by until (see Migration), or a fresh one if x
 	// <= 0 or until <= now.
 	setSpent(k storeKey, now, x, until int64)
-	// checkHeld is a plan's check of key in its one store (see
+	// checkHeld is plan bp's check of key in its one store (see
 	// Plans.checkHeld): with k's shard locked, if gen still holds g and the
 	// store holds k, or k is new to the rule set (recs has no record of
-	// key, and its lock is free: then rec is recorded and k added), it
+	// key, and its lock is free: then a record of bp is added, and k), it
 	// decides cost as a Composite of this one store would, committing it if
-	// admitted; ok is false, with nothing done, otherwise.
-	checkHeld(key string, k storeKey, cost int64, gen *atomic.Pointer[planGen], g *planGen, recs *planRecords, rec planRecord) (d Decision, ok bool)
+	// admitted, or, if bp counts refusals (see builtPlan.counts), as the
+	// store's Check would; ok is false, with nothing done, otherwise.
+	checkHeld(key string, k storeKey, cost int64, gen *atomic.Pointer[planGen], g *planGen, recs *planRecords, bp *builtPlan) (d Decision, ok bool)
+	// countsRefused reports whether the rule counts refused cost
+	// (CountRefused), as the store's Check does.
+	countsRefused() bool
 	// heldAt returns what a state that setSpent made with x (0 < x <=
 	// the capacity) at at, whole by until, has in use at now, given no
 	// new spending.
@@ -755,7 +759,7 @@ func (c *storeCore[S, A]) setSpent(k storeKey, now, x, until int64) {
 	c.alg.withSpent(s, now, x, until)
 }
 
-func (c *storeCore[S, A]) checkHeld(key string, k storeKey, cost int64, gen *atomic.Pointer[planGen], g *planGen, recs *planRecords, rec planRecord) (Decision, bool) {
+func (c *storeCore[S, A]) checkHeld(key string, k storeKey, cost int64, gen *atomic.Pointer[planGen], g *planGen, recs *planRecords, bp *builtPlan) (Decision, bool) {
 	sh := &c.shards[k.h&c.mask]
 	now := sh.hold(clampTime(c.clk.Now()))
 	if gen.Load() != g {
@@ -765,7 +769,7 @@ func (c *storeCore[S, A]) checkHeld(key string, k storeKey, cost int64, gen *ato
 	s := sh.t.Find(k.key, k.tag)
 	var ev evictions
 	if s == nil {
-		if !recs.add(key, rec, now) {
+		if !recs.add(key, planRecord{plan: bp.id, lineage: bp.lineage}, now) {
 			sh.release()
 			return Decision{}, false
 		}
@@ -776,8 +780,8 @@ func (c *storeCore[S, A]) checkHeld(key string, k storeKey, cost int64, gen *ato
 		}
 	}
 	var d Decision
-	if !c.refused {
-		d = c.alg.step(s, now, cost, stepCheck) // commits only what it admits
+	if bp.counts || !c.refused {
+		d = c.alg.step(s, now, cost, stepCheck) // commits what it admits, and a refusal it counts
 	} else if d = c.alg.step(s, now, cost, stepLook); d.Allowed {
 		d = c.alg.step(s, now, cost, stepCheck)
 	}
@@ -787,6 +791,8 @@ func (c *storeCore[S, A]) checkHeld(key string, k storeKey, cost int64, gen *ato
 	}
 	return d, true
 }
+
+func (c *storeCore[S, A]) countsRefused() bool { return c.refused }
 
 func (c *storeCore[S, A]) heldAt(at, x, until, now int64) int64 {
 	if x <= 0 || until <= at {

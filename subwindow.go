@@ -53,7 +53,7 @@ import "time"
 // by [Store.Settle], takes no more). Only a check counts a refusal, and
 // only a caller that counts one reports it as counted, as
 // [SlidingCounter] describes: Wait, CheckWithin, a [Composite] and a plan
-// of a [Plans] report a refusal on the key as it stands.
+// of layers of a [Plans] report a refusal on the key as it stands.
 //
 // Per-key state is the current bucket's index and one int64 counter per
 // bucket, inline in a fixed array with no pointers: 56 bytes for up to 6
