@@ -182,22 +182,37 @@ func BenchmarkComposite(b *testing.B) {
 // BenchmarkAfterTheFact measures, from 64 goroutines on the server's clock,
 // a peek, and a check followed by a refund of its cost at its At (the pair
 // is one op), over 1,000 keys and on one hot key, where refunds meet each
-// other's writes. It reports ops/s, p50 and p99 latency, and the share of
-// refunds that failed with ErrConflict.
+// other's writes, for a GCRA, a sliding log and a sub-window. It reports
+// ops/s, p50 and p99 latency, and the share of refunds that failed with
+// ErrConflict.
 func BenchmarkAfterTheFact(b *testing.B) {
 	if shared == nil {
 		b.Skip("no redis-server")
 	}
 	rdb := shared.Client(func(o *redis.Options) { o.PoolSize = 64 })
 	defer rdb.Close()
-	rule := ratelimit.GCRA{Rate: ratelimit.PerSecond(1000), Burst: 1000}
-	for _, bc := range []struct {
+	gcra := ratelimit.GCRA{Rate: ratelimit.PerSecond(1000), Burst: 1000}
+	type benchCase struct {
 		name string
+		rule ratelimit.Rule
 		keys int
 		peek bool
-	}{{"peek", 1000, true}, {"check+refund", 1000, false}, {"check+refund/hot-key", 1, false}} {
+	}
+	cases := []benchCase{{"peek", gcra, 1000, true}}
+	for _, r := range []struct {
+		name string
+		rule ratelimit.Rule
+	}{
+		{"gcra", gcra},
+		{"sliding_log", ratelimit.SlidingLog{Limit: 1000, Window: time.Second}},
+		{"sub_window", ratelimit.SubWindow{Limit: 1000, Window: time.Second, Buckets: 10}},
+	} {
+		cases = append(cases, benchCase{"check+refund/" + r.name, r.rule, 1000, false},
+			benchCase{"check+refund/hot-key/" + r.name, r.rule, 1, false})
+	}
+	for _, bc := range cases {
 		b.Run(bc.name, func(b *testing.B) {
-			s, err := New(rdb, rule, WithPrefix(testPrefix()), WithTimeout(time.Second))
+			s, err := New(rdb, bc.rule, WithPrefix(testPrefix()), WithTimeout(10*time.Second))
 			if err != nil {
 				b.Fatal(err)
 			}
