@@ -41,7 +41,8 @@ type algorithm struct {
 // pairs.lua or limbs.lua), which several algorithms may share.
 type scriptStep struct {
 	// code is what ARGV[ARG_ALG] holds for it; its Lua name is
-	// ALG_<lua>, which the script's sources read.
+	// ALG_<lua>, which the script's sources read, settle.lua's (its
+	// refunds and settlements) included.
 	code, lua string
 	// slots are the arguments it takes after the four every step takes,
 	// in order from argRule.
@@ -50,10 +51,6 @@ type scriptStep struct {
 	// that the script's exact function calls for it; "" for the limbs
 	// (limbs.lua), which the exact function runs last.
 	exact string
-	// settles says its refunds and settlements run in settle.lua, which
-	// reads ALG_<lua> too; the others compute them in Go and write them
-	// with a compare-and-set.
-	settles bool
 }
 
 // slot is one argument of the check's step: its index in the arguments
@@ -112,11 +109,10 @@ const refusedLook = "2"
 
 // The steps.
 var (
-	meterStep = scriptStep{code: "m", lua: "METER", exact: "pmeter", settles: true,
-		slots: []*slot{argPace, argTau, argTauFrac, argCostSpan, argCostFrac}}
-	fixedStep   = scriptStep{code: "f", lua: "FIXED", settles: true, slots: []*slot{argWindow, argCapacity}}
+	meterStep   = scriptStep{code: "m", lua: "METER", exact: "pmeter", slots: []*slot{argPace, argTau, argTauFrac, argCostSpan, argCostFrac}}
+	fixedStep   = scriptStep{code: "f", lua: "FIXED", slots: []*slot{argWindow, argCapacity}}
 	logStep     = scriptStep{code: "l", lua: "LOG", slots: []*slot{argWindow, argCapacity}}
-	counterStep = scriptStep{code: "c", lua: "COUNTER", settles: true, slots: []*slot{argWindow, argCapacity, argRefused}}
+	counterStep = scriptStep{code: "c", lua: "COUNTER", slots: []*slot{argWindow, argCapacity, argRefused}}
 	subStep     = scriptStep{code: "s", lua: "SUB", slots: []*slot{argWindow, argCapacity, argRefused, argBuckets}}
 )
 

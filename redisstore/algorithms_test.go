@@ -30,8 +30,9 @@ func coreAlgorithms(t *testing.T) []string {
 // other, benchRules (one rule per algorithm) covering them all, each
 // step's arguments in order from argRule with no gap, one code and one
 // Lua name per step, one index per argument name, a lease that either
-// decays (a bucket) or has a span and a count of them, and settle.lua's
-// arguments in order with no gap.
+// decays (a bucket) or has a span and a count of them, each step named in
+// settle.lua (its refunds and settlements), and settle.lua's arguments in
+// order with no gap.
 func TestAlgorithmTable(t *testing.T) {
 	core := coreAlgorithms(t)
 	require.NotEmpty(t, core)
@@ -78,6 +79,7 @@ func TestAlgorithmTable(t *testing.T) {
 			slots[sl.name] = sl
 		}
 		assert.Equal(t, st.takes(argCostSpan), st.takes(argCostFrac), a.name)
+		assert.Contains(t, settleLua, "ALG_"+st.lua, "%s: settle.lua has no refund or settlement for it", a.name)
 		if l := a.lease; l != nil {
 			assert.Equal(t, l.span == nil, l.spans == nil, a.name)
 			assert.NotEqual(t, l.meter, l.span != nil, "%s: a lease decays or has a span", a.name)

@@ -158,31 +158,21 @@
 // Decisions and amounts, each
 // within a deadline as a check is. A peek reads the key's state and the
 // instant in one round trip and decides in Go with the rule's Machine,
-// writing nothing. On a bucket rule (token bucket, GCRA, leaky bucket), a
-// fixed window or a sliding counter a refund is one script that reads the key, computes the amount and the new
-// state in exact integer arithmetic and writes it, keeping the key's
+// writing nothing. A refund is one script, on every rule, that reads the
+// key, computes the amount and the new state in exact integer arithmetic
+// (base-10^7 limbs, as the check's exact path computes, whatever the
+// numbers' sizes) and writes it, keeping the key's
 // expiry: atomic with the checks around it, so it never conflicts, however
 // hot the key. The store then runs the rule's Machine
 // ([ratelimit.Machine.Refund]) on the state and instant the script read
 // and checks that it gives back and writes the same ([ErrMismatch]
-// otherwise). On the other window rules a refund reads the state and the instant,
-// computes in Go, and writes with a compare-and-set: if checks changed the
-// key in between it reads again, a bounded number of times, then fails
-// with [ErrConflict]; on a key that checks write more often than once per
-// round trip most such refunds conflict. Either way it never gives back
-// twice or on a state it did not read.
+// otherwise). It never gives back twice or on a state it did not read.
 //
 // A settlement charges the difference between what a request was charged
 // and what it turned out to cost ([ratelimit.Machine.Settle]): more is
 // charged at once even past the limit, into a debt of at most one capacity
 // beyond empty that the key's next checks wait off; less is a refund. It
-// runs as a refund does: one script on a bucket rule, a fixed window or a sliding counter,
-// never a conflict; a compare-and-set on the other window rules, which on a hot key may find the key
-// changed at every attempt and return [ErrConflict] having charged
-// nothing. The caller then still owes the difference: settle again
-// (nothing was written), or, for a difference within the capacity, check
-// it instead (one atomic script, never a conflict, but refused rather than
-// put into debt). A charge moves the
+// runs as a refund does: one script, never a conflict. A charge moves the
 // key's expiry on, to at least when the settled state is as good as a
 // fresh key's, plus the margin, as a check does; a refund keeps the key's expiry. The check
 // scripts, on every path, accept the debts a settlement leaves (up to the
@@ -192,8 +182,16 @@
 // clamp on time. [Composite.Peek], [Composite.Refund], [Composite.Settle]
 // and [Composite.Reset] are the in-process Composite's in the same way,
 // over every layer's key in one script (the keys share a slot): a
-// composite refund or settlement writes every enforced layer's new state,
-// all or none, in one compare-and-set. A refund, a settlement's refund or
+// composite refund or settlement is computed in Go and writes every
+// enforced layer's new state, all or none, in one compare-and-set. If
+// checks changed a layer's key in between it reads again, a bounded
+// number of times, then fails with [ErrConflict] having given back or
+// charged nothing; on keys that checks write more often than once per
+// round trip most such refunds conflict. The caller of a settlement that
+// conflicted still owes the difference: settle again (nothing was
+// written), or, for a difference within the capacity, check it instead
+// (one atomic script, never a conflict, but refused rather than put into
+// debt). A refund, a settlement's refund or
 // a reset drops the key from this store's deny cache, and a settlement's
 // charge updates its cached refusal (a Composite's refund, settlement or
 // reset drops every refusal its cache holds, since other request keys may
@@ -265,8 +263,8 @@
 // sent. What is not given back is lost to everyone until it would have
 // come back anyway ([LeaseStats] counts it as Unreturned). A take that
 // Redis refuses costs the round trip a check alone would: it leases what
-// Redis has left, or checks the request alone. A give-back takes two round
-// trips (RefundContext reads, then writes); when a lease is replaced, the
+// Redis has left, or checks the request alone. A give-back takes one round
+// trip (RefundContext's script); when a lease is replaced, the
 // request that takes the next one waits for its predecessor's give-back
 // first (bounded by the Store's timeout). A lease that reaches its Hold is
 // given back by its goroutine, which a new take does not wait for: for

@@ -17,12 +17,11 @@ import (
 // other requests between reading and writing them on every one of its
 // attempts; nothing was given back or charged. Only the operations
 // computed in Go and written with a compare-and-set can return it: a
-// sliding log's, a sub-window's and a Composite's, and the CheckWithin
-// and Wait of a leaky bucket (see [Store.CheckWithinContext]). Every check writes its key, so a key checked by many
-// processes at once (more often than once per round trip) can refuse most
-// of those this way. A [Store]'s refunds and settlements on a bucket rule
-// (token bucket, GCRA, leaky bucket), a fixed window or a sliding counter
-// run in one script and never return it.
+// [Composite]'s refunds and settlements, and the CheckWithin and Wait of
+// a leaky bucket (see [Store.CheckWithinContext]). Every check writes its
+// keys, so a key checked by many processes at once (more often than once
+// per round trip) can refuse most of those this way. A [Store]'s refunds
+// and settlements, of every rule, run in one script and never return it.
 var ErrConflict = errors.New("redisstore: compare-and-set conflicted with concurrent requests on every attempt")
 
 // casAttempts bounds the compare-and-set attempts of a refund or a
@@ -220,18 +219,13 @@ func (s *Store) Refund(key string, cost ratelimit.Units, at time.Duration) (rate
 //
 // The refund is made at the store's instant (the Redis server's TIME, or
 // the client clock, raised to the key's latest instant as for a check),
-// keeping the key's expiry. On a bucket rule, a fixed window or a sliding counter it is one script, one round
-// trip, atomic with the key's checks: it never conflicts; the store checks
-// its amount and state against the rule's [ratelimit.Machine] on the
-// state and instant the script read (an error wrapping [ErrMismatch] if
-// they disagree, which would be a bug). On the other window rules it is
-// computed in Go by the Machine and written back only if the key still holds the
-// state it was computed from. When checks change the key in between, it
-// reads again and retries, at most a few times; then it gives back
-// nothing and returns [ErrConflict]. That takes two round trips, and one
-// more per retry. A refund is never made twice nor on a state it was not
-// computed from. It drops the key's refusal from this store's deny cache; other
-// processes' caches do not know of it (see [WithDenyCache]).
+// keeping the key's expiry. It is one script, one round trip, atomic with
+// the key's checks, on every rule: it never conflicts, however hot the
+// key. The store checks its amount and state against the rule's
+// [ratelimit.Machine] on the state and instant the script read (an error
+// wrapping [ErrMismatch] if they disagree, which would be a bug). It drops
+// the key's refusal from this store's deny cache; other processes' caches
+// do not know of it (see [WithDenyCache]).
 //
 // ctx bounds the whole refund; without a deadline, the store's timeout
 // does. When Redis fails the error wraps [ErrUnavailable] and nothing is
@@ -249,23 +243,7 @@ func (s *Store) RefundContext(ctx context.Context, key string, cost ratelimit.Un
 	ctx, cancel := withTimeout(ctx, s.o.timeout)
 	defer cancel()
 	rk := s.Key(key)
-	if s.inScript() {
-		return s.refundInScript(ctx, key, rk, cost, at)
-	}
-	var g ratelimit.Units
-	w, err := s.update(ctx, key, rk, func(state []byte, now time.Duration) ([]byte, int64, error) {
-		var next []byte
-		var err error
-		g, next, err = s.m.Refund(state, now, at, cost)
-		return next, 0, err
-	})
-	if err != nil {
-		return 0, err
-	}
-	if w.state != nil && s.deny != nil {
-		s.deny.drop(rk)
-	}
-	return g, nil
+	return s.refundInScript(ctx, key, rk, cost, at)
 }
 
 // update reads the store's key rk (for key) and the store's instant, has
@@ -345,17 +323,8 @@ func (s *Store) Settle(key string, charged, actual ratelimit.Units, at time.Dura
 //
 // Cost errors are ratelimit.Store.Settle's ([ratelimit.ErrInvalidCost],
 // [ratelimit.ErrCostExceedsCapacity]), with no server reached. The
-// settlement runs as a refund does: on a bucket rule, a fixed window or a sliding
-// counter in one script that never conflicts, checked against the rule's
-// [ratelimit.Machine]; on the other window rules computed in Go and written back with a compare-and-set,
-// retried as a refund is: on a key checked by many processes at once it
-// may conflict on every attempt, and then returns [ErrConflict] with
-// nothing charged or given back (the Decision is then a refusal with no
-// wait). A caller that must not lose
-// the charge can settle again (nothing was written), or, for a hot key,
-// check the difference instead when it is within the capacity: a check is
-// one atomic script and never conflicts, though it is refused where a
-// settlement would go into debt.
+// settlement runs as a refund does: in one script, on every rule, that
+// never conflicts, checked against the rule's [ratelimit.Machine].
 //
 // A charge sets the key's expiry to the returned Decision's ResetAfter
 // plus the expiry margin, as a check sets it from its own: at least until
@@ -379,31 +348,7 @@ func (s *Store) SettleContext(ctx context.Context, key string, charged, actual r
 	ctx, cancel := withTimeout(ctx, s.o.timeout)
 	defer cancel()
 	rk := s.Key(key)
-	if s.inScript() {
-		return s.settleInScript(ctx, key, rk, charged, actual, at)
-	}
-	var d ratelimit.Decision
-	var settled ratelimit.Units
-	w, err := s.update(ctx, key, rk, func(state []byte, now time.Duration) ([]byte, int64, error) {
-		var next []byte
-		var err error
-		d, settled, next, err = s.m.Settle(state, now, at, charged, actual)
-		if err != nil || actual <= charged {
-			return next, 0, err
-		}
-		return next, expiryMs(d.ResetAfter, s.marginMs), nil
-	})
-	if err != nil {
-		return s.refused(), 0, err
-	}
-	switch {
-	case w.state == nil || s.deny == nil:
-	case actual < charged:
-		s.deny.drop(rk)
-	default:
-		s.deny.charged(rk, w.state, w.at, w.sent, w.recv)
-	}
-	return d, settled, nil
+	return s.settleInScript(ctx, key, rk, charged, actual, at)
 }
 
 // expiryMs is the expiry a check sets for a state that is as good as a
@@ -548,8 +493,11 @@ func (c *Composite) Refund(key string, cost ratelimit.Units, at time.Duration) (
 // enforced layer gave back. Shadow layers keep what they spent. Each
 // layer's amount is [Store.RefundContext]'s for the layer's own key, and
 // the layers' new states are written together, all or none, with one
-// compare-and-set over every layer's key (they share a slot), retried as
-// the Store's refund is. A cost of zero or less is an error matching
+// compare-and-set over every layer's key (they share a slot). When checks
+// change a key in between, it reads again and retries, at most a few
+// times; then it gives back nothing and returns [ErrConflict]. That takes
+// two round trips, and one more per retry; a refund is never made twice
+// nor on states it was not computed from. A cost of zero or less is an error matching
 // [ratelimit.ErrInvalidCost]; each layer caps a larger cost than it can
 // give back. Its failures are the Store's refund's.
 func (c *Composite) RefundContext(ctx context.Context, key string, cost ratelimit.Units, at time.Duration) (ratelimit.Units, error) {
@@ -650,8 +598,12 @@ func (c *Composite) Settle(key string, charged, actual ratelimit.Units, at time.
 // state are [Store.SettleContext]'s for the layer's own key, and the
 // layers' new states are written together, all or none, with one
 // compare-and-set over every layer's key (they share a slot), retried as
-// the Store's settlement is ([ErrConflict] when every attempt conflicts:
-// nothing is charged or given back in any layer). Shadow layers keep what
+// [Composite.RefundContext] is ([ErrConflict] when every attempt
+// conflicts: nothing is charged or given back in any layer, and the
+// Decision is a refusal with no wait; a caller that must not lose the
+// charge can settle again, or check the difference instead when it is
+// within the capacity: a check is one atomic script and never conflicts,
+// though it is refused where a settlement would go into debt). Shadow layers keep what
 // they spent. The Decision is [Composite.PeekContext]'s for cost charged
 // just after, and the settled cost the one furthest from actual of the
 // enforced layers' (the least charged, or the least given back); a

@@ -11,8 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// settleLua refunds and settles a bucket rule's, a fixed window's or a
-// sliding counter's key in one script (see settle.lua), after the limb arithmetic it uses.
+// settleLua refunds and settles a key of any rule in one script (see
+// settle.lua), after the limb arithmetic it uses.
 //
 //go:embed settle.lua
 var settleLua string
@@ -40,15 +40,11 @@ var (
 	settleCostSpan = &slot{at: 11, name: "COST_SPAN"} // a settlement's cost charged: its span, ns
 	settleCostFrac = &slot{at: 12, name: "COST_FRAC"} // and frac/n
 	settleAlg      = &slot{at: 13, name: "ALG"}       // the rule's step's code
+	settleBuckets  = &slot{at: 14, name: "BUCKETS"}   // a sub-window's buckets, '' for the other rules
 
 	settleArgs = []*slot{settleNow, settleMode, settleCost, settleActual, settleAt, settleMargin, settlePace,
-		settlePeriod, settleTau, settleTauFrac, settleCapacity, settleCostSpan, settleCostFrac, settleAlg}
+		settlePeriod, settleTau, settleTauFrac, settleCapacity, settleCostSpan, settleCostFrac, settleAlg, settleBuckets}
 )
-
-// inScript reports whether the store's refunds and settlements run in
-// one script (settle.lua), rather than as a compare-and-set computed in Go:
-// those of the bucket rules, the fixed window and the sliding counter.
-func (s *Store) inScript() bool { return s.alg.step.settles }
 
 // scriptReply is settle.lua's reply: the state it read, the instant it
 // read, the state it wrote (nil for none), the amount given back or the
@@ -90,6 +86,10 @@ func (s *Store) scriptOp(ctx context.Context, rk, mode string, a, b ratelimit.Un
 	args[settleCapacity.at] = strconv.FormatInt(int64(p.Capacity), 10)
 	args[settleCostSpan.at], args[settleCostFrac.at] = u(cn), u(cf)
 	args[settleAlg.at] = s.alg.step.code
+	args[settleBuckets.at] = ""
+	if s.alg.step.takes(argBuckets) {
+		args[settleBuckets.at] = strconv.FormatInt(p.Buckets, 10)
+	}
 	// runOn sends the instant first, as settleNow.
 	reply, err := s.runOn(ctx, rk, s.floor(rk), settleScript, args[settleNow.at+1:]...)
 	if err != nil {
@@ -134,8 +134,7 @@ func (s *Store) agree(key string, r scriptReply, x int64, next []byte, px string
 	return nil
 }
 
-// refundInScript is RefundContext for a rule whose refunds run in one
-// script.
+// refundInScript is RefundContext's refund, in one script.
 func (s *Store) refundInScript(ctx context.Context, key, rk string, cost ratelimit.Units, at time.Duration) (ratelimit.Units, error) {
 	r, err := s.scriptOp(ctx, rk, "r", min(cost, s.p.Capacity), 0, at)
 	if err != nil {
@@ -155,8 +154,7 @@ func (s *Store) refundInScript(ctx context.Context, key, rk string, cost ratelim
 	return g, nil
 }
 
-// settleInScript is SettleContext for a rule whose settlements run in one
-// script.
+// settleInScript is SettleContext's settlement, in one script.
 func (s *Store) settleInScript(ctx context.Context, key, rk string, charged, actual ratelimit.Units, at time.Duration) (ratelimit.Decision, ratelimit.Units, error) {
 	sent := time.Now()
 	r, err := s.scriptOp(ctx, rk, "s", charged, actual, at)

@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -28,6 +30,9 @@ func TestHotKeyCheckAndRefund(t *testing.T) {
 		"fixed window":                  ratelimit.FixedWindow{Limit: 40, Window: time.Hour},
 		"sliding counter":               ratelimit.SlidingCounter{Limit: 40, Window: time.Hour},
 		"sliding counter, CountRefused": ratelimit.SlidingCounter{Limit: 40, Window: time.Hour, CountRefused: true},
+		"sliding log":                   ratelimit.SlidingLog{Limit: 40, Window: time.Hour},
+		"sub-window":                    ratelimit.SubWindow{Limit: 40, Window: time.Hour, Buckets: 6},
+		"sub-window, CountRefused":      ratelimit.SubWindow{Limit: 40, Window: time.Hour, Buckets: 60, CountRefused: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			clk := ratelimit.NewManualClock(unixNow) // time stands still
@@ -101,8 +106,8 @@ func TestHotKeyCheckAndRefund(t *testing.T) {
 	}
 }
 
-// TestScriptOpsOnServerTime: refunds and settlements on a bucket rule, a
-// fixed window or a sliding counter with the server's clock. Each is computed by the script at the instant Redis
+// TestScriptOpsOnServerTime: refunds and settlements with the server's
+// clock, on every algorithm. Each is computed by the script at the instant Redis
 // read and checked by the store against the rule's Machine on the state
 // and instant the script read (a disagreement is an error), so a sequence
 // of checks, refunds and settlements that all succeed has decided exactly
@@ -111,14 +116,7 @@ func TestHotKeyCheckAndRefund(t *testing.T) {
 func TestScriptOpsOnServerTime(t *testing.T) {
 	rdb := needRedis(t)
 	rapid.Check(t, func(t *rapid.T) {
-		var rule ratelimit.Rule
-		for rule == nil {
-			r := drawRule(t)
-			m, _ := ratelimit.NewMachine(r)
-			if p := m.Params(); p.RateUnits != 0 || p.Algorithm == "fixed_window" || p.Algorithm == "sliding_counter" {
-				rule = r
-			}
-		}
+		rule := drawRule(t)
 		s, err := New(rdb, rule, WithPrefix(testPrefix()), WithTimeout(5*time.Second))
 		require.NoError(t, err)
 		p := s.Params()
@@ -162,6 +160,15 @@ func TestScriptOpsOnServerTime(t *testing.T) {
 func TestScriptOpsRefuseTamperedStates(t *testing.T) {
 	rdb := needRedis(t)
 	ctx := context.Background()
+	// now gives the state of the instant unixNow with entries at offsets
+	// from it.
+	now := func(format string, offsets ...int64) string {
+		args := make([]any, len(offsets))
+		for i, o := range offsets {
+			args[i] = int64(unixNow) + o
+		}
+		return strconv.FormatInt(int64(unixNow), 10) + fmt.Sprintf(format, args...)
+	}
 	malformed := []string{"abc", "01 2 3", "1 2 3 4 5 6", "1  2 3", "99999999999999999999 1 1", "1 2", " 1 2 3"}
 	for name, tc := range map[string]struct {
 		rule ratelimit.Rule
@@ -170,6 +177,22 @@ func TestScriptOpsRefuseTamperedStates(t *testing.T) {
 		"gcra":            {ratelimit.GCRA{Rate: ratelimit.PerSecond(10), Burst: 10}, []string{"1000 3780000000000000000 0", "1000 2000 30000000000"}},
 		"fixed window":    {ratelimit.FixedWindow{Limit: 10, Window: time.Second}, []string{"1000 0 100000", "1000 9999999999 1"}},
 		"sliding counter": {ratelimit.SlidingCounter{Limit: 10, Window: time.Second}, []string{"1000 0 100000 0", "1000 0 0 100000", "1000 9999999999 0 1"}},
+		// Entries: odd, later than the instant, out of order, repeated, of
+		// no cost, above twice the capacity, or live ones holding more.
+		"sliding log": {ratelimit.SlidingLog{Limit: 10, Window: time.Second}, []string{
+			"1000 5", now(" %d 1", 1), now(" %d 1 %d 1", -5, -5), now(" %d 1 %d 1", -5, -6), now(" %d 0", -5),
+			now(" %d 20001", -5), now(" %d 15000 %d 5001", -900, -1), now(" %d 1 %d 15000 %d 5001", -999, -900, -1), "1000 -5 1",
+		}},
+		// Counts: too few or many, the bucket later than the instant, a
+		// count above twice the capacity, a window above it, a count in a
+		// bucket before the origin.
+		"sub-window": {ratelimit.SubWindow{Limit: 10, Window: 4 * time.Second, Buckets: 4}, []string{
+			"1000 0 0 0 0", "1000 0 0 0 0 0 0", fmt.Sprintf("1000 %d 0 0 0 0", unixNow/time.Second+1), "1000000000 1 0 0 0 20001",
+			"4000000000 4 0 0 15000 5001", "1000000000 1 0 1 0 0", "1000000000 1 0 0 0 0 ",
+		}},
+		"sub-window, CountRefused": {ratelimit.SubWindow{Limit: 10, Window: 4 * time.Second, Buckets: 4, CountRefused: true}, []string{
+			"1000000000 1 0 0 0 20001", "1000000000 1 0 1 0 0", "1000000000 1 0 0 0",
+		}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			clk := ratelimit.NewManualClock(unixNow)
@@ -184,6 +207,53 @@ func TestScriptOpsRefuseTamperedStates(t *testing.T) {
 				got, err := rdb.Get(ctx, s.Key("k")).Result()
 				require.NoError(t, err)
 				assert.Equal(t, state, got, "written over")
+			}
+			assert.Zero(t, s.Stats().Mismatches)
+		})
+	}
+}
+
+// TestWindowSettleExpiries: a sliding log's and a sub-window's settlements
+// that charge set the key's expiry from the Decision of a peek of the cost
+// charged just after, as a check would: a peek that a sub-window counts
+// refused (CountRefused) or admits counts into the current bucket, which
+// then leaves the window last. The script works the expiry out itself, and
+// the store refuses one that is not the Machine's (ErrMismatch), so each
+// settlement here, in debt and out, before and after the debt's buckets
+// move on, must succeed, and the key's TTL is the Decision's ResetAfter
+// plus the margin.
+func TestWindowSettleExpiries(t *testing.T) {
+	rdb := needRedis(t)
+	ctx := context.Background()
+	for name, rule := range map[string]ratelimit.Rule{
+		"sliding log":              ratelimit.SlidingLog{Limit: 10, Window: 4 * time.Second},
+		"sub-window":               ratelimit.SubWindow{Limit: 10, Window: 4 * time.Second, Buckets: 4},
+		"sub-window, CountRefused": ratelimit.SubWindow{Limit: 10, Window: 4 * time.Second, Buckets: 4, CountRefused: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			clk := ratelimit.NewManualClock(unixNow)
+			s, err := New(rdb, rule, WithClock(clk), WithPrefix(testPrefix()), WithExpiryMargin(time.Minute), WithDenyCache(0))
+			require.NoError(t, err)
+			a, err := s.Check("k", ratelimit.Unit)
+			require.NoError(t, err)
+			for i, step := range []struct {
+				advance        time.Duration
+				charged, total ratelimit.Units
+			}{
+				{0, ratelimit.Unit, 30 * ratelimit.Unit}, // to the debt bound, twice the limit
+				{time.Second, ratelimit.Unit, 3 * ratelimit.Unit},
+				{time.Second / 2, 2 * ratelimit.Unit, 3 * ratelimit.Unit},
+				{3 * time.Second, ratelimit.Unit, 2 * ratelimit.Unit},
+				{time.Second, ratelimit.Unit, 2 * ratelimit.Unit},
+				{10 * time.Second, ratelimit.Unit, 2 * ratelimit.Unit},
+			} {
+				clk.Advance(step.advance)
+				d, _, err := s.Settle("k", step.charged, step.total, a.At)
+				require.NoError(t, err, "step %d", i)
+				ttl, err := rdb.PTTL(ctx, s.Key("k")).Result()
+				require.NoError(t, err)
+				assert.LessOrEqual(t, ttl, d.ResetAfter+time.Minute+time.Millisecond, "step %d", i)
+				assert.Greater(t, ttl, d.ResetAfter+time.Minute-10*time.Second, "step %d", i)
 			}
 			assert.Zero(t, s.Stats().Mismatches)
 		})

@@ -210,15 +210,16 @@ local function max(a, b)
   return a
 end
 
--- Refund and Settle of a bucket rule (token bucket, GCRA, leaky bucket), a
--- fixed window or a sliding counter on one key, computed here and written in the same script, so that checks
--- running at the same time never make it retry: the arithmetic of the
+-- Refund and Settle of any rule on one key (a bucket rule: token bucket,
+-- GCRA, leaky bucket; a fixed window, a sliding log, a sliding counter or
+-- a sub-window), computed here and written in the same script, so that
+-- checks running at the same time never make it retry: the arithmetic of the
 -- rule's Machine (Refund, Settle) in exact limbs (arith.lua, which the
 -- script defines before this file). The Go side runs the Machine on the
 -- state this script read, at the instant it read, and checks that it
 -- gives back, charges and writes exactly what this script did.
 --
--- KEYS[1]   the key's state, "last t f" (see the Machine's encoding)
+-- KEYS[1]   the key's state, "last ..." (see the Machine's encoding)
 -- ARGV[1]   now in ns since the Unix epoch, or '' for the server's TIME
 -- ARGV[2]   'r' refund, 's' settle
 -- ARGV[3]   refund: the cost to give back, at most the capacity;
@@ -232,17 +233,20 @@ end
 --           For a window rule, ARGV[7] (in the pace's place) is
 --           the window (ns), ARGV[8] (in the period's) '1' if
 --           it has CountRefused, and the capacity's span is unused
+-- ARGV[15]  a sub-window's buckets, from 1 to 60
 -- ARGV[12], ARGV[13] settle: the span of the cost
 --           charged (ns, frac/n)
 -- ARGV[14]  the rule's step (algorithms.go): 'm' a bucket
---           rule, 'f' a fixed window, 'c' a sliding counter
+--           rule, 'f' a fixed window, 'l' a sliding log,
+--           'c' a sliding counter, 's' a sub-window
 --
 -- Returns {old state or '', now used before clamping, state written or '',
 -- given back (refund) or the cost as settled (settle), the expiry set in
 -- ms or ''}. A state that is not well formed, more than twice the
 -- capacity's span in debt, or (a window) counting more than twice the
--- capacity or a window later than now, is an error reply and nothing is written: the
--- states the Machine refuses. A key Redis does not hold gives nothing back
+-- capacity (in a count, an entry, or a window but with CountRefused) or a
+-- window, bucket or entry later than now, is an error reply and nothing
+-- is written: the states the Machine refuses. A key Redis does not hold gives nothing back
 -- and is not created, but for a settlement that charges.
 
 local function fail(why)
@@ -253,11 +257,12 @@ local mode = ARGV[2]
 local c, act, at, margin = N(ARGV[3]), N(ARGV[4]), N(ARGV[5]), N(ARGV[6])
 local alg = ARGV[14]
 local n, p, tau, tauf, cap = N(ARGV[7]), N(ARGV[8]), N(ARGV[9]), N(ARGV[10]), N(ARGV[11])
-local counts = alg == 'c' and ARGV[8] == '1'
-if alg == 'f' or alg == 'c' then p, tau, tauf = ONE, Z, Z end
+local window = alg == 'f' or alg == 'c' or alg == 'l' or alg == 's'
+local counts = (alg == 'c' or alg == 's') and ARGV[8] == '1'
+if window then p, tau, tauf = ONE, Z, Z end
 if not (c and at and margin and n and p and tau and tauf and cap) or iszero(c) or iszero(n) or iszero(p)
     or (mode == 's' and not (act and not iszero(act))) or (mode ~= 's' and mode ~= 'r')
-    or (alg ~= 'm' and alg ~= 'f' and alg ~= 'c') then
+    or (alg ~= 'm' and not window) then
   return fail('invalid argument')
 end
 
@@ -321,6 +326,31 @@ local function finish(new, x, px)
   return {old, reading, new, S(x), px}
 end
 
+-- fields reads the state read as space-separated canonical decimals, the
+-- latest instant first, raising now to it; nil for anything else. The
+-- state() above cannot read a sub-window's, which holds more numbers
+-- than a Lua pattern can capture.
+local function fields()
+  local f, fs = {}, {}
+  if old == '' then return f, fs end
+  if old:find('[^ 0-9]') or old:find('  ') or old:byte(1) == 32 or old:byte(-1) == 32 then return nil end
+  for w in old:gmatch('%d+') do
+    local v = N(w, true)
+    if not v then return nil end
+    f[#f + 1], fs[#fs + 1] = v, w
+  end
+  if cmp(f[1], MAXT) > 0 then return nil end
+  if cmp(f[1], now) > 0 then now = f[1] end
+  return f, fs
+end
+
+-- expiry is the expiry in ms for a Decision's ResetAfter reset (ns).
+local function expiry(reset)
+  local ms = add(N(string.format('%d', ceilms(reset))), margin)
+  if cmp(ms, MAXTAT) > 0 then ms = MAXTAT end
+  return S(ms)
+end
+
 -- A fixed window: "last win count", n the window.
 if alg == 'f' then
   local f = state(2)
@@ -354,9 +384,7 @@ if alg == 'f' then
     end
     x = add(c, g)
     -- The Decision's ResetAfter is the time left in the window.
-    local ms = add(N(string.format('%d', ceilms(sub(n, e)))), margin)
-    if cmp(ms, MAXTAT) > 0 then ms = MAXTAT end
-    px = S(ms)
+    px = expiry(sub(n, e))
   elseif cmp(act, c) == 0 then
     x = c
   else
@@ -425,9 +453,7 @@ if alg == 'c' then
     else
       reset = add(left, n)
     end
-    local ms = add(N(string.format('%d', ceilms(reset))), margin)
-    if cmp(ms, MAXTAT) > 0 then ms = MAXTAT end
-    px = S(ms)
+    px = expiry(reset)
   elseif cmp(act, c) == 0 then
     x = c
   else
@@ -435,6 +461,196 @@ if alg == 'c' then
   end
   local new = S(now) .. ' ' .. S(sw) .. ' ' .. S(sp) .. ' ' .. S(sc)
   return finish(new, x, px)
+end
+
+-- A sliding log: "last t c t c ...", entries oldest first at strictly
+-- increasing instants no later than now; n the window. An entry with
+-- t + n <= now has expired.
+if alg == 'l' then
+  local f, fs = fields()
+  if not f or (#f > 0 and #f % 2 == 0) then return fail('invalid state') end
+  local c2 = add(cap, cap)
+  -- k is the first live entry's index (m + 1 for none), inside the cost
+  -- the live entries hold.
+  local m, k, inside = #f, #f + 1, Z
+  for i = 2, m, 2 do
+    local t, tc = f[i], f[i + 1]
+    if cmp(t, now) > 0 or (i > 2 and cmp(f[i - 2], t) >= 0) or iszero(tc) or cmp(tc, c2) > 0 then
+      return fail('invalid state')
+    end
+    if cmp(add(t, n), now) > 0 then
+      if k > m then k = i end
+      inside = add(inside, tc)
+      if cmp(inside, c2) > 0 then return fail('invalid state') end
+    end
+  end
+  -- The entries written, as "t c" strings; nil: those read, as they were.
+  local parts = nil
+  -- lrefund gives back up to cost of the entry at at, if it is live; the
+  -- state then keeps the live entries only, and that one only if
+  -- something is left of it.
+  local function lrefund(cost)
+    local a = at
+    if cmp(a, now) > 0 then a = now end
+    if cmp(add(a, n), now) <= 0 then return Z end
+    for i = k, m, 2 do
+      local o = cmp(f[i], a)
+      if o > 0 then break end
+      if o == 0 then
+        local g = cost
+        if cmp(f[i + 1], g) < 0 then g = f[i + 1] end
+        parts = {}
+        for j = k, m, 2 do
+          if j ~= i then
+            parts[#parts + 1] = fs[j] .. ' ' .. fs[j + 1]
+          elseif cmp(f[j + 1], g) > 0 then
+            parts[#parts + 1] = fs[j] .. ' ' .. S(sub(f[j + 1], g))
+          end
+        end
+        return g
+      end
+    end
+    return Z
+  end
+  local x, px = nil, ''
+  if mode == 'r' then
+    x = lrefund(c)
+  elseif charging then
+    -- An entry of what twice the capacity leaves room for at now, merged
+    -- into the newest if that is at now; the state then keeps the live
+    -- entries only.
+    local g = Z
+    if cmp(inside, c2) < 0 then
+      g = sub(act, c)
+      local room = sub(c2, inside)
+      if cmp(room, g) < 0 then g = room end
+      parts = {}
+      local merge = k < m and cmp(f[m - 1], now) == 0
+      for j = k, m, 2 do
+        if merge and j == m - 1 then
+          parts[#parts + 1] = fs[j] .. ' ' .. S(add(f[j + 1], g))
+        else
+          parts[#parts + 1] = fs[j] .. ' ' .. fs[j + 1]
+        end
+      end
+      if not merge then parts[#parts + 1] = S(now) .. ' ' .. S(g) end
+    end
+    x = add(c, g)
+    -- The Decision's ResetAfter, a peek of the cost charged: a window
+    -- from now if it is admitted or the charge made an entry at now,
+    -- else until the newest entry leaves the window.
+    local reset = n
+    if iszero(g) and cmp(add(inside, c), cap) > 0 then reset = sub(add(f[m - 1], n), now) end
+    px = expiry(reset)
+  elseif cmp(act, c) == 0 then
+    x = c
+  else
+    x = sub(c, lrefund(sub(c, act)))
+  end
+  local out = {S(now)}
+  if parts then
+    for i = 1, #parts do out[i + 1] = parts[i] end
+  else
+    for i = 2, m do out[i] = fs[i] end
+  end
+  return finish(table.concat(out, ' '), x, px)
+end
+
+-- A sub-window: "last sc n...", the latest bucket's index sc and the
+-- counts of buckets sc-k+1 to sc, oldest first, in buckets of g = n/k ns;
+-- a bucket before the origin holds nothing.
+if alg == 's' then
+  local kk = N(ARGV[15])
+  if not kk or iszero(kk) or #kk > 1 or kk[1] > 60 then return fail('invalid argument') end
+  local k = kk[1]
+  local g, gr = divmod(n, kk)
+  if not iszero(gr) then return fail('invalid argument') end
+  local f = fields()
+  if not f or (#f > 1 and #f ~= k + 2) then return fail('invalid state') end
+  local c2 = add(cap, cap)
+  local win = divmod(now, g)
+  local sc, a, sum = Z, {}, Z
+  for i = 1, k do a[i] = Z end
+  if #f > 1 then
+    sc = f[2]
+    if cmp(sc, win) > 0 then return fail('invalid state') end
+    for i = 1, k do
+      local v = f[i + 2]
+      if cmp(v, c2) > 0 or (not iszero(v) and cmp(add(sc, {i}), kk) < 0) then return fail('invalid state') end
+      sum = add(sum, v)
+      if not counts and cmp(sum, c2) > 0 then return fail('invalid state') end
+      a[i] = v
+    end
+  end
+  -- d buckets from sc to win: bucket sc-k+i is in the window iff i > d.
+  local d = sub(win, sc)
+  -- srefund gives back up to cost of what bucket at/g holds, if it is in
+  -- the window.
+  local function srefund(cost)
+    local t = at
+    if cmp(t, now) > 0 then t = now end
+    local j = divmod(t, g)
+    local jk = add(j, kk)
+    if cmp(j, sc) > 0 or cmp(jk, sc) <= 0 or cmp(jk, win) <= 0 then return Z end
+    local i = sub(jk, sc)[1]
+    local v = a[i]
+    if iszero(v) then return Z end
+    local x = cost
+    if cmp(v, x) < 0 then x = v end
+    a[i] = sub(v, x)
+    return x
+  end
+  local x, px = nil, ''
+  if mode == 'r' then
+    x = srefund(c)
+  elseif charging then
+    -- Into bucket win, while the window holds less than twice the
+    -- capacity; the state moves on to bucket win.
+    local total, ex = Z, Z
+    for i = 1, k do
+      if cmp({i}, d) > 0 then total = add(total, a[i]) end
+    end
+    if cmp(total, c2) < 0 then
+      ex = sub(act, c)
+      local room = sub(c2, total)
+      if cmp(room, ex) < 0 then ex = room end
+      local b = {}
+      for i = 1, k do
+        b[i] = Z
+        if cmp(d, kk) < 0 then b[i] = a[i + d[1]] or Z end
+      end
+      b[k] = add(b[k], ex)
+      a, sc, d = b, win, Z
+    end
+    x = add(c, ex)
+    -- The Decision's ResetAfter, a peek's of the cost charged: until
+    -- bucket win leaves the window if the peek admits the cost or counts
+    -- it refused (into bucket win, below the capacity), else until the
+    -- newest bucket in the window that holds anything leaves it, 0 for
+    -- none.
+    local cur = Z
+    if iszero(d) then cur = a[k] end
+    local reset = Z
+    if cmp(add(add(total, ex), c), cap) <= 0 or (counts and cmp(cur, cap) < 0) then
+      reset = sub(mul(add(win, kk), g), now)
+    else
+      for i = k, 1, -1 do
+        if cmp({i}, d) <= 0 then break end
+        if not iszero(a[i]) then
+          reset = sub(mul(add(sc, {i}), g), now)
+          break
+        end
+      end
+    end
+    px = expiry(reset)
+  elseif cmp(act, c) == 0 then
+    x = c
+  else
+    x = sub(c, srefund(sub(c, act)))
+  end
+  local out = {S(now), S(sc)}
+  for i = 1, k do out[i + 2] = S(a[i]) end
+  return finish(table.concat(out, ' '), x, px)
 end
 
 -- A bucket rule: "last t f".
@@ -533,9 +749,7 @@ elseif charging then
   local k = cmp(nn, tau)
   if k < 0 or (k == 0 and cmp(nf, tauf) <= 0) then dn2, df2 = nn, nf end
   if not iszero(df2) then dn2 = add(dn2, ONE) end
-  local ms = add(N(string.format('%d', ceilms(dn2))), margin)
-  if cmp(ms, MAXTAT) > 0 then ms = MAXTAT end
-  px = S(ms)
+  px = expiry(dn2)
 elseif cmp(act, c) == 0 then
   x = c
 else
