@@ -139,6 +139,37 @@ local function expiry(reset)
   return S(ms)
 end
 
+-- atnow is at, no later than now.
+local function atnow()
+  if cmp(at, now) > 0 then return now end
+  return at
+end
+
+-- room is up to extra of what twice the capacity leaves beside used.
+local function room(extra, used)
+  local c2 = add(cap, cap)
+  if cmp(used, c2) >= 0 then return Z end
+  local g = sub(c2, used)
+  if cmp(extra, g) < 0 then g = extra end
+  return g
+end
+
+-- settled runs the mode on a window rule, with its refund(cost), which
+-- gives back up to cost of what was admitted at at, and its
+-- charge(extra), which spends up to extra at now and returns what it
+-- spent and the Decision's ResetAfter after it (a peek of the cost
+-- charged). It returns what was given back or the cost as settled, and
+-- the expiry to set ('' keeps the key's).
+local function settled(refund, charge)
+  if mode == 'r' then return refund(c), '' end
+  if charging then
+    local g, reset = charge(sub(act, c))
+    return add(c, g), expiry(reset)
+  end
+  if cmp(act, c) == 0 then return c, '' end
+  return sub(c, refund(sub(c, act))), ''
+end
+
 -- A fixed window: "last win count", n the window.
 if alg == ALG_FIXED then
   local f = state(2)
@@ -148,36 +179,20 @@ if alg == ALG_FIXED then
   if cmp(sw, win) > 0 then return fail('invalid state') end
   local count = Z
   if cmp(sw, win) == 0 then count = sc end
-  local x, px = nil, ''
-  -- refund gives back up to cost of what was admitted at at, in this window.
+  -- frefund gives back up to cost of what was admitted at at, in this window.
   local function frefund(cost)
-    local a = at
-    if cmp(a, now) > 0 then a = now end
-    if iszero(count) or cmp(divmod(a, n), win) ~= 0 then return Z end
+    if iszero(count) or cmp(divmod(atnow(), n), win) ~= 0 then return Z end
     local g = cost
     if cmp(count, g) < 0 then g = count end
     sw, sc = win, sub(count, g)
     return g
   end
-  if mode == 'r' then
-    x = frefund(c)
-  elseif charging then
-    local g = Z
-    local c2 = add(cap, cap)
-    if cmp(count, c2) < 0 then
-      g = sub(act, c)
-      local room = sub(c2, count)
-      if cmp(room, g) < 0 then g = room end
-      sw, sc = win, add(count, g)
-    end
-    x = add(c, g)
+  local x, px = settled(frefund, function(extra)
+    local g = room(extra, count)
+    if not iszero(g) then sw, sc = win, add(count, g) end
     -- The Decision's ResetAfter is the time left in the window.
-    px = expiry(sub(n, e))
-  elseif cmp(act, c) == 0 then
-    x = c
-  else
-    x = sub(c, frefund(sub(c, act)))
-  end
+    return g, sub(n, e)
+  end)
   local new = S(now) .. ' ' .. S(sw) .. ' ' .. S(sc)
   return finish(new, x, px)
 end
@@ -199,9 +214,7 @@ if alg == ALG_COUNTER then
   -- crefund gives back up to cost of what was admitted at at, in this
   -- window or the one before.
   local function crefund(cost)
-    local a = at
-    if cmp(a, now) > 0 then a = now end
-    local aw = divmod(a, n)
+    local aw = divmod(atnow(), n)
     local g = cost
     if cmp(aw, win) == 0 then
       if cmp(cur, g) < 0 then g = cur end
@@ -215,22 +228,15 @@ if alg == ALG_COUNTER then
     if not iszero(g) then sw, sp, sc = win, prev, cur end
     return g
   end
-  local x, px = nil, ''
-  if mode == 'r' then
-    x = crefund(c)
-  elseif charging then
+  local x, px = settled(crefund, function(extra)
     -- In use: the estimate at now, rounded up.
     local q, r = divmod(mul(prev, left), n)
     if not iszero(r) then q = add(q, ONE) end
-    local spent, c2, g = add(q, cur), add(cap, cap), Z
-    if cmp(spent, c2) < 0 then
-      g = sub(act, c)
-      local room = sub(c2, spent)
-      if cmp(room, g) < 0 then g = room end
+    local g = room(extra, add(q, cur))
+    if not iszero(g) then
       cur = add(cur, g)
       sw, sp, sc = win, prev, cur
     end
-    x = add(c, g)
     -- The Decision's ResetAfter: a peek of the cost charged, after.
     local reset = Z
     if not iszero(cur) or counts then
@@ -241,12 +247,8 @@ if alg == ALG_COUNTER then
     else
       reset = add(left, n)
     end
-    px = expiry(reset)
-  elseif cmp(act, c) == 0 then
-    x = c
-  else
-    x = sub(c, crefund(sub(c, act)))
-  end
+    return g, reset
+  end)
   local new = S(now) .. ' ' .. S(sw) .. ' ' .. S(sp) .. ' ' .. S(sc)
   return finish(new, x, px)
 end
@@ -278,8 +280,7 @@ if alg == ALG_LOG then
   -- state then keeps the live entries only, and that one only if
   -- something is left of it.
   local function lrefund(cost)
-    local a = at
-    if cmp(a, now) > 0 then a = now end
+    local a = atnow()
     if cmp(add(a, n), now) <= 0 then return Z end
     for i = k, m, 2 do
       local o = cmp(f[i], a)
@@ -300,18 +301,12 @@ if alg == ALG_LOG then
     end
     return Z
   end
-  local x, px = nil, ''
-  if mode == 'r' then
-    x = lrefund(c)
-  elseif charging then
+  local x, px = settled(lrefund, function(extra)
     -- An entry of what twice the capacity leaves room for at now, merged
     -- into the newest if that is at now; the state then keeps the live
     -- entries only.
-    local g = Z
-    if cmp(inside, c2) < 0 then
-      g = sub(act, c)
-      local room = sub(c2, inside)
-      if cmp(room, g) < 0 then g = room end
+    local g = room(extra, inside)
+    if not iszero(g) then
       parts = {}
       local merge = k < m and cmp(f[m - 1], now) == 0
       for j = k, m, 2 do
@@ -323,18 +318,12 @@ if alg == ALG_LOG then
       end
       if not merge then parts[#parts + 1] = S(now) .. ' ' .. S(g) end
     end
-    x = add(c, g)
     -- The Decision's ResetAfter, a peek of the cost charged: a window
     -- from now if it is admitted or the charge made an entry at now,
     -- else until the newest entry leaves the window.
-    local reset = n
-    if iszero(g) and cmp(add(inside, c), cap) > 0 then reset = sub(add(f[m - 1], n), now) end
-    px = expiry(reset)
-  elseif cmp(act, c) == 0 then
-    x = c
-  else
-    x = sub(c, lrefund(sub(c, act)))
-  end
+    if iszero(g) and cmp(add(inside, c), cap) > 0 then return g, sub(add(f[m - 1], n), now) end
+    return g, n
+  end)
   local out = {S(now)}
   if parts then
     for i = 1, #parts do out[i + 1] = parts[i] end
@@ -375,9 +364,7 @@ if alg == ALG_SUB then
   -- srefund gives back up to cost of what bucket at/g holds, if it is in
   -- the window.
   local function srefund(cost)
-    local t = at
-    if cmp(t, now) > 0 then t = now end
-    local j = divmod(t, g)
+    local j = divmod(atnow(), g)
     local jk = add(j, kk)
     if cmp(j, sc) > 0 or cmp(jk, sc) <= 0 or cmp(jk, win) <= 0 then return Z end
     local i = sub(jk, sc)[1]
@@ -388,20 +375,15 @@ if alg == ALG_SUB then
     a[i] = sub(v, x)
     return x
   end
-  local x, px = nil, ''
-  if mode == 'r' then
-    x = srefund(c)
-  elseif charging then
+  local x, px = settled(srefund, function(extra)
     -- Into bucket win, while the window holds less than twice the
     -- capacity; the state moves on to bucket win.
-    local total, ex = Z, Z
+    local total = Z
     for i = 1, k do
       if cmp({i}, d) > 0 then total = add(total, a[i]) end
     end
-    if cmp(total, c2) < 0 then
-      ex = sub(act, c)
-      local room = sub(c2, total)
-      if cmp(room, ex) < 0 then ex = room end
+    local ex = room(extra, total)
+    if not iszero(ex) then
       local b = {}
       for i = 1, k do
         b[i] = Z
@@ -410,7 +392,6 @@ if alg == ALG_SUB then
       b[k] = add(b[k], ex)
       a, sc, d = b, win, Z
     end
-    x = add(c, ex)
     -- The Decision's ResetAfter, a peek's of the cost charged: until
     -- bucket win leaves the window if the peek admits the cost or counts
     -- it refused (into bucket win, below the capacity), else until the
@@ -418,24 +399,15 @@ if alg == ALG_SUB then
     -- none.
     local cur = Z
     if iszero(d) then cur = a[k] end
-    local reset = Z
     if cmp(add(add(total, ex), c), cap) <= 0 or (counts and cmp(cur, cap) < 0) then
-      reset = sub(mul(add(win, kk), g), now)
-    else
-      for i = k, 1, -1 do
-        if cmp({i}, d) <= 0 then break end
-        if not iszero(a[i]) then
-          reset = sub(mul(add(sc, {i}), g), now)
-          break
-        end
-      end
+      return ex, sub(mul(add(win, kk), g), now)
     end
-    px = expiry(reset)
-  elseif cmp(act, c) == 0 then
-    x = c
-  else
-    x = sub(c, srefund(sub(c, act)))
-  end
+    for i = k, 1, -1 do
+      if cmp({i}, d) <= 0 then break end
+      if not iszero(a[i]) then return ex, sub(mul(add(sc, {i}), g), now) end
+    end
+    return ex, Z
+  end)
   local out = {S(now), S(sc)}
   for i = 1, k do out[i + 2] = S(a[i]) end
   return finish(table.concat(out, ' '), x, px)
@@ -469,8 +441,7 @@ end
 
 -- refund gives back up to cost milli-units of what was admitted at at.
 local function refund(cost)
-  local g, a = cost, at
-  if cmp(a, now) > 0 then a = now end
+  local g, a = cost, atnow()
   local held = milli(dn, df)
   if cmp(held, g) < 0 then g = held end
   local e = sub(now, a)
@@ -497,10 +468,7 @@ end
 local function charge(extra)
   local spent, exact = milli(dn, df)
   if not exact then spent = add(spent, ONE) end
-  local c2 = add(cap, cap)
-  if cmp(spent, c2) >= 0 then return Z end
-  local g = sub(c2, spent)
-  if cmp(extra, g) < 0 then g = extra end
+  local g = room(extra, spent)
   if iszero(g) then return Z end
   if cmp(ts, now) < 0 then ts, fr = now, Z end
   local room
