@@ -143,7 +143,7 @@
 // the check script cannot tell: CheckWithin, and each attempt of a Wait
 // with a deadline, reads the states and the instant, decides in Go
 // ([ratelimit.LayeredMachine.StepWithin]) and writes the new states with a
-// compare-and-set, as a refund does. That is two round trips for an
+// compare-and-set, as a Composite's refund does. That is two round trips for an
 // admission (one for a refusal), and on a key that other checks write
 // between the two it reads again, a bounded number of times, then refuses
 // with [ErrConflict], having spent nothing. Wait's checks go to Redis, not
