@@ -472,15 +472,19 @@ if alg == 'l' then
   local f, fs = fields()
   if not f or (#f > 0 and #f % 2 == 0) then return fail('invalid state') end
   local c2 = add(cap, cap)
-  -- k is the first live entry's index (m + 1 for none), inside the cost
-  -- the live entries hold.
+  -- An entry is live iff t > lo = now - n (every entry if now < n). k is
+  -- the first live entry's index (m + 1 for none), inside the cost the
+  -- live entries hold.
+  local lo = nil
+  if cmp(now, n) >= 0 then lo = sub(now, n) end
   local m, k, inside = #f, #f + 1, Z
   for i = 2, m, 2 do
     local t, tc = f[i], f[i + 1]
     if cmp(t, now) > 0 or (i > 2 and cmp(f[i - 2], t) >= 0) or iszero(tc) or cmp(tc, c2) > 0 then
       return fail('invalid state')
     end
-    if cmp(add(t, n), now) > 0 then
+    -- The entries after a live one are live.
+    if k <= m or not lo or cmp(t, lo) > 0 then
       if k > m then k = i end
       inside = add(inside, tc)
       if cmp(inside, c2) > 0 then return fail('invalid state') end
@@ -493,7 +497,7 @@ if alg == 'l' then
   -- something is left of it.
   local function lrefund(cost)
     local a = atnow()
-    if cmp(add(a, n), now) <= 0 then return Z end
+    if lo and cmp(a, lo) <= 0 then return Z end
     for i = k, m, 2 do
       local o = cmp(f[i], a)
       if o > 0 then break end
