@@ -32,13 +32,30 @@ local function fdig(s)
   return v
 end
 
--- farg reads an argument: a whole number from 0 to below 2^51, else nil.
--- The arguments are the store's own canonical decimals, so tonumber reads
--- them exactly; the exact path is the strict reader of malformed ones.
+-- farg reads an argument: a whole number from 0 to below 2^51, else nil or
+-- false. The arguments are the store's own canonical decimals, so tonumber
+-- reads them exactly; the exact path is the strict reader of malformed ones.
+--
+-- A library (functions.go) sets argCache to a table once, when it loads,
+-- and farg then keeps what it read for each argument's text: a rule's
+-- arguments are the same on every check, and a lookup costs less than
+-- tonumber and the range checks. What it keeps depends on the text alone,
+-- so a kept value is the one farg would compute again; it holds at most
+-- 256 texts, then starts afresh. A script (EVALSHA, or a composite's
+-- layerstep) keeps nothing: its locals last one call.
+local argCache, argCached = false, 0
 local function farg(s)
+  if argCache then
+    local v = argCache[s]
+    if v ~= nil then return v end
+  end
   local v = tonumber(s)
-  if v and v >= 0 and v < 2251799813685248 and v % 1 == 0 then return v end
-  return nil
+  if not (v and v >= 0 and v < 2251799813685248 and v % 1 == 0) then v = false end
+  if argCache and s then
+    if argCached >= 256 then argCache, argCached = {}, 0 end
+    argCache[s], argCached = v, argCached + 1
+  end
+  return v
 end
 
 -- ftime splits a time field (digits only) into seconds and nanoseconds; nil
