@@ -172,7 +172,8 @@ local function fast(key, alg, old, tm)
     H, L = tonumber(tm[1]), tonumber(tm[2])
     if not (H and L) or H < 1 or H >= 4611686018 then return nil end
     L = L * 1000
-    reading = string.format('%d%09d', H, L)
+    -- TIME's seconds are a canonical decimal, as %d would write H.
+    reading = tm[1] .. string.format('%09d', L)
   else
     reading = ARGV[2]
     if string.find(reading, '%D') then return nil end
@@ -223,7 +224,9 @@ local function fast(key, alg, old, tm)
     local ts, frs, dn, df = '0', '0', 0, 0
     if nf > 1 then
       ts, frs = f2, f3
-      local fr, t = fdig(frs), frel(ts, H, L)
+      -- A whole span's fraction is '0': no need to read it.
+      local fr, t = 0, frel(ts, H, L)
+      if frs ~= '0' then fr = fdig(frs) end
       if not (fr and t) or fr >= n then return nil end
       if t >= 0 then
         -- At most twice the capacity's span ahead (a debt): below 2^52.
@@ -236,7 +239,7 @@ local function fast(key, alg, old, tm)
     local nn, nr = dn + cn, df + cf
     if nr >= n then nn, nr = nn + 1, nr - n end
     if nn < tau or (nn == tau and nr <= tauf) then
-      admitted, ts, frs, dn, df = 1, fabs(H, L, nn), string.format('%d', nr), nn, nr
+      admitted, ts, frs, dn, df = 1, fabs(H, L, nn), (nr == 0 and '0' or string.format('%d', nr)), nn, nr
     end
     ttl = dn
     if df ~= 0 then ttl = ttl + 1 end
