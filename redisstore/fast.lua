@@ -29,13 +29,30 @@ local function fdig(s)
   return v
 end
 
--- farg reads an argument: a whole number from 0 to below 2^51, else nil.
--- The arguments are the store's own canonical decimals, so tonumber reads
--- them exactly; the exact path is the strict reader of malformed ones.
+-- farg reads an argument: a whole number from 0 to below 2^51, else nil or
+-- false. The arguments are the store's own canonical decimals, so tonumber
+-- reads them exactly; the exact path is the strict reader of malformed ones.
+--
+-- A library (functions.go) sets argCache to a table once, when it loads,
+-- and farg then keeps what it read for each argument's text: a rule's
+-- arguments are the same on every check, and a lookup costs less than
+-- tonumber and the range checks. What it keeps depends on the text alone,
+-- so a kept value is the one farg would compute again; it holds at most
+-- 256 texts, then starts afresh. A script (EVALSHA, or a composite's
+-- layerstep) keeps nothing: its locals last one call.
+local argCache, argCached = false, 0
 local function farg(s)
+  if argCache then
+    local v = argCache[s]
+    if v ~= nil then return v end
+  end
   local v = tonumber(s)
-  if v and v >= 0 and v < 2251799813685248 and v % 1 == 0 then return v end
-  return nil
+  if not (v and v >= 0 and v < 2251799813685248 and v % 1 == 0) then v = false end
+  if argCache and s then
+    if argCached >= 256 then argCache, argCached = {}, 0 end
+    argCache[s], argCached = v, argCached + 1
+  end
+  return v
 end
 
 -- ftime splits a time field (digits only) into seconds and nanoseconds; nil
@@ -152,7 +169,8 @@ local function fast(key, alg, old, tm)
     H, L = tonumber(tm[1]), tonumber(tm[2])
     if not (H and L) or H < 1 or H >= 4611686018 then return nil end
     L = L * 1000
-    reading = string.format('%d%09d', H, L)
+    -- TIME's seconds are a canonical decimal, as %d would write H.
+    reading = tm[1] .. string.format('%09d', L)
   else
     reading = ARGV[ARG_NOW]
     if string.find(reading, '%D') then return nil end
@@ -203,7 +221,9 @@ local function fast(key, alg, old, tm)
     local ts, frs, dn, df = '0', '0', 0, 0
     if nf > 1 then
       ts, frs = f2, f3
-      local fr, t = fdig(frs), frel(ts, H, L)
+      -- A whole span's fraction is '0': no need to read it.
+      local fr, t = 0, frel(ts, H, L)
+      if frs ~= '0' then fr = fdig(frs) end
       if not (fr and t) or fr >= n then return nil end
       if t >= 0 then
         -- At most twice the capacity's span ahead (a debt): below 2^52.
@@ -216,7 +236,7 @@ local function fast(key, alg, old, tm)
     local nn, nr = dn + cn, df + cf
     if nr >= n then nn, nr = nn + 1, nr - n end
     if nn < tau or (nn == tau and nr <= tauf) then
-      admitted, ts, frs, dn, df = 1, fabs(H, L, nn), string.format('%d', nr), nn, nr
+      admitted, ts, frs, dn, df = 1, fabs(H, L, nn), (nr == 0 and '0' or string.format('%d', nr)), nn, nr
     end
     ttl = dn
     if df ~= 0 then ttl = ttl + 1 end

@@ -20,10 +20,12 @@ type scriptRunner interface {
 // the same Lua as stepScript, with the fast path's and the exact path's
 // functions built once when the library loads rather than on every call.
 // ARGV is an upvalue the registered function sets before each step, so
-// that the step's sources read it as the script's ARGV. The library's
+// that the step's sources read it as the script's ARGV; the fast path's
+// cache of the arguments it has read (argCache, see fast.lua) is set up
+// once too, and lasts while the library stays loaded. The library's
 // name carries a digest of its source, so that stores of different
 // versions on one server each find their own.
-var stepLibrary, stepFunction = library("step", expandLua("local ARGV\n"+fastLua+"\n"+exactSource()), expandLua(stepLua))
+var stepLibrary, stepFunction = library("step", expandLua("local ARGV\n"+fastLua+"\nargCache = {}\n"+exactSource()), expandLua(stepLua))
 
 // library returns the source of a library that registers body as a
 // function named for name and the source's digest, after top (Lua run

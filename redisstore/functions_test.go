@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -87,4 +88,44 @@ func statCalls(info, cmd string) int64 {
 	}
 	n, _ := strconv.ParseInt(m[1], 10, 64)
 	return n
+}
+
+// TestFunctionArgumentCache: the library's fast path keeps the arguments
+// it has read (argCache in fast.lua), at most 256 texts before it starts
+// afresh. Rules whose arguments together have many more texts than that,
+// checked in turn twice over (so that the second round reads some from
+// the cache and some after it started afresh), decide as in process.
+func TestFunctionArgumentCache(t *testing.T) {
+	rdb := needRedis(t)
+	clk := ratelimit.NewManualClock(unixNow)
+	prefix := testPrefix()
+	type pair struct {
+		s     *Store
+		local ratelimit.Limiter
+	}
+	var pairs []pair
+	for i := range 200 {
+		rules := []ratelimit.Rule{
+			ratelimit.GCRA{Rate: ratelimit.PerSecond(int64(i + 1)), Burst: int64(i%7 + 1)},
+			ratelimit.FixedWindow{Limit: int64(i%5 + 1), Window: time.Duration(i+1) * time.Millisecond},
+		}
+		for _, rule := range rules {
+			s, err := New(rdb, rule, WithClock(clk), WithPrefix(prefix))
+			require.NoError(t, err)
+			l, err := ratelimit.New(rule, ratelimit.WithClock(clk))
+			require.NoError(t, err)
+			pairs = append(pairs, pair{s, l})
+		}
+	}
+	for round := range 2 {
+		for i, p := range pairs {
+			cost := ratelimit.Units(i%4+1) * ratelimit.Unit / 4
+			want, err := p.local.Check(cost)
+			require.NoError(t, err)
+			got, err := p.s.Check("k", cost)
+			require.NoError(t, err)
+			require.Equal(t, want, got, "round %d, rule %d", round, i)
+			clk.Advance(time.Duration(i%11) * time.Millisecond)
+		}
+	}
 }
