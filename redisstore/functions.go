@@ -17,8 +17,10 @@ type scriptRunner interface {
 }
 
 // stepLibrary is the check's step as a Redis Functions library (Redis 7):
-// the same Lua as stepScript, with the fast path's and the exact path's
-// functions built once when the library loads rather than on every call.
+// the same Lua as stepScript, with the fast path's functions built once
+// when the library loads rather than on every call. The exact path's
+// helpers are local functions of exact() itself (see exactSource), so a
+// check that takes it builds them again, as EVALSHA builds everything.
 // ARGV is an upvalue the registered function sets before each step, so
 // that the step's sources read it as the script's ARGV; the fast path's
 // cache of the arguments it has read (argCache, see fast.lua) is set up
