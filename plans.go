@@ -715,7 +715,7 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 // planRecord): what that move carried in, given back evenly, plus what the
 // state holds beyond what it was given (what was admitted since), and the
 // instant all of that is given back.
-func (r *planRecord) carry(src keyedStore, spent, whole, now int64) (int64, int64) {
+func (r *planRecord) carry(src holder, spent, whole, now int64) (int64, int64) {
 	left := linear(r.x, r.at, r.until, now)
 	since := max(spent-src.heldAt(r.at, r.held, r.until, now), 0)
 	switch {

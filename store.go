@@ -766,12 +766,7 @@ func (c *storeCore[S, A]) checkHeld(key string, k storeKey, cost int64, gen *ato
 }
 
 func (c *storeCore[S, A]) heldAt(at, x, until, now int64) int64 {
-	if x <= 0 || until <= at {
-		return 0
-	}
-	var s S
-	c.alg.withSpent(&s, at, x, until)
-	return c.alg.spentAt(&s, now)
+	return heldAt[S](c.alg, at, x, until, now)
 }
 
 // digestKey returns the SHA-256 digest of a long key, hashed in pieces so

@@ -1,0 +1,102 @@
+package ratelimit_test
+
+import (
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+
+	"github.com/ratekit/ratelimit"
+)
+
+// machinePlans is a key of a rule set of plans of one rule each, kept as a
+// backend keeps it: the plan that holds the key, its encoded state and its
+// move record, moved with MoveState when the key's plan changes.
+type machinePlans struct {
+	machines []*ratelimit.Machine
+	policy   ratelimit.Migration
+	held     int // -1: none
+	state    []byte
+	record   []byte
+}
+
+func (mp *machinePlans) check(t *rapid.T, plan int, now time.Duration, cost ratelimit.Units) ratelimit.Decision {
+	if mp.held >= 0 && mp.held != plan {
+		mv, err := ratelimit.MoveState(mp.machines[mp.held], mp.machines[plan], mp.policy, mp.state, mp.record, now)
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, mv.At, now)
+		if len(mv.State) > 0 {
+			assert.Greater(t, mv.Whole, mv.At, "a moved state is whole later than the move")
+		}
+		mp.state, mp.record = mv.State, mv.Record
+	}
+	mp.held = plan
+	d, next, err := mp.machines[plan].Step(mp.state, now, cost, true)
+	require.NoError(t, err)
+	mp.state = next
+	if d.Policy == "" {
+		d.Policy = strconv.Itoa(plan)
+	}
+	return d
+}
+
+// TestMoveStateMatchesPlans: a key kept as a backend keeps it, moved with
+// MoveState, gets the in-process Plans' Decisions, field for field, on the
+// same trace of checks and plan switches, for every algorithm and policy.
+func TestMoveStateMatchesPlans(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		mk := newMovingKey(t)
+		mp := &machinePlans{policy: mk.policy, held: -1}
+		for _, r := range mk.plans {
+			m, err := ratelimit.NewMachine(r.rule)
+			require.NoError(t, err)
+			mp.machines = append(mp.machines, m)
+		}
+		next := mk.schedule(t)
+		for i := range rapid.IntRange(1, 40).Draw(t, "requests") {
+			plan, gap := next(i)
+			mk.clk.Advance(gap)
+			mk.on = strconv.Itoa(plan)
+			c := rapid.Int64Range(1, mk.plans[plan].capacity).Draw(t, "cost")
+			cost := ratelimit.Units(c) * ratelimit.Unit
+			want, err := mk.p.Check("k", cost)
+			require.NoError(t, err)
+			got := mp.check(t, plan, mk.clk.Now(), cost)
+			require.Equal(t, want, got, "request %d on plan %d at %v", i, plan, mk.clk.Now())
+		}
+	})
+}
+
+// TestMoveStateRefusesBadInput: a record or state that no move could have
+// written is ErrInvalidState, an unknown policy ErrInvalidOption; neither
+// panics.
+func TestMoveStateRefusesBadInput(t *testing.T) {
+	from, err := ratelimit.NewMachine(ratelimit.GCRA{Rate: ratelimit.PerSecond(10), Burst: 10})
+	require.NoError(t, err)
+	to, err := ratelimit.NewMachine(ratelimit.FixedWindow{Limit: 5, Window: time.Second})
+	require.NoError(t, err)
+	state := []byte("1000 2000000000 0")
+	for _, rec := range []string{
+		"x", "1 2 3", "1 2 3 4 5", "5 5 1000 1000", "5 4 1000 1000", "1 9 1000 2000", "1 9 1000 0",
+		"1 9 100000 20000", "4611686018427387905 4611686018427387906 1 1", "01 9 1 1", "1  9 1 1",
+	} {
+		_, err := ratelimit.MoveState(from, to, ratelimit.MigrateProportional, state, []byte(rec), time.Second)
+		assert.True(t, errors.Is(err, ratelimit.ErrInvalidState), "record %q: %v", rec, err)
+	}
+	for _, st := range []string{"x", "1 2", "1 99999999999999999999 0", "1 2 3 4"} {
+		_, err := ratelimit.MoveState(from, to, ratelimit.MigrateProportional, []byte(st), nil, time.Second)
+		assert.True(t, errors.Is(err, ratelimit.ErrInvalidState), "state %q: %v", st, err)
+	}
+	_, err = ratelimit.MoveState(from, to, ratelimit.Migration(9), state, nil, time.Second)
+	assert.True(t, errors.Is(err, ratelimit.ErrInvalidOption))
+	mv, err := ratelimit.MoveState(from, to, ratelimit.MigrateProportional, state, []byte("1 4000000000 9000 9000"), time.Second)
+	require.NoError(t, err)
+	assert.NotEmpty(t, mv.State)
+	assert.NotEmpty(t, mv.Record)
+	_, _, err = to.Step(mv.State, mv.At, ratelimit.Unit, true)
+	assert.NoError(t, err, "a moved state reads back")
+}
