@@ -100,3 +100,29 @@ func TestMoveStateRefusesBadInput(t *testing.T) {
 	_, _, err = to.Step(mv.State, mv.At, ratelimit.Unit, true)
 	assert.NoError(t, err, "a moved state reads back")
 }
+
+// TestPlansKeyOutlivesUpdatesThatKeepItsStore: a key spent under a plan
+// that one Update keeps and the next replaces moves with what it spent:
+// the plan its record names, whose store the first Update kept, is still
+// found when the second replaces that store.
+func TestPlansKeyOutlivesUpdatesThatKeepItsStore(t *testing.T) {
+	clk := ratelimit.NewManualClock(time.Hour)
+	set := func(free, pro ratelimit.Rule) ratelimit.PlanSet {
+		return ratelimit.PlanSet{Default: "free", Plans: map[string]ratelimit.Plan{"free": {Rule: free}, "pro": {Rule: pro}}}
+	}
+	bucket := ratelimit.TokenBucket{Rate: ratelimit.PerHour(1), Burst: 1}
+	p, err := ratelimit.NewPlans(set(bucket, bucket), nil, ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	d, err := p.Check("k", ratelimit.Unit)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	for i := range 3 { // Updates that keep the key's plan
+		require.NoError(t, p.Update(set(bucket, ratelimit.GCRA{Rate: ratelimit.PerHour(int64(2 + i)), Burst: 2}), ratelimit.MigrateProportional))
+	}
+	renamed := bucket
+	renamed.Name = "free"
+	require.NoError(t, p.Update(set(renamed, bucket), ratelimit.MigrateProportional))
+	d, err = p.Check("k", ratelimit.Unit)
+	require.NoError(t, err)
+	assert.False(t, d.Allowed, "the key started fresh: %+v", d)
+}

@@ -273,8 +273,34 @@ func (p *Plans) build(set PlanSet, old *planGen, now int64, m Migration) (*planG
 			}
 			g.replaced = append(g.replaced, &recordedPlan{bp: bp, policy: m, until: until})
 		}
+		live := map[keyedStore]bool{} // the stores old's own plans hold keys in
+		for _, bp := range old.plans {
+			for _, l := range bp.comp.layers {
+				live[l.store] = true
+			}
+		}
 		for _, r := range old.replaced {
-			if r.until > now && len(g.replaced) < maxReplaced {
+			// A plan an earlier Update replaced but for stores it kept
+			// names those stores in its keys' records: it stays known as
+			// long as they are kept; and if this Update replaces them, it
+			// replaces that plan as it replaces the plans of old, with m,
+			// and its keys are partly spent until two of their windows
+			// from now.
+			c := *r
+			shared := false
+			for _, l := range r.bp.comp.layers {
+				switch {
+				case live[l.store] && kept[l.store]:
+					shared = true
+				case live[l.store]:
+					c.until = max(c.until, addTime(now, 2*l.store.policy().window))
+					c.policy = m
+				}
+			}
+			if (shared || c.until > now) && len(g.replaced) < maxReplaced {
+				if c != *r {
+					r = &c
+				}
 				g.replaced = append(g.replaced, r)
 			}
 		}
