@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"time"
@@ -169,4 +170,13 @@ func heldAt[S any](alg migrator[S], at, x, until, now int64) int64 {
 	var s S
 	alg.withSpent(&s, at, x, until)
 	return alg.spentAt(&s, now)
+}
+
+// PlanFromContext returns the plan name ctx carries (see
+// [ContextWithPlan]) and whether it carries one: what a backend's plans
+// read to put a request's key on the plan the request names, as [Plans]
+// does.
+func PlanFromContext(ctx context.Context) (plan string, ok bool) {
+	plan, ok = ctx.Value(planKey{}).(string)
+	return plan, ok
 }

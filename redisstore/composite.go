@@ -329,11 +329,35 @@ func (c *Composite) decide(ctx context.Context, key string, cost ratelimit.Units
 	if err != nil {
 		return c.refused(), ratelimit.Decision{}, err
 	}
-	args := make([]any, 0, 2+n*11)
 	now := ""
 	if c.clock != nil {
 		now = strconv.FormatInt(clamp(c.clock.Now()), 10)
 	}
+	args := c.args(now, cost)
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.o.timeout)
+		defer cancel()
+	}
+	reply, err := c.run(ctx, keys, args)
+	if err != nil {
+		if isStateError(err) {
+			return c.refused(), ratelimit.Decision{}, fmt.Errorf("%w: key %q: %v", ratelimit.ErrInvalidState, clipKey(key), err)
+		}
+		if isCrossSlot(err) {
+			return c.refused(), ratelimit.Decision{}, fmt.Errorf("%w: key %q: %v", ErrCrossSlot, clipKey(key), err)
+		}
+		d, err := c.degraded(cost, fmt.Errorf("%w: %w", ErrUnavailable, err))
+		return d, ratelimit.Decision{}, err
+	}
+	return c.verify(key, cost, reply, out)
+}
+
+// args are layers.lua's arguments for a request of cost at now (the
+// client clock's reading, or empty for the server's TIME).
+func (c *Composite) args(now string, cost ratelimit.Units) []any {
+	n := len(c.layers)
+	args := make([]any, 0, 2+n*11)
 	args = append(args, now, strconv.Itoa(n))
 	for i := range c.layers {
 		l := &c.layers[i]
@@ -353,23 +377,7 @@ func (c *Composite) decide(ctx context.Context, key string, cost ratelimit.Units
 		args = append(args, flag, strconv.Itoa(len(step)))
 		args = append(args, step...)
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.o.timeout)
-		defer cancel()
-	}
-	reply, err := c.run(ctx, keys, args)
-	if err != nil {
-		if isStateError(err) {
-			return c.refused(), ratelimit.Decision{}, fmt.Errorf("%w: key %q: %v", ratelimit.ErrInvalidState, clipKey(key), err)
-		}
-		if isCrossSlot(err) {
-			return c.refused(), ratelimit.Decision{}, fmt.Errorf("%w: key %q: %v", ErrCrossSlot, clipKey(key), err)
-		}
-		d, err := c.degraded(cost, fmt.Errorf("%w: %w", ErrUnavailable, err))
-		return d, ratelimit.Decision{}, err
-	}
-	return c.verify(key, cost, reply, out)
+	return args
 }
 
 // run sends the script, on a goroutine of its own when the client might
