@@ -69,7 +69,7 @@
 // the Cluster hash tag. Keys of any length or bytes are safe. A rule with
 // other numbers (a leaky bucket's Delay, CountRefused and a SubWindow's
 // Buckets included) uses other Redis keys, so a changed rule starts its
-// keys fresh. The state is written with an expiry at the instant it becomes as
+// keys fresh, unless it is a [Plans]' (see Plans below). The state is written with an expiry at the instant it becomes as
 // good as a fresh key's (the Decision's ResetAfter, rounded up to the
 // millisecond) plus a margin for clock skew ([WithExpiryMargin]); losing it
 // then loses nothing. A missing key, and a key holding the empty string,
@@ -111,6 +111,28 @@
 // CROSSSLOT all the same is refused with [ErrCrossSlot], never answered by
 // the failure policy. As in process, a Composite never spends a refusal,
 // CountRefused or not, and reports one on the keys as they stand.
+//
+// # Plans
+//
+// [NewPlans] is the Redis counterpart of [ratelimit.NewPlans]: the same
+// [ratelimit.PlanSet], plan function and [ratelimit.ContextWithPlan],
+// Update with the four [ratelimit.Migration] policies, and the in-process
+// Plans' Decisions on the same traces, shared by every replica. Each key
+// has a record beside its state, under the same hash tag: the keys of the
+// plan that holds its state, that plan's rules as JSON, and what its last
+// move carried in. A check of a key its plan holds (or of a key new to
+// Redis) is one script call that reads the record and checks. A key whose
+// record names another plan, or its plan under other rules, is moved at
+// that check: the script returns the record and the states, the move is
+// computed in Go by [ratelimit.MoveState] from the rules the record names
+// (so a replica on another rule set moves it alike), and a second script
+// writes it, compare-and-set on what was read, and checks; a move another
+// check beat starts over a few times at most. A plan's keys are named by
+// the plan, the layer and the rule, so that replicas on one rule set share
+// them, and a rule an Update keeps keeps its keys. In Redis Cluster a
+// plan's layers must share the record's slot (a layer with a Key of its
+// own needs [WithHashTag], and a global layer a prefix with a tag of its
+// own), else the check is refused with [ErrCrossSlot].
 //
 // # After the fact
 //
