@@ -59,8 +59,9 @@ import (
 //
 // Of the options, Plans reads [WithPrefix], [WithClock], [WithTimeout],
 // [WithExpiryMargin], [WithFailureMode], [WithFallback] (a local limiter,
-// such as a [ratelimit.Plans]), [WithCircuit], [WithObserver] and
-// [WithHashTag]; it has no deny cache. When Redis fails, the error wraps
+// such as a [ratelimit.Plans]), [WithCircuit], [WithObserver],
+// [WithHashTag] and [WithDenyCache] (each plan of one rule has a deny
+// cache of that size, as a Store has; a plan of layers has none). When Redis fails, the error wraps
 // [ErrUnavailable] and the Decision is the failure policy's. A corrupted
 // record or state refuses with an error matching
 // [ratelimit.ErrInvalidState], whatever the policy. Plans is safe for
@@ -160,7 +161,8 @@ func (p *Plans) Set() ratelimit.PlanSet { return copyPlanSet(p.gen.Load().set) }
 // time when the server's clock decides.
 func (p *Plans) Clock() ratelimit.Clock { return p.r.clock() }
 
-// PlansStats are a [Plans]' counters since it was built.
+// PlansStats are a [Plans]' counters since it was built (LocalDenials:
+// of the plans in force).
 type PlansStats struct {
 	Stats
 	// Moves counts keys moved to another plan or rule.
@@ -172,7 +174,15 @@ type PlansStats struct {
 
 // Stats returns the counters.
 func (p *Plans) Stats() PlansStats {
-	return PlansStats{Stats: p.r.stats(), Moves: p.moves.Load(), Conflicts: p.conflicts.Load()}
+	st := PlansStats{Stats: p.r.stats(), Moves: p.moves.Load(), Conflicts: p.conflicts.Load()}
+	for _, rp := range p.gen.Load().plans {
+		if rp.single != nil {
+			st.LocalDenials += rp.single.localDenials.Load()
+			st.Mismatches += rp.single.mismatches.Load()
+			st.InvalidStates += rp.single.invalid.Load()
+		}
+	}
+	return st
 }
 
 func copyPlanSet(set ratelimit.PlanSet) ratelimit.PlanSet {
@@ -253,7 +263,7 @@ func (p *Plans) buildPlan(name string, pl ratelimit.Plan) (*redisPlan, error) {
 	}
 	rp := &redisPlan{name: name}
 	doc := planJSON{Plan: name}
-	opts := []Option{WithPrefix(p.r.o.prefix), WithClock(p.r.o.clock), WithExpiryMargin(p.r.o.margin), WithDenyCache(0)}
+	opts := []Option{WithPrefix(p.r.o.prefix), WithClock(p.r.o.clock), WithExpiryMargin(p.r.o.margin), WithDenyCache(p.r.o.denyCache)}
 	for i, l := range layers {
 		if l.Rule == nil {
 			return nil, &ratelimit.RuleError{Rule: "PlanSet", Field: field(fmt.Sprintf("Layers[%d].Rule", i)), Reason: "is nil"}
@@ -451,6 +461,21 @@ func (p *Plans) decide(ctx context.Context, g *plansGen, rp *redisPlan, key stri
 	if err != nil {
 		return rp.refused(), err
 	}
+	// A plan of one rule has its Store's deny cache: a refusal Redis made
+	// on the plan's key is repeated without a round trip while the state
+	// it read refuses (see WithDenyCache).
+	var floor int64
+	var gen uint64
+	deny := rp.deny()
+	if deny != nil {
+		gen = deny.generation()
+		d, ok, latest := deny.answer(rp.single.m, p.r.o.clock, keys[0], cost)
+		if ok {
+			rp.single.localDenials.Add(1)
+			return d, nil
+		}
+		floor = latest
+	}
 	ctx, cancel := p.r.bounded(ctx)
 	defer cancel()
 	id := line + "\n" + rp.json
@@ -458,16 +483,17 @@ func (p *Plans) decide(ctx context.Context, g *plansGen, rp *redisPlan, key stri
 	for range maxMoves {
 		now := ""
 		if t, ok := p.r.now(); ok {
-			now = strconv.FormatInt(t, 10)
+			now = strconv.FormatInt(max(t, floor), 10)
 		}
 		check := p.checkArgs(rp, now, cost)
 		args := append([]any{"c", rp.kind(), id, strconv.Itoa(len(keys)), p.r.o.prefix, now, "8"}, check...)
+		sent := time.Now()
 		reply, err := p.call(ctx, all, args)
 		if err != nil {
 			return p.failed(ctx, rp, key, cost, err)
 		}
 		if tag, _ := reply[0].(string); tag == "c" {
-			return p.verify(rp, key, cost, reply[1:])
+			return p.verified(rp, key, keys[0], cost, reply[1:], deny, gen, sent)
 		}
 		mv, err := p.move(g, rp, keys, id, reply, cost)
 		if err != nil {
@@ -476,13 +502,14 @@ func (p *Plans) decide(ctx context.Context, g *plansGen, rp *redisPlan, key stri
 		}
 		args = append([]any{"m", rp.kind(), id, strconv.Itoa(len(keys)), p.r.o.prefix, now, strconv.Itoa(12 + len(mv.args))}, mv.head...)
 		args = append(append(args, mv.args...), check...)
+		sent = time.Now()
 		reply, err = p.call(ctx, append(all[:1+len(keys):1+len(keys)], mv.old...), args)
 		if err != nil {
 			return p.failed(ctx, rp, key, cost, err)
 		}
 		if tag, _ := reply[0].(string); tag == "c" {
 			p.moves.Add(1)
-			return p.verify(rp, key, cost, reply[1:])
+			return p.verified(rp, key, keys[0], cost, reply[1:], deny, gen, sent)
 		}
 		p.conflicts.Add(1)
 	}
@@ -538,15 +565,31 @@ func (p *Plans) failed(ctx context.Context, rp *redisPlan, key string, cost rate
 	return p.degraded(ctx, rp, key, cost, err)
 }
 
-// verify turns the check's reply into the Decision, as the plan's Store or
-// Composite does.
-func (p *Plans) verify(rp *redisPlan, key string, cost ratelimit.Units, reply []any) (ratelimit.Decision, error) {
-	if rp.single != nil {
-		d, _, _, err := rp.single.verify(key, cost, reply, rp.single.p.CountRefused)
+// verified turns the check's reply, to a call sent at sent, into the
+// Decision, as the plan's Store or Composite does, and tells the deny
+// cache, if any, of the key's refusal or admission.
+func (p *Plans) verified(rp *redisPlan, key, rk string, cost ratelimit.Units, reply []any, deny *denyCache, gen uint64, sent time.Time) (ratelimit.Decision, error) {
+	if rp.single == nil {
+		d, _, err := rp.comp.verify(key, cost, reply, nil)
 		return d, err
 	}
-	d, _, err := rp.comp.verify(key, cost, reply, nil)
+	d, at, state, err := rp.single.verify(key, cost, reply, rp.single.p.CountRefused)
+	if deny != nil && err == nil {
+		if d.Allowed {
+			deny.forget(rk)
+		} else {
+			deny.remember(rk, state, at, sent, time.Now(), gen)
+		}
+	}
 	return d, err
+}
+
+// deny is the deny cache of a plan of one rule, nil if none.
+func (rp *redisPlan) deny() *denyCache {
+	if rp.single == nil {
+		return nil
+	}
+	return rp.single.deny
 }
 
 // degraded applies the failure policy to a check Redis did not decide.

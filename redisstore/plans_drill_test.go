@@ -137,7 +137,7 @@ func TestClusterPlans(t *testing.T) {
 	}}
 	local, err := ratelimit.NewPlans(set, planOf, ratelimit.WithClock(clk))
 	require.NoError(t, err)
-	p, err := NewPlans(rdb, set, planOf, WithClock(clk), WithPrefix(testPrefix()), WithTimeout(5*time.Second))
+	p, err := NewPlans(rdb, set, planOf, WithClock(clk), WithPrefix(testPrefix()), WithTimeout(5*time.Second), WithDenyCache(0))
 	require.NoError(t, err)
 	const keys = 24
 	masters := map[string]bool{}

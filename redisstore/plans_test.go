@@ -98,7 +98,7 @@ func TestPlansSameDecisionsAsInProcess(t *testing.T) {
 		set := drawPlanSet(t, nil)
 		local, err := ratelimit.NewPlans(set, planOf, ratelimit.WithClock(clk), ratelimit.WithLogger(nil))
 		require.NoError(t, err)
-		remote, err := NewPlans(rdb, set, planOf, WithClock(clk), WithPrefix(testPrefix()), WithTimeout(10*time.Second))
+		remote, err := NewPlans(rdb, set, planOf, WithClock(clk), WithPrefix(testPrefix()), WithTimeout(10*time.Second), WithDenyCache(0))
 		require.NoError(t, err)
 		keys := []string{"a", "b"}
 		for i := range rapid.IntRange(1, 60).Draw(t, "steps") {
@@ -255,9 +255,9 @@ func TestPlansRollingReload(t *testing.T) {
 				"pro": {Rule: ratelimit.TokenBucket{Rate: ratelimit.PerMinute(20), Burst: 20}},
 			}}
 			prefix := testPrefix()
-			r1, err := NewPlans(c1, old, nil, WithClock(clk), WithPrefix(prefix))
+			r1, err := NewPlans(c1, old, nil, WithClock(clk), WithPrefix(prefix), WithDenyCache(0))
 			require.NoError(t, err)
-			r2, err := NewPlans(c2, old, nil, WithClock(clk), WithPrefix(prefix))
+			r2, err := NewPlans(c2, old, nil, WithClock(clk), WithPrefix(prefix), WithDenyCache(0))
 			require.NoError(t, err)
 			require.NoError(t, r2.Update(upgraded, m))
 			local, err := ratelimit.NewPlans(old, nil, ratelimit.WithClock(clk))
@@ -417,4 +417,30 @@ func TestPlansCorruptRecord(t *testing.T) {
 		assert.Zero(t, st.Failures)
 		assert.Positive(t, st.InvalidStates)
 	}
+}
+
+// TestPlansDenyCache: a plan of one rule repeats a refusal Redis made
+// without a round trip, as a Store's deny cache does; a key that moves to
+// another plan is asked of Redis.
+func TestPlansDenyCache(t *testing.T) {
+	rdb := needRedis(t)
+	clk := ratelimit.NewManualClock(unixNow)
+	plan := "free"
+	set := ratelimit.PlanSet{Default: "free", OnMove: ratelimit.MigrateAdditive, Plans: map[string]ratelimit.Plan{
+		"free": {Rule: ratelimit.GCRA{Rate: ratelimit.PerMinute(2), Burst: 2}},
+		"pro":  {Rule: ratelimit.GCRA{Rate: ratelimit.PerMinute(20), Burst: 20}},
+	}}
+	p, err := NewPlans(rdb, set, func(string) string { return plan }, WithClock(clk), WithPrefix(testPrefix()))
+	require.NoError(t, err)
+	for i := range 5 {
+		d, err := p.Check("k", ratelimit.Unit)
+		require.NoError(t, err)
+		assert.Equal(t, i < 2, d.Allowed)
+	}
+	assert.Equal(t, uint64(2), p.Stats().LocalDenials, "the refusals after the first")
+	plan = "pro"
+	d, err := p.Check("k", ratelimit.Unit)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed, "2 spent of 2 is 2 of 20: pro has room")
+	assert.Equal(t, uint64(1), p.Stats().Moves)
 }
