@@ -66,7 +66,7 @@ import (
 // record or state refuses with an error matching
 // [ratelimit.ErrInvalidState], whatever the policy. Plans is safe for
 // concurrent use, starts no goroutines of its own and has nothing to
-// close. It has Check and CheckContext; it has no CheckWithin, Wait,
+// close. It has Check, CheckContext and Wait; it has no CheckWithin,
 // Peek, Refund, Settle or Reset.
 type Plans struct {
 	r        *remote
@@ -92,6 +92,9 @@ type plansGen struct {
 	replaced map[string]ratelimit.Migration
 	order    []string // replaced's keys, oldest first
 	last     ratelimit.Migration
+	// done ends when an Update replaces this set, to wake waiters.
+	done   context.Context
+	cancel context.CancelFunc
 }
 
 // maxReplaced bounds how many replaced plans a Plans remembers the
@@ -146,11 +149,13 @@ func (p *Plans) Update(set ratelimit.PlanSet, m ratelimit.Migration) error {
 	}
 	p.update.Lock()
 	defer p.update.Unlock()
-	g, err := p.build(set, p.gen.Load(), m)
+	old := p.gen.Load()
+	g, err := p.build(set, old, m)
 	if err != nil {
 		return err
 	}
 	p.gen.Store(g)
+	old.cancel()
 	return nil
 }
 
@@ -217,6 +222,7 @@ func (p *Plans) build(set ratelimit.PlanSet, old *plansGen, m ratelimit.Migratio
 		g.plans[name] = rp
 	}
 	g.def = g.plans[set.Default]
+	g.done, g.cancel = context.WithCancel(context.Background())
 	if old != nil {
 		for _, k := range old.order {
 			g.remember(k, old.replaced[k])
@@ -446,6 +452,46 @@ func (p *Plans) CheckContext(ctx context.Context, key string, cost ratelimit.Uni
 	err = degradedError(err)
 	observe(p.r.o.observer, d.Policy, d, cost, err)
 	return d, err
+}
+
+// Wait checks cost for key and, while it is refused, sleeps out its
+// RetryAfter on the Plans' clock and checks again, as [Store.Wait] does,
+// until it is admitted, ctx ends, or the wait would outlast ctx's deadline
+// (then it returns the refusal with an error matching
+// [ratelimit.ErrWouldExceedDeadline] at once). As [ratelimit.Plans.Wait], a
+// waiter asleep when an Update changes the rules wakes at once and asks
+// again under the new rules. An admitted leaky-bucket request then waits
+// out its Delay.
+func (p *Plans) Wait(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	clk := p.Clock()
+	for {
+		g := p.gen.Load()
+		d, err := p.CheckContext(ctx, key, cost)
+		if err != nil {
+			return d, err
+		}
+		wait := d.RetryAfter
+		if d.Allowed {
+			wait = d.Delay
+		}
+		if wait <= 0 {
+			return d, nil
+		}
+		if dl, ok := ctx.Deadline(); ok && !d.Allowed && time.Until(dl) < wait {
+			return d, ratelimit.ErrWouldExceedDeadline
+		}
+		if d.Allowed {
+			return d, ratelimit.Sleep(ctx, clk, wait)
+		}
+		sleep, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(g.done, cancel)
+		err = ratelimit.Sleep(sleep, clk, wait)
+		stop()
+		cancel()
+		if err != nil && ctx.Err() != nil {
+			return d, ctx.Err()
+		}
+	}
 }
 
 // maxMoves is how many times a check tries to move a key that other checks

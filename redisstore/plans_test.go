@@ -444,3 +444,60 @@ func TestPlansDenyCache(t *testing.T) {
 	assert.True(t, d.Allowed, "2 spent of 2 is 2 of 20: pro has room")
 	assert.Equal(t, uint64(1), p.Stats().Moves)
 }
+
+// TestPlansWait: Wait sleeps out RetryAfter on the client clock and is
+// admitted once the clock gets there; a waiter asleep when an Update
+// changes the rules wakes and asks again under the new ones.
+func TestPlansWait(t *testing.T) {
+	rdb := needRedis(t)
+	clk := ratelimit.NewManualClock(unixNow)
+	set := func(burst int64) ratelimit.PlanSet {
+		return ratelimit.PlanSet{Default: "free", OnMove: ratelimit.MigrateAdditive, Plans: map[string]ratelimit.Plan{
+			"free": {Rule: ratelimit.GCRA{Rate: ratelimit.PerSecond(1), Burst: burst}},
+		}}
+	}
+	p, err := NewPlans(rdb, set(1), nil, WithClock(clk), WithPrefix(testPrefix()))
+	require.NoError(t, err)
+	d, err := p.Check("k", ratelimit.Unit)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	done := make(chan ratelimit.Decision, 1)
+	go func() {
+		d, err := p.Wait(ctx, "k", ratelimit.Unit)
+		assert.NoError(t, err)
+		done <- d
+	}()
+	require.NoError(t, clk.BlockUntilSleepers(ctx, 1))
+	clk.Advance(time.Second)
+	select {
+	case d = <-done:
+		assert.True(t, d.Allowed)
+	case <-ctx.Done():
+		t.Fatal("the waiter was not admitted")
+	}
+
+	go func() {
+		d, err := p.Wait(ctx, "k", ratelimit.Unit)
+		assert.NoError(t, err)
+		done <- d
+	}()
+	require.NoError(t, clk.BlockUntilSleepers(ctx, 1))
+	// One spent of a burst of 2 leaves room: the waiter need not sleep on.
+	require.NoError(t, p.Update(set(2), ratelimit.MigrateAdditive))
+	select {
+	case d = <-done:
+		assert.True(t, d.Allowed)
+		assert.Equal(t, unixNow+time.Second, d.At, "admitted without the clock moving")
+	case <-ctx.Done():
+		t.Fatal("the waiter slept through the Update")
+	}
+
+	short, cancel2 := context.WithTimeout(context.Background(), time.Second)
+	defer cancel2()
+	d, err = p.Wait(short, "k", ratelimit.Unit)
+	assert.ErrorIs(t, err, ratelimit.ErrWouldExceedDeadline)
+	assert.False(t, d.Allowed)
+}
