@@ -226,15 +226,22 @@ func (c *Composite) key(i int, key string) (string, string) {
 	if l.Key != nil {
 		key = l.Key(key)
 	}
+	return taggedKey(l.head, key, c.o.hashTag)
+}
+
+// taggedKey is the Redis key of key under head: head, then (with a hash
+// tag function) a hash of key and ':', and in braces the Cluster hash tag,
+// a hash of key or of hashTag(key); and that tag.
+func taggedKey(head, key string, hashTag func(string) string) (name, tag string) {
 	own := hash16(key)
-	tag := own
-	if c.o.hashTag != nil {
-		tag = hash16(c.o.hashTag(key))
+	tag = own
+	if hashTag != nil {
+		tag = hash16(hashTag(key))
 	}
 	var b strings.Builder
-	b.Grow(len(l.head) + 68)
-	b.WriteString(l.head)
-	if c.o.hashTag != nil {
+	b.Grow(len(head) + 68)
+	b.WriteString(head)
+	if hashTag != nil {
 		b.WriteString(own)
 		b.WriteByte(':')
 	}

@@ -369,22 +369,7 @@ func (p *Plans) plan(ctx context.Context, g *plansGen, key string) *redisPlan {
 // hash of key or of its tag. A plan's layer keys and its record are named
 // alike, so that they share a slot wherever their keys share a tag.
 func (p *Plans) keyName(head, key string) (name, tag string) {
-	own := hash16(key)
-	tag = own
-	if p.r.o.hashTag != nil {
-		tag = hash16(p.r.o.hashTag(key))
-	}
-	var b strings.Builder
-	b.Grow(len(head) + 68)
-	b.WriteString(head)
-	if p.r.o.hashTag != nil {
-		b.WriteString(own)
-		b.WriteByte(':')
-	}
-	b.WriteByte('{')
-	b.WriteString(tag)
-	b.WriteByte('}')
-	return b.String(), tag
+	return taggedKey(head, key, p.r.o.hashTag)
 }
 
 // RecordKey returns the Redis key of key's record.
@@ -463,35 +448,12 @@ func (p *Plans) CheckContext(ctx context.Context, key string, cost ratelimit.Uni
 // again under the new rules. An admitted leaky-bucket request then waits
 // out its Delay.
 func (p *Plans) Wait(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
-	clk := p.Clock()
-	for {
-		g := p.gen.Load()
-		d, err := p.CheckContext(ctx, key, cost)
-		if err != nil {
-			return d, err
-		}
-		wait := d.RetryAfter
-		if d.Allowed {
-			wait = d.Delay
-		}
-		if wait <= 0 {
-			return d, nil
-		}
-		if dl, ok := ctx.Deadline(); ok && !d.Allowed && time.Until(dl) < wait {
-			return d, ratelimit.ErrWouldExceedDeadline
-		}
-		if d.Allowed {
-			return d, ratelimit.Sleep(ctx, clk, wait)
-		}
-		sleep, cancel := context.WithCancel(ctx)
-		stop := context.AfterFunc(g.done, cancel)
-		err = ratelimit.Sleep(sleep, clk, wait)
-		stop()
-		cancel()
-		if err != nil && ctx.Err() != nil {
-			return d, ctx.Err()
-		}
+	var g *plansGen
+	check := func(ctx context.Context) (ratelimit.Decision, error) {
+		g = p.gen.Load()
+		return p.CheckContext(ctx, key, cost)
 	}
+	return waitFor(ctx, p.Clock(), check, func() context.Context { return g.done })
 }
 
 // maxMoves is how many times a check tries to move a key that other checks

@@ -17,9 +17,18 @@ import (
 // process, a refusal spends nothing even for a rule with CountRefused, and
 // is reported on the key as it stands ([ratelimit.Machine.Look]).
 func (s *Store) Wait(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
-	clk := s.Clock()
+	check := func(ctx context.Context) (ratelimit.Decision, error) { return s.checkContext(ctx, key, cost, true) }
+	return waitFor(ctx, s.Clock(), check, nil)
+}
+
+// waitFor is Wait over check: check, and while it refuses, sleep out its
+// RetryAfter on clk and check again; an admission's Delay is slept out
+// before it returns. changed, if not nil, returns a context that ends when
+// the rules of the latest check are replaced: a refusal's sleep ends then,
+// and the next check asks under the new rules.
+func waitFor(ctx context.Context, clk ratelimit.Clock, check func(context.Context) (ratelimit.Decision, error), changed func() context.Context) (ratelimit.Decision, error) {
 	for {
-		d, err := s.checkContext(ctx, key, cost, true)
+		d, err := check(ctx)
 		if err != nil {
 			return d, err
 		}
@@ -33,11 +42,19 @@ func (s *Store) Wait(ctx context.Context, key string, cost ratelimit.Units) (rat
 		if dl, ok := ctx.Deadline(); ok && !d.Allowed && time.Until(dl) < wait {
 			return d, ratelimit.ErrWouldExceedDeadline
 		}
-		if err := ratelimit.Sleep(ctx, clk, wait); err != nil {
-			return d, err
+		if d.Allowed || changed == nil {
+			if err := ratelimit.Sleep(ctx, clk, wait); err != nil || d.Allowed {
+				return d, err
+			}
+			continue
 		}
-		if d.Allowed {
-			return d, nil
+		sleep, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(changed(), cancel)
+		err = ratelimit.Sleep(sleep, clk, wait)
+		stop()
+		cancel()
+		if err != nil && ctx.Err() != nil {
+			return d, ctx.Err()
 		}
 	}
 }
