@@ -52,17 +52,20 @@ import (
 // allowance (see [ratelimit.Migration] for the bound), except under
 // MigrateReset, which resets the key at every move onto the rules it was
 // asked for: finish a rolling reload before an Update with MigrateReset.
-// A replica moving a key back onto a version of its plan it does not know
-// (another replica's newer rules) uses the policy of its own latest
-// Update, or MigrateProportional if that was MigrateReset; a move between
-// different plans uses the set's OnMove.
+// A replica moving a key off rules of its plan that it never ran (another
+// replica's newer ones) uses the policy the record says the key was moved
+// onto them with (else the policy of its own latest Update), so that a key
+// moved back and forth loses nothing one way that the other gives back;
+// MigrateProportional stands in for MigrateReset there. A move between
+// different plans uses the set's OnMove, as in process.
 //
 // Of the options, Plans reads [WithPrefix], [WithClock], [WithTimeout],
 // [WithExpiryMargin], [WithFailureMode], [WithFallback] (a local limiter,
 // such as a [ratelimit.Plans]), [WithCircuit], [WithObserver],
 // [WithHashTag] and [WithDenyCache] (each plan of one rule has a deny
-// cache of that size, as a Store has; a plan of layers has none). When Redis fails, the error wraps
-// [ErrUnavailable] and the Decision is the failure policy's. A corrupted
+// cache of that size, as a Store has; a plan of layers has none). When
+// Redis fails, the error wraps [ErrUnavailable] and the Decision is the
+// failure policy's. A corrupted
 // record or state refuses with an error matching
 // [ratelimit.ErrInvalidState], whatever the policy. Plans is safe for
 // concurrent use, starts no goroutines of its own and has nothing to
@@ -562,7 +565,10 @@ func (p *Plans) call(ctx context.Context, keys []string, args []any) ([]any, err
 // policy's.
 func (p *Plans) failed(ctx context.Context, rp *redisPlan, key string, cost ratelimit.Units, err error) (ratelimit.Decision, error) {
 	switch {
-	case isStateError(err):
+	case isStateError(err), strings.Contains(err.Error(), "Script attempted to access"):
+		// The latter is a Cluster node refusing a key in another slot, or
+		// on another node, that a corrupted record named: the server
+		// answered, and the record cannot be used.
 		p.r.invalid.Add(1)
 		return rp.refused(), fmt.Errorf("%w: key %q: %v", ratelimit.ErrInvalidState, clipKey(key), err)
 	case isCrossSlot(err):

@@ -176,4 +176,14 @@ func TestClusterPlans(t *testing.T) {
 	st := p.Stats()
 	assert.Positive(t, st.Moves)
 	assert.Zero(t, st.Failures+st.InvalidStates+st.Mismatches)
+
+	// A record that names a key of another slot (another key's) is a
+	// corrupted record: refused, never the failure policy's admission.
+	other := p.Keys("pro", "user-1")[0]
+	proJSON := p.gen.Load().plans["pro"].json
+	require.NoError(t, rdb.Set(ctx, p.RecordKey("user-0"), other+" "+other+"\n"+proJSON+"\n", time.Hour).Err())
+	on["user-0"] = "free"
+	d, err := p.Check("user-0", ratelimit.Unit)
+	assert.ErrorIs(t, err, ratelimit.ErrInvalidState)
+	assert.False(t, d.Allowed)
 }
