@@ -565,10 +565,9 @@ func (p *Plans) call(ctx context.Context, keys []string, args []any) ([]any, err
 // policy's.
 func (p *Plans) failed(ctx context.Context, rp *redisPlan, key string, cost ratelimit.Units, err error) (ratelimit.Decision, error) {
 	switch {
-	case isStateError(err), strings.Contains(err.Error(), "Script attempted to access"):
-		// The latter is a Cluster node refusing a key in another slot, or
-		// on another node, that a corrupted record named: the server
-		// answered, and the record cannot be used.
+	case isStateError(err):
+		// plans.lua reads the keys a record names with pcall: a Cluster
+		// node's refusal of one in another slot is such an error too.
 		p.r.invalid.Add(1)
 		return rp.refused(), fmt.Errorf("%w: key %q: %v", ratelimit.ErrInvalidState, clipKey(key), err)
 	case isCrossSlot(err):
