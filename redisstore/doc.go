@@ -69,8 +69,9 @@
 // the Cluster hash tag. Keys of any length or bytes are safe. A rule with
 // other numbers (a leaky bucket's Delay, CountRefused and a SubWindow's
 // Buckets included) uses other Redis keys, so a changed rule starts its
-// keys fresh, unless it is a [Plans]' (see Plans below). The state is written with an expiry at the instant it becomes as
-// good as a fresh key's (the Decision's ResetAfter, rounded up to the
+// keys fresh, except under [Plans], which moves a key to its new rule
+// (see Plans below). The state is written with an expiry at the instant
+// it becomes as good as a fresh key's (the Decision's ResetAfter, rounded up to the
 // millisecond) plus a margin for clock skew ([WithExpiryMargin]); losing it
 // then loses nothing. A missing key, and a key holding the empty string,
 // are a fresh key, as the empty state is for [ratelimit.Machine.Step].
