@@ -38,9 +38,12 @@ type Moved struct {
 // the process (redisstore keeps them in Redis) gives the Plans' Decisions.
 //
 // state is the key's state under from (a [Machine] state; empty for a
-// key from does not hold, which then starts fresh under to); now the
-// instant of the move (clamped into [0, MaxTime] and raised to the state's
-// latest instant and the record's).
+// fresh one, or one a backend let expire once it was as good as fresh); now
+// the instant of the move (clamped into [0, MaxTime] and raised to the
+// state's latest instant and the record's). A key with an empty state and
+// an empty record starts fresh under to; with a record, what the record
+// says is still to be given back moves, as it does from a fresh state of
+// the in-process store.
 //
 // record is the key's move record: what the key's last move carried into
 // the first layer of the plan that holds it (see [Migration]), as
@@ -75,12 +78,14 @@ func MoveState(from, to *Machine, policy Migration, state, record []byte, now ti
 		return Moved{}, err
 	}
 	t = max(t, r.at)
-	if len(state) == 0 {
+	if len(state) == 0 && len(record) == 0 {
 		return Moved{At: time.Duration(t)}, nil
 	}
-	spent, whole, err := src.take(fields, t)
-	if err != nil {
-		return Moved{}, err
+	spent, whole := int64(0), t // an empty state is a fresh one
+	if len(state) > 0 {
+		if spent, whole, err = src.take(fields, t); err != nil {
+			return Moved{}, err
+		}
 	}
 	spent, whole = r.carry(src, spent, whole, t)
 	// As Plans.lockPlan moves a layer: x is not capped at the new capacity,
@@ -135,6 +140,17 @@ type mover interface {
 	// again by until (see migrator.withSpent).
 	put(now, x, until int64, dst []byte) []byte
 	heldAt(at, x, until, now int64) int64
+	// fresh reads an algorithm state and reports whether it is as good as
+	// the zero state at now.
+	fresh(fields []int64, now int64) (bool, error)
+}
+
+func (m machineOf[S, A]) fresh(fields []int64, now int64) (bool, error) {
+	var s S
+	if err := m.alg.decodeAt(fields, &s, now); err != nil {
+		return false, err
+	}
+	return m.alg.fresh(&s, now), nil
 }
 
 func (m machineOf[S, A]) take(fields []int64, now int64) (int64, int64, error) {
@@ -170,6 +186,23 @@ func heldAt[S any](alg migrator[S], at, x, until, now int64) int64 {
 	var s S
 	alg.withSpent(&s, at, x, until)
 	return alg.spentAt(&s, now)
+}
+
+// Fresh reports whether state (a [Machine] state of m's rule) is as good
+// as a fresh key's at now: what a move into it may write over, as [Plans]
+// moves a key into a store whose entry for it holds nothing (see
+// [MoveState]). A state that does not parse is an error matching
+// [ErrInvalidState].
+func (m *Machine) Fresh(state []byte, now time.Duration) (bool, error) {
+	t, fields, err := splitState(state, now)
+	if err != nil {
+		return false, err
+	}
+	mv, ok := m.core.(mover)
+	if !ok {
+		return false, fmt.Errorf("%w: Fresh: a machine not built by NewMachine", ErrInvalidOption)
+	}
+	return mv.fresh(fields, t)
 }
 
 // PlanFromContext returns the plan name ctx carries (see

@@ -126,3 +126,44 @@ func TestPlansKeyOutlivesUpdatesThatKeepItsStore(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, d.Allowed, "the key started fresh: %+v", d)
 }
+
+// TestPlansUpdateThatKeepsStoresKeepsCarry: an Update that keeps every
+// store of a key's plan does not move the key, so the key keeps what its
+// last move carried in: its next move gives back no more than it would
+// have without the Update.
+func TestPlansUpdateThatKeepsStoresKeepsCarry(t *testing.T) {
+	t0 := time.Duration(1780000000) * time.Second
+	tb := func(c int64, per time.Duration) ratelimit.Rule {
+		return ratelimit.TokenBucket{Rate: ratelimit.Rate{Count: c, Per: per}, Burst: c}
+	}
+	team := ratelimit.Plan{Rule: tb(1, 2*time.Second)}
+	pro := ratelimit.Plan{Layers: []ratelimit.Layer{{Rule: tb(2, time.Second)}, {Rule: tb(1, time.Second), Shadow: true}}}
+	free := ratelimit.Plan{Rule: tb(1, time.Second)}
+	var got []ratelimit.Decision
+	for _, update := range []bool{false, true} {
+		clk := ratelimit.NewManualClock(t0)
+		on := "team"
+		set := ratelimit.PlanSet{Default: "free", Plans: map[string]ratelimit.Plan{"free": free, "pro": pro, "team": team}}
+		p, err := ratelimit.NewPlans(set, func(string) string { return on }, ratelimit.WithClock(clk))
+		require.NoError(t, err)
+		_, err = p.Check("a", ratelimit.Unit)
+		require.NoError(t, err)
+		on = "pro"
+		// A cost above the shadow layer's capacity: it sits the move out.
+		d, err := p.Check("a", 2*ratelimit.Unit)
+		require.NoError(t, err)
+		require.False(t, d.Allowed)
+		if update {
+			require.NoError(t, p.Update(set, ratelimit.MigrateProportional)) // the same rules
+		}
+		_, err = p.Check("a", ratelimit.Unit) // the shadow layer takes part now
+		require.NoError(t, err)
+		clk.Advance(1)
+		on = "free"
+		d, err = p.Check("a", ratelimit.Unit)
+		require.NoError(t, err)
+		got = append(got, d)
+	}
+	assert.Equal(t, got[0], got[1], "an Update of the same rules changed the move")
+	assert.Equal(t, time.Second, got[1].RetryAfter, "the team plan's debt, carried through pro")
+}

@@ -119,6 +119,11 @@ type builtPlan struct {
 	// rules are the layers' rules, dereferenced, to tell which stores an
 	// Update can keep.
 	rules []Rule
+	// carried is the latest instant until which a move into the plan
+	// carried an amount in (see planRecord): an Update that replaces the
+	// plan keeps its stores at least that long, so that the keys' records
+	// still find the states they carry into.
+	carried atomic.Int64
 }
 
 // planName is a plan's name, which a Decision from a rule without a Name
@@ -268,7 +273,7 @@ func (p *Plans) build(set PlanSet, old *planGen, now int64, m Migration) (*planG
 			var until int64 // the latest instant a replaced store's key may be partly spent
 			for _, l := range bp.comp.layers {
 				if !kept[l.store] {
-					until = max(until, addTime(now, 2*l.store.policy().window))
+					until = max(until, addTime(now, 2*l.store.policy().window), bp.carried.Load())
 				}
 			}
 			g.replaced = append(g.replaced, &recordedPlan{bp: bp, policy: m, until: until})
@@ -667,6 +672,11 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 	if rec != nil && rec.plan != bp.id {
 		from = g.recorded(rec)
 	}
+	if from != nil && sameStores(from.bp.comp.layers, layers) {
+		// An Update kept every store of the plan the record names: the key
+		// has not moved, and keeps what its last move carried in.
+		from = nil
+	}
 	var srcBuf [inlineLayers]source
 	srcs := srcBuf[:0]
 	if from != nil {
@@ -702,7 +712,7 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 			t := &turns[i]
 			l := &layers[i]
 			src := srcs[i].store
-			if src == nil || l.store.has(t.k) {
+			if src == nil || l.store.holdsSpent(t.k, now) {
 				continue
 			}
 			spent, whole, ok := src.take(srcs[i].k, now)
@@ -723,6 +733,11 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 			l.store.setSpent(t.k, now, held, whole)
 			if i == 0 {
 				next.until, next.x, next.held = whole, x, held
+				for c := bp.carried.Load(); c < whole; c = bp.carried.Load() {
+					if bp.carried.CompareAndSwap(c, whole) {
+						break
+					}
+				}
 			}
 		}
 	}
@@ -777,6 +792,20 @@ func (p *Plans) lockShards(locks []shardLock, now int64, look, moving bool) int6
 		return lookAll(locks, now)
 	}
 	return lockAll(locks, now, moving)
+}
+
+// sameStores reports whether two plans' layers are the same stores, in
+// the same order.
+func sameStores(a, b []compositeLayer) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].store != b[i].store {
+			return false
+		}
+	}
+	return true
 }
 
 // layerKey is a layer's key for key, by the layer's Key function if any.

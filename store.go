@@ -337,6 +337,10 @@ type keyedStore interface {
 	id() uint64
 	// has reports whether the store holds k.
 	has(k storeKey) bool
+	// holdsSpent reports whether the store holds k in a state that is not
+	// as good as a fresh one at now (a fresh entry may be dropped at any
+	// time: a key must fare the same with it or without it).
+	holdsSpent(k storeKey, now int64) bool
 	// take removes k's entry and returns the milli-units it had spent at
 	// now (rounded up) and the instant it would be whole again (see
 	// migrator); ok is false if the store did not hold k.
@@ -709,6 +713,11 @@ func (c *storeCore[S, A]) id() uint64 { return c.ident }
 
 func (c *storeCore[S, A]) has(k storeKey) bool {
 	return c.shards[k.h&c.mask].t.Lookup(k.key, k.tag) != nil
+}
+
+func (c *storeCore[S, A]) holdsSpent(k storeKey, now int64) bool {
+	s := c.shards[k.h&c.mask].t.Lookup(k.key, k.tag)
+	return s != nil && !c.alg.fresh(s, now)
 }
 
 func (c *storeCore[S, A]) take(k storeKey, now int64) (spent, whole int64, ok bool) {
