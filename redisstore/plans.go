@@ -519,7 +519,9 @@ func (p *Plans) decide(ctx context.Context, g *plansGen, rp *redisPlan, key stri
 			return p.failed(ctx, rp, key, cost, err)
 		}
 		if tag, _ := reply[0].(string); tag == "c" {
-			p.moves.Add(1)
+			if mv.moves {
+				p.moves.Add(1)
+			}
 			return p.verified(rp, key, keys[0], cost, reply[1:], deny, gen, sent)
 		}
 		p.conflicts.Add(1)
@@ -641,9 +643,10 @@ func (p *Plans) degraded(ctx context.Context, rp *redisPlan, key string, cost ra
 // number of old keys; args: each key's state as read and what to do with
 // it) and the old keys it reads.
 type plannedMove struct {
-	head []any
-	args []any
-	old  []string
+	head  []any
+	args  []any
+	old   []string
+	moves bool // false: the record stays, and nothing is written
 }
 
 // move computes the move of a key whose record names other keys than plan
@@ -693,14 +696,42 @@ func (p *Plans) move(g *plansGen, rp *redisPlan, keys []string, id string, reply
 			}
 		}
 	}
+	// As in process, a key whose layers that take part in this check all
+	// hold a state already is not moved, and its record stays as it is
+	// (a layer that sits a check out moves at a check it takes part in).
+	lacking := false
+	for i := range keys {
+		if news[i] == "" && rp.takes(i, cost) {
+			lacking = true
+		}
+	}
+	if !lacking {
+		mv.head = []any{rec, rec, "", "0"}
+		for i := range keys {
+			mv.args = append(mv.args, news[i], "", "")
+		}
+		return mv, nil
+	}
+	mv.moves = true
 	record := []byte(nil)
 	recMs := p.marginMs
 	writes := make([]string, len(keys))
 	ms := make([]int64, len(keys))
 	del := make([]bool, len(from.keys))
 	for i := range keys {
-		if i >= len(from.keys) || from.keys[i] == keys[i] || news[i] != "" || olds[i] == "" || !rp.takes(i, cost) {
+		if i >= len(from.keys) || from.keys[i] == keys[i] || (olds[i] == "" && i > 0) || !rp.takes(i, cost) {
 			continue
+		}
+		if news[i] != "" {
+			// The plan's key already holds a state: the key moves into it
+			// only if that is as good as a fresh one, as in process.
+			fresh, err := rp.machine(i).Fresh([]byte(news[i]), time.Duration(now))
+			if err != nil {
+				return mv, err
+			}
+			if !fresh {
+				continue
+			}
 		}
 		var c []byte
 		if i == 0 {

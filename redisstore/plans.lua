@@ -23,7 +23,8 @@
 -- ARGV[7]  the index of the check's first argument: step.lua's arguments
 --          for 's', layers.lua's for 'l', from there to the end
 -- 'm':     ARGV[8] the record as read ('' none), ARGV[9] the record to
---          write, ARGV[10] its expiry in ms, ARGV[11] k; then per plan's
+--          write (the same to leave it), ARGV[10] its expiry in ms, ARGV[11]
+--          k; then per plan's
 --          key: its state as read, the state to write ('' to leave it),
 --          its expiry in ms; then per old key: its state as read, '1' to
 --          delete it ('' to leave it).
@@ -70,8 +71,10 @@ if ARGV[1] == 'm' then
       pos = pos + 2
     end
   end
-  rec = ARGV[9]
-  redis.call('SET', KEYS[1], rec, 'PX', ARGV[10])
+  if ARGV[9] ~= rec then
+    rec = ARGV[9]
+    redis.call('SET', KEYS[1], rec, 'PX', ARGV[10])
+  end
 elseif rec ~= '' and string.sub(rec, 1, #id) ~= id then
   local nl = string.find(rec, '\n', 1, true)
   if not nl then return redis.error_reply('RATELIMIT invalid record: no keys') end
