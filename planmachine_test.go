@@ -167,3 +167,28 @@ func TestPlansUpdateThatKeepsStoresKeepsCarry(t *testing.T) {
 	assert.Equal(t, got[0], got[1], "an Update of the same rules changed the move")
 	assert.Equal(t, time.Second, got[1].RetryAfter, "the team plan's debt, carried through pro")
 }
+
+// TestMachineFresh: a state is fresh once its rule has given back all it
+// holds, as the store's own test of a droppable entry says.
+func TestMachineFresh(t *testing.T) {
+	m, err := ratelimit.NewMachine(ratelimit.GCRA{Rate: ratelimit.PerSecond(1), Burst: 2})
+	require.NoError(t, err)
+	_, spent, err := m.Step(nil, time.Second, ratelimit.Unit, true)
+	require.NoError(t, err)
+	for _, c := range []struct {
+		state string
+		at    time.Duration
+		fresh bool
+	}{
+		{"", time.Second, true},
+		{string(spent), time.Second, false},
+		{string(spent), 2*time.Second - 1, false},
+		{string(spent), 2 * time.Second, true},
+	} {
+		got, err := m.Fresh([]byte(c.state), c.at)
+		require.NoError(t, err)
+		assert.Equal(t, c.fresh, got, "%q at %v", c.state, c.at)
+	}
+	_, err = m.Fresh([]byte("1 x"), time.Second)
+	assert.ErrorIs(t, err, ratelimit.ErrInvalidState)
+}
