@@ -58,7 +58,8 @@ type PlanSet struct {
 // record and of the stores of two plans, whatever the number of plans and
 // of rule sets an Update replaced. A key held in its plan's stores is
 // checked without its record. The stores an Update replaced are kept until
-// every key in them would be as good as fresh (two of their windows), and
+// every key in them would be as good as fresh (two of their windows, or
+// longer while what moves carried into them is being given back), and
 // at most the last 64 of them: a key last checked under a plan replaced
 // longer ago than that starts fresh in the layers whose rule changed. A
 // record dropped to make room (the least recently moved first) loses only
