@@ -72,10 +72,12 @@ func TestPlansFailurePolicies(t *testing.T) {
 	plan = "pro"
 	deadline := time.Now().Add(10 * time.Second)
 	for _, p := range all {
-		for {
+		for tries := int64(0); ; tries++ {
 			d, err := p.Check("k2", ratelimit.Unit)
 			if err == nil {
-				assert.Equal(t, int64(9), d.Remaining)
+				// A check that timed out may have run all the same.
+				assert.LessOrEqual(t, d.Remaining, int64(9))
+				assert.GreaterOrEqual(t, d.Remaining, 9-tries)
 				break
 			}
 			require.ErrorIs(t, err, ErrUnavailable)
@@ -83,17 +85,20 @@ func TestPlansFailurePolicies(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	// A key checked on free, then on pro: a move after the restart.
+	// A key checked on free, then on pro: a move after the restart (with
+	// a deadline a loaded machine cannot miss).
+	patient, err := NewPlans(rdb, drillPlans, planOf, WithPrefix("open:"), WithTimeout(5*time.Second))
+	require.NoError(t, err)
 	plan = "free"
-	_, err = open.Check("m", ratelimit.Unit)
+	_, err = patient.Check("m", ratelimit.Unit)
 	require.NoError(t, err)
 	plan = "pro"
-	d, err := open.Check("m", ratelimit.Unit)
+	d, err := patient.Check("m", ratelimit.Unit)
 	require.NoError(t, err)
 	// 1 of 3 spent is 4 of 10, but free would be whole in a year, and pro
 	// refills 4 in four: 1 in use, full again in that year.
 	assert.Equal(t, int64(10-1-1), d.Remaining)
-	assert.Equal(t, uint64(1), open.Stats().Moves)
+	assert.Equal(t, uint64(1), patient.Stats().Moves)
 }
 
 // TestPlansServerTime: without a client clock the server's TIME decides,
