@@ -171,7 +171,7 @@ func TestPlansRoundTrips(t *testing.T) {
 			{Rule: ratelimit.SlidingLog{Limit: 1000, Window: time.Hour}},
 		}},
 	}}
-	p, err := NewPlans(rdb, set, func(string) string { return plan }, WithClock(clk), WithPrefix(testPrefix()))
+	p, err := NewPlans(rdb, set, func(string) string { return plan }, WithClock(clk), WithPrefix(testPrefix()), WithTimeout(10*time.Second))
 	require.NoError(t, err)
 	check := func() int {
 		// Load the script first, so that EVALSHA's NOSCRIPT fallback is
@@ -206,7 +206,7 @@ func TestPlansRecordAndKeys(t *testing.T) {
 		"free": {Rule: ratelimit.FixedWindow{Limit: 4, Window: time.Hour}},
 		"pro":  {Rule: ratelimit.FixedWindow{Limit: 40, Window: time.Hour}},
 	}}
-	p, err := NewPlans(rdb, set, func(string) string { return plan }, WithClock(clk), WithPrefix(testPrefix()))
+	p, err := NewPlans(rdb, set, func(string) string { return plan }, WithClock(clk), WithPrefix(testPrefix()), WithTimeout(10*time.Second))
 	require.NoError(t, err)
 	for range 3 {
 		_, err := p.Check("k", ratelimit.Unit)
@@ -255,9 +255,9 @@ func TestPlansRollingReload(t *testing.T) {
 				"pro": {Rule: ratelimit.TokenBucket{Rate: ratelimit.PerMinute(20), Burst: 20}},
 			}}
 			prefix := testPrefix()
-			r1, err := NewPlans(c1, old, nil, WithClock(clk), WithPrefix(prefix), WithDenyCache(0))
+			r1, err := NewPlans(c1, old, nil, WithClock(clk), WithPrefix(prefix), WithTimeout(10*time.Second), WithDenyCache(0))
 			require.NoError(t, err)
-			r2, err := NewPlans(c2, old, nil, WithClock(clk), WithPrefix(prefix), WithDenyCache(0))
+			r2, err := NewPlans(c2, old, nil, WithClock(clk), WithPrefix(prefix), WithTimeout(10*time.Second), WithDenyCache(0))
 			require.NoError(t, err)
 			require.NoError(t, r2.Update(upgraded, m))
 			local, err := ratelimit.NewPlans(old, nil, ratelimit.WithClock(clk))
@@ -367,7 +367,7 @@ func TestPlansCorruptRecord(t *testing.T) {
 	}}
 	for _, mode := range []FailureMode{FailOpen, FailClosed} {
 		prefix := testPrefix()
-		p, err := NewPlans(rdb, set, nil, WithClock(clk), WithPrefix(prefix), WithFailureMode(mode))
+		p, err := NewPlans(rdb, set, nil, WithClock(clk), WithPrefix(prefix), WithTimeout(10*time.Second), WithFailureMode(mode))
 		require.NoError(t, err)
 		pro := p.Keys("pro", "k")[0]
 		proJSON := p.gen.Load().plans["pro"].json
@@ -430,7 +430,7 @@ func TestPlansDenyCache(t *testing.T) {
 		"free": {Rule: ratelimit.GCRA{Rate: ratelimit.PerMinute(2), Burst: 2}},
 		"pro":  {Rule: ratelimit.GCRA{Rate: ratelimit.PerMinute(20), Burst: 20}},
 	}}
-	p, err := NewPlans(rdb, set, func(string) string { return plan }, WithClock(clk), WithPrefix(testPrefix()))
+	p, err := NewPlans(rdb, set, func(string) string { return plan }, WithClock(clk), WithPrefix(testPrefix()), WithTimeout(10*time.Second))
 	require.NoError(t, err)
 	for i := range 5 {
 		d, err := p.Check("k", ratelimit.Unit)
@@ -456,7 +456,7 @@ func TestPlansWait(t *testing.T) {
 			"free": {Rule: ratelimit.GCRA{Rate: ratelimit.PerSecond(1), Burst: burst}},
 		}}
 	}
-	p, err := NewPlans(rdb, set(1), nil, WithClock(clk), WithPrefix(testPrefix()))
+	p, err := NewPlans(rdb, set(1), nil, WithClock(clk), WithPrefix(testPrefix()), WithTimeout(10*time.Second))
 	require.NoError(t, err)
 	d, err := p.Check("k", ratelimit.Unit)
 	require.NoError(t, err)
