@@ -18,8 +18,8 @@ var errWouldExceedDeadline = fmt.Errorf("%w: %w", ratelimit.ErrWouldExceedDeadli
 // Wait without a deadline.
 const maxBudget = time.Duration(math.MaxInt64)
 
-// attempt is one admission attempt of a Wait or a CheckWithin, on a Store
-// or a Composite: as [ratelimit.Attempt].
+// attempt is one admission attempt of a Wait or a CheckWithin, on a
+// Store, a Composite or a Plans: as [ratelimit.Attempt].
 type attempt struct {
 	d         ratelimit.Decision
 	committed bool          // admitted, and its cost spent
@@ -51,10 +51,11 @@ func (a attempt) within() ratelimit.Decision {
 // committing it only if it would go on within budget.
 type tryFunc func(ctx context.Context, budget time.Duration) (attempt, error)
 
-// waitFor is Wait for a Store and a Composite, as the in-process limiters
-// wait: each round makes one attempt that commits only a request that
-// would go on before ctx's deadline; after a refusal it sleeps out the
-// RetryAfter on clk and tries again. It gives up at once, spending
+// waitFor is Wait for a Store, a Composite and a Plans, as the in-process
+// limiters wait: each round makes one attempt (a Store's and a
+// Composite's commit only a request that would go on before ctx's
+// deadline); after a refusal it sleeps out the RetryAfter on clk and tries
+// again. It gives up at once, spending
 // nothing, when ctx ends, or when its deadline would come before the
 // request could go on (the refusal, with errWouldExceedDeadline). An
 // admitted request's Delay is then waited out; if ctx ends during that,
