@@ -156,7 +156,7 @@ func TestMachineRefusesBadStates(t *testing.T) {
 		{"fraction out of range", ratelimit.GCRA{Rate: ratelimit.Rate{Count: 7, Per: 3 * time.Second}, Burst: 2}, "1 1 7"},
 		{"instant beyond MaxTime", gcra, "4611686018427387905 0 0"},
 		{"count above twice the limit", ratelimit.FixedWindow{Limit: 5, Window: time.Second}, "1 1 10001"},
-		{"window in the future", ratelimit.FixedWindow{Limit: 5, Window: time.Second}, "1 11 1"},
+		{"window in the future", ratelimit.FixedWindow{Limit: 5, Window: time.Second}, "1 12 1"}, // 11, the next window, is a moved-in count
 		{"counter above twice the limit", ratelimit.SlidingCounter{Limit: 5, Window: time.Second}, "1 1 10001 0"},
 		{"log out of order", ratelimit.SlidingLog{Limit: 5, Window: time.Second}, "9000000000 2 1000 1 1000"},
 		{"log over twice the limit", ratelimit.SlidingLog{Limit: 1, Window: time.Minute}, "9000000000 2 1000 3 1001"},

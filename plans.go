@@ -58,7 +58,8 @@ type PlanSet struct {
 // record and of the stores of two plans, whatever the number of plans and
 // of rule sets an Update replaced. A key held in its plan's stores is
 // checked without its record. The stores an Update replaced are kept until
-// every key in them would be as good as fresh (two of their windows), and
+// every key in them would be as good as fresh (two of their windows, or
+// longer while what moves carried into them is being given back), and
 // at most the last 64 of them: a key last checked under a plan replaced
 // longer ago than that starts fresh in the layers whose rule changed. A
 // record dropped to make room (the least recently moved first) loses only
@@ -123,6 +124,11 @@ type builtPlan struct {
 	// rules are the layers' rules, dereferenced, to tell which stores an
 	// Update can keep.
 	rules []Rule
+	// carried is the latest instant until which a move into the plan
+	// carried an amount in (see planRecord): an Update that replaces the
+	// plan keeps its stores at least that long, so that the keys' records
+	// still find the states they carry into.
+	carried atomic.Int64
 }
 
 // planName is a plan's name, which a Decision from a rule without a Name
@@ -273,13 +279,39 @@ func (p *Plans) build(set PlanSet, old *planGen, now int64, m Migration) (*planG
 			var until int64 // the latest instant a replaced store's key may be partly spent
 			for _, l := range bp.comp.layers {
 				if !kept[l.store] {
-					until = max(until, addTime(now, 2*l.store.policy().window))
+					until = max(until, addTime(now, 2*l.store.policy().window), bp.carried.Load())
 				}
 			}
 			g.replaced = append(g.replaced, &recordedPlan{bp: bp, policy: m, until: until})
 		}
+		live := map[keyedStore]bool{} // the stores old's own plans hold keys in
+		for _, bp := range old.plans {
+			for _, l := range bp.comp.layers {
+				live[l.store] = true
+			}
+		}
 		for _, r := range old.replaced {
-			if r.until > now && len(g.replaced) < maxReplaced {
+			// A plan an earlier Update replaced but for stores it kept
+			// names those stores in its keys' records: it stays known as
+			// long as they are kept; and if this Update replaces them, it
+			// replaces that plan as it replaces the plans of old, with m,
+			// and its keys are partly spent until two of their windows
+			// from now.
+			c := *r
+			shared := false
+			for _, l := range r.bp.comp.layers {
+				switch {
+				case live[l.store] && kept[l.store]:
+					shared = true
+				case live[l.store]:
+					c.until = max(c.until, addTime(now, 2*l.store.policy().window))
+					c.policy = m
+				}
+			}
+			if (shared || c.until > now) && len(g.replaced) < maxReplaced {
+				if c != *r {
+					r = &c
+				}
 				g.replaced = append(g.replaced, r)
 			}
 		}
@@ -693,6 +725,11 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 	if rec != nil && rec.plan != bp.id {
 		from = g.recorded(rec)
 	}
+	if from != nil && sameStores(from.bp.comp.layers, layers) {
+		// An Update kept every store of the plan the record names: the key
+		// has not moved, and keeps what its last move carried in.
+		from = nil
+	}
 	var srcBuf [inlineLayers]source
 	srcs := srcBuf[:0]
 	if from != nil {
@@ -728,7 +765,7 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 			t := &turns[i]
 			l := &layers[i]
 			src := srcs[i].store
-			if src == nil || l.store.has(t.k) {
+			if src == nil || l.store.holdsSpent(t.k, now) {
 				continue
 			}
 			spent, whole, ok := src.take(srcs[i].k, now)
@@ -736,18 +773,12 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 				continue
 			}
 			moved = true
-			ts := [2]tranche{{}, {spent, whole}}
+			var first *planRecord
 			if i == 0 {
-				ts = r.carry(src, spent, whole, now)
+				first = &r
 			}
-			// The amounts are not capped at the new capacity: the record
-			// keeps what a cap cuts off, for the key's next move.
-			from, to := src.capacity(), l.store.capacity()
-			if policy == MigrateProportional || policy == MigrateAdditive {
-				ts[0].x, ts[1].x = policy.carry(ts[0].x, from, to), policy.carry(ts[1].x, from, to)
-			} else { // a policy of the sum: one amount
-				ts = [2]tranche{{}, {policy.carry(satAdd(ts[0].x, ts[1].x), from, to), ts[1].until}}
-			}
+			to := l.store.capacity()
+			ts := moveAmounts(first, src, spent, whole, now, policy, src.capacity(), to)
 			x, whole := satAdd(ts[0].x, ts[1].x), ts[1].until
 			if x <= 0 || whole <= now || !l.store.acquire(t.k, now) {
 				continue
@@ -757,6 +788,11 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 			if i == 0 {
 				next.until, next.x, next.held = whole, ts[1].x, held
 				next.until0, next.x0 = ts[0].until, ts[0].x
+				for c := bp.carried.Load(); c < whole; c = bp.carried.Load() {
+					if bp.carried.CompareAndSwap(c, whole) {
+						break
+					}
+				}
 			}
 		}
 	}
@@ -770,13 +806,34 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 	return locks, now, true
 }
 
+// moveAmounts returns what a layer's state that shows spent in use at now,
+// whole again at whole, moves on with under policy from a rule of capacity
+// from to one of capacity to: for a plan's first layer (r not nil), with
+// what the key's move record still holds (see planRecord.carry); as at most
+// two amounts, the later last, whose sum moves, whole again at the later's
+// instant. The amounts are not capped at the new capacity: the record keeps
+// what a cap cuts off, for the key's next move. Plans and MoveState move a
+// key by it.
+func moveAmounts(r *planRecord, src holder, spent, whole, now int64, policy Migration, from, to int64) [2]tranche {
+	ts := [2]tranche{{}, {spent, whole}}
+	if r != nil {
+		ts = r.carry(src, spent, whole, now)
+	}
+	if policy == MigrateProportional || policy == MigrateAdditive {
+		ts[0].x, ts[1].x = policy.carry(ts[0].x, from, to), policy.carry(ts[1].x, from, to)
+	} else { // a policy of the sum: one amount
+		ts = [2]tranche{{}, {policy.carry(satAdd(ts[0].x, ts[1].x), from, to), ts[1].until}}
+	}
+	return ts
+}
+
 // carry returns what a first layer's state that shows spent in use at now,
 // whole again at whole, moves on with, by the record of its last move (see
 // planRecord): what of the amounts that move carried in is not yet given
 // back, each with its instant, plus what the state holds beyond what it
 // was given (what was admitted since), given back at whole; as at most two
 // amounts, the later last.
-func (r *planRecord) carry(src keyedStore, spent, whole, now int64) [2]tranche {
+func (r *planRecord) carry(src holder, spent, whole, now int64) [2]tranche {
 	since := max(spent-src.heldAt(r.at, r.held, r.until, now), 0)
 	return r.pending(since, whole, now)
 }
@@ -803,6 +860,20 @@ func (p *Plans) lockShards(locks []shardLock, now int64, look, moving bool) int6
 		return lookAll(locks, now)
 	}
 	return lockAll(locks, now, moving)
+}
+
+// sameStores reports whether two plans' layers are the same stores, in
+// the same order.
+func sameStores(a, b []compositeLayer) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].store != b[i].store {
+			return false
+		}
+	}
+	return true
 }
 
 // layerKey is a layer's key for key, by the layer's Key function if any.

@@ -340,6 +340,10 @@ type keyedStore interface {
 	id() uint64
 	// has reports whether the store holds k.
 	has(k storeKey) bool
+	// holdsSpent reports whether the store holds k in a state that is not
+	// as good as a fresh one at now (a fresh entry may be dropped at any
+	// time: a key must fare the same with it or without it).
+	holdsSpent(k storeKey, now int64) bool
 	// take removes k's entry and returns the milli-units it had spent at
 	// now (rounded up) and the instant it would be whole again (see
 	// migrator); ok is false if the store did not hold k.
@@ -738,6 +742,11 @@ func (c *storeCore[S, A]) has(k storeKey) bool {
 	return c.shards[k.h&c.mask].t.Lookup(k.key, k.tag) != nil
 }
 
+func (c *storeCore[S, A]) holdsSpent(k storeKey, now int64) bool {
+	s := c.shards[k.h&c.mask].t.Lookup(k.key, k.tag)
+	return s != nil && !c.alg.fresh(s, now)
+}
+
 func (c *storeCore[S, A]) take(k storeKey, now int64) (spent, whole int64, ok bool) {
 	t := &c.shards[k.h&c.mask].t
 	s := t.Lookup(k.key, k.tag)
@@ -795,12 +804,7 @@ func (c *storeCore[S, A]) checkHeld(key string, k storeKey, cost int64, gen *ato
 func (c *storeCore[S, A]) countsRefused() bool { return c.refused }
 
 func (c *storeCore[S, A]) heldAt(at, x, until, now int64) int64 {
-	if x <= 0 || until <= at {
-		return 0
-	}
-	var s S
-	c.alg.withSpent(&s, at, x, until)
-	return c.alg.spentAt(&s, now)
+	return heldAt[S](c.alg, at, x, until, now)
 }
 
 // digestKey returns the SHA-256 digest of a long key, hashed in pieces so

@@ -237,15 +237,22 @@ func (c *Composite) key(i int, key string) (string, string) {
 	if l.Key != nil {
 		key = l.Key(key)
 	}
+	return taggedKey(l.head, key, c.o.hashTag)
+}
+
+// taggedKey is the Redis key of key under head: head, then (with a hash
+// tag function) a hash of key and ':', and in braces the Cluster hash tag,
+// a hash of key or of hashTag(key); and that tag.
+func taggedKey(head, key string, hashTag func(string) string) (name, tag string) {
 	own := hash16(key)
-	tag := own
-	if c.o.hashTag != nil {
-		tag = hash16(c.o.hashTag(key))
+	tag = own
+	if hashTag != nil {
+		tag = hash16(hashTag(key))
 	}
 	var b strings.Builder
-	b.Grow(len(l.head) + 68)
-	b.WriteString(l.head)
-	if c.o.hashTag != nil {
+	b.Grow(len(head) + 68)
+	b.WriteString(head)
+	if hashTag != nil {
 		b.WriteString(own)
 		b.WriteByte(':')
 	}
@@ -353,25 +360,11 @@ func (c *Composite) decide(ctx context.Context, key string, cost ratelimit.Units
 			}
 		}
 	}
-	args := make([]any, 0, 2+n*11)
 	now := ""
 	if c.clock != nil {
 		now = strconv.FormatInt(clamp(c.clock.Now()), 10)
 	}
-	args = append(args, now, strconv.Itoa(n))
-	for i := range c.layers {
-		l := &c.layers[i]
-		flag := "e"
-		switch {
-		case !c.lm.Takes(i, cost):
-			flag = "-"
-		case l.Shadow:
-			flag = "s"
-		}
-		// The step's now is set in the script, to the layers' one instant.
-		args = append(args, flag, strconv.Itoa(len(l.args)))
-		args = l.args.appendCheck(args, l.alg.step, l.m, "", cost)
-	}
+	args := c.args(now, cost)
 	ctx, cancel := withTimeout(ctx, c.o.timeout)
 	defer cancel()
 	sent := time.Now()
@@ -390,6 +383,28 @@ func (c *Composite) decide(ctx context.Context, key string, cost ratelimit.Units
 		c.deny.remember(ck, v.old, v.at, sent, recv, gen)
 	}
 	return v.d, v.shadow, err
+}
+
+// args are layers.lua's arguments for a request of cost at now (the
+// client clock's reading, or empty for the server's TIME).
+func (c *Composite) args(now string, cost ratelimit.Units) []any {
+	n := len(c.layers)
+	args := make([]any, 0, 2+n*11)
+	args = append(args, now, strconv.Itoa(n))
+	for i := range c.layers {
+		l := &c.layers[i]
+		flag := "e"
+		switch {
+		case !c.lm.Takes(i, cost):
+			flag = "-"
+		case l.Shadow:
+			flag = "s"
+		}
+		// The step's now is set in the script, to the layers' one instant.
+		args = append(args, flag, strconv.Itoa(len(l.args)))
+		args = l.args.appendCheck(args, l.alg.step, l.m, "", cost)
+	}
+	return args
 }
 
 // cacheKey names a request of cost on the layers' Redis keys keys in the

@@ -70,8 +70,9 @@
 // the Cluster hash tag. Keys of any length or bytes are safe. A rule with
 // other numbers (a leaky bucket's Delay, CountRefused and a SubWindow's
 // Buckets included) uses other Redis keys, so a changed rule starts its
-// keys fresh. The state is written with an expiry at the instant it becomes as
-// good as a fresh key's (the Decision's ResetAfter, rounded up to the
+// keys fresh, except under [Plans], which moves a key to its new rule
+// (see Plans below). The state is written with an expiry at the instant
+// it becomes as good as a fresh key's (the Decision's ResetAfter, rounded up to the
 // millisecond) plus a margin for clock skew ([WithExpiryMargin]); losing it
 // then loses nothing. A missing key, and a key holding the empty string,
 // are a fresh key, as the empty state is for [ratelimit.Machine.Step].
@@ -150,6 +151,33 @@
 // with [ErrConflict], having spent nothing. Wait's checks go to Redis, not
 // to the deny cache, whose longer RetryAfter would make it sleep longer
 // than it need, or give up on a deadline it could meet.
+//
+// # Plans
+//
+// [NewPlans] is the Redis counterpart of [ratelimit.NewPlans]: the same
+// [ratelimit.PlanSet], plan function and [ratelimit.ContextWithPlan],
+// Update with the four [ratelimit.Migration] policies, and the in-process
+// Plans' Decisions on the same traces, shared by every replica. Each key
+// has a record beside its state, under the same hash tag: the keys of the
+// plan that holds its state, that plan's rules as JSON, and what its last
+// move carried in. A check of a key its plan holds (or of a key new to
+// Redis) is one script call that reads the record and checks. A key whose
+// record names another plan, or its plan under other rules, is moved at
+// that check: the script returns the record and the states, the move is
+// computed in Go by [ratelimit.MoveState] from the rules the record names
+// (so a replica on another rule set moves it alike), and a second script
+// writes it, compare-and-set on what was read, and checks; a move another
+// check beat starts over a few times at most. A plan's keys are named by
+// the plan, the layer and the rule, so that replicas on one rule set share
+// them, and a rule an Update keeps keeps its keys. In Redis Cluster a
+// plan's layers must share the record's slot (a layer with a Key of its
+// own needs [WithHashTag], and a global layer a prefix with a tag of its
+// own), else the check is refused with [ErrCrossSlot].
+// [Plans.Wait] waits as [Store.Wait] does, its checks going to Redis, not
+// to the deny cache, and a waiter asleep when an Update changes the rules
+// wakes and asks again under the new rules. Plans has no CheckWithin: on
+// a leaky bucket plan, an admission whose Delay outlasts the deadline is
+// spent as a check's.
 //
 // # After the fact
 //

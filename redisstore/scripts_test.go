@@ -23,6 +23,7 @@ func assembledScripts() map[string]string {
 		"settle.lua":        settleSource,
 		"inflight.lua":      inflightSource,
 		"inflight_rate.lua": inflightWithSource,
+		"plans.lua":         plansSource,
 	}
 }
 

@@ -18,8 +18,8 @@ var errWouldExceedDeadline = fmt.Errorf("%w: %w", ratelimit.ErrWouldExceedDeadli
 // Wait without a deadline.
 const maxBudget = time.Duration(math.MaxInt64)
 
-// attempt is one admission attempt of a Wait or a CheckWithin, on a Store
-// or a Composite: as [ratelimit.Attempt].
+// attempt is one admission attempt of a Wait or a CheckWithin, on a
+// Store, a Composite or a Plans: as [ratelimit.Attempt].
 type attempt struct {
 	d         ratelimit.Decision
 	committed bool          // admitted, and its cost spent
@@ -51,17 +51,20 @@ func (a attempt) within() ratelimit.Decision {
 // committing it only if it would go on within budget.
 type tryFunc func(ctx context.Context, budget time.Duration) (attempt, error)
 
-// waitFor is Wait for a Store and a Composite, as the in-process limiters
-// wait: each round makes one attempt that commits only a request that
-// would go on before ctx's deadline; after a refusal it sleeps out the
-// RetryAfter on clk and tries again. It gives up at once, spending
+// waitFor is Wait for a Store, a Composite and a Plans, as the in-process
+// limiters wait: each round makes one attempt (a Store's and a
+// Composite's commit only a request that would go on before ctx's
+// deadline); after a refusal it sleeps out the RetryAfter on clk and tries
+// again. It gives up at once, spending
 // nothing, when ctx ends, or when its deadline would come before the
 // request could go on (the refusal, with errWouldExceedDeadline). An
 // admitted request's Delay is then waited out; if ctx ends during that,
 // the request stays spent. An attempt's error ends the wait with it and
 // the attempt's Decision. refused is the Decision returned if ctx has
-// ended before any attempt.
-func waitFor(ctx context.Context, clk ratelimit.Clock, refused ratelimit.Decision, try tryFunc) (ratelimit.Decision, error) {
+// ended before any attempt. changed, if not nil, returns a context that
+// ends when the rules of the latest attempt are replaced: a refusal's
+// sleep ends then, and the next attempt asks under the new rules.
+func waitFor(ctx context.Context, clk ratelimit.Clock, refused ratelimit.Decision, try tryFunc, changed func() context.Context) (ratelimit.Decision, error) {
 	d := refused
 	for {
 		if err := ctx.Err(); err != nil {
@@ -83,10 +86,28 @@ func waitFor(ctx context.Context, clk ratelimit.Clock, refused ratelimit.Decisio
 		if a.goOn > budget {
 			return d, errWouldExceedDeadline
 		}
-		if err := ratelimit.Sleep(ctx, clk, d.RetryAfter); err != nil {
+		if err := sleepUnless(ctx, clk, d.RetryAfter, changed); err != nil {
 			return d, err
 		}
 	}
+}
+
+// sleepUnless sleeps for d on clk, as [ratelimit.Sleep], but returns nil
+// early when the context changed returns (if changed is not nil) ends. The
+// error is ctx's.
+func sleepUnless(ctx context.Context, clk ratelimit.Clock, d time.Duration, changed func() context.Context) error {
+	if changed == nil {
+		return ratelimit.Sleep(ctx, clk, d)
+	}
+	sleep, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(changed(), cancel)
+	err := ratelimit.Sleep(sleep, clk, d)
+	stop()
+	cancel()
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return nil
 }
 
 // Wait checks cost for key and, while it is denied, sleeps out its
@@ -114,7 +135,7 @@ func (s *Store) Wait(ctx context.Context, key string, cost ratelimit.Units) (rat
 			return checked(d), err
 		}
 		return s.tryWithin(ctx, key, cost, budget)
-	})
+	}, nil)
 }
 
 // CheckWithin is CheckWithinContext with a background context.

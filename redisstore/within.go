@@ -114,7 +114,7 @@ func (c *Composite) Wait(ctx context.Context, key string, cost ratelimit.Units) 
 			return checked(d), err
 		}
 		return c.tryWithin(ctx, key, cost, budget)
-	})
+	}, nil)
 }
 
 // CheckWithin is CheckWithinContext with a background context.

@@ -870,8 +870,11 @@ elseif alg == 'f' or alg == 'c' or alg == 'l' then
     if not fresh then
       if #f ~= 3 then return fail('invalid state') end
       sw, sc = f[2], f[3]
-      if cmp(sw, win) > 0 or cmp(sc, cap2) > 0 then return fail('invalid state') end
+      if cmp(sw, add(win, ONE)) > 0 or cmp(sc, cap2) > 0 then return fail('invalid state') end
     end
+    -- A count in the window after now's, as a Plans' move writes it (the
+    -- fast path declines it), applies from now on, to that window's end.
+    if cmp(sw, win) > 0 then win = sw end
     local count = Z
     if cmp(win, sw) == 0 then count = sc end
     local used = add(count, cost)

@@ -36,18 +36,12 @@ type api struct {
 	cfg     config
 	opts    []redisstore.Option // added to every limit's (tests: a client clock, a prefix)
 	logger  *slog.Logger
-	plans   atomic.Pointer[planSet]
+	plans   *redisstore.Plans
+	local   *ratelimit.Plans // -failure fallback: the plans in process; nil otherwise
+	keys    atomic.Pointer[map[string]string]
 	table   atomic.Pointer[[]route]
 	clock   ratelimit.Clock
 	loginL  string
-}
-
-// planSet is a rule set in force: a Redis limiter per plan, and the plan
-// of each limiter key.
-type planSet struct {
-	limiters map[string]ratelimit.KeyedLimiter
-	def      string
-	keys     map[string]string // limiter key -> plan
 }
 
 // routes builds the API with its limits in the Redis rdb talks to; opts
@@ -66,11 +60,9 @@ func newAPI(logger *slog.Logger, rdb redis.UniversalClient, cfg config, opts ...
 		return nil, fmt.Errorf("unknown failure policy %q", cfg.failure)
 	}
 	a := &api{rdb: rdb, cfg: cfg, opts: opts, logger: logger}
-	ps, err := a.build(cfg.rules)
-	if err != nil {
+	if err := a.build(cfg.rules); err != nil {
 		return nil, err
 	}
-	a.plans.Store(ps)
 
 	client := httplimit.ClientIP{TrustedProxies: cfg.proxies}
 	byAPIKey := httplimit.WithKey(httplimit.HeaderKey("X-API-Key", client.Key))
@@ -135,54 +127,36 @@ func (a *api) policyOptions() []redisstore.Option {
 	return nil
 }
 
-// build makes the Redis limiters of a rule set: a Store for a plan of one
-// rule, a Composite for a plan of layers.
-func (a *api) build(rules exampleserver.RulesFile) (*planSet, error) {
-	if _, err := ratelimit.NewPlans(rules.Rules, nil); err != nil {
-		return nil, err // validated as in process
-	}
-	ps := &planSet{limiters: map[string]ratelimit.KeyedLimiter{}, def: rules.Rules.Default, keys: map[string]string{}}
-	for k, plan := range rules.Keys {
-		ps.keys[httplimit.SecretKey(k)] = plan
-	}
-	for name, plan := range rules.Rules.Plans {
-		opts := append(a.policyOptions(), redisstore.WithDenyCache(a.cfg.denyCache))
-		if plan.Rule != nil {
-			if a.cfg.failure == "fallback" {
-				local, err := ratelimit.NewStore(plan.Rule)
-				if err != nil {
-					return nil, err
-				}
-				opts = append(opts, redisstore.WithFallback(local))
-			}
-			s, err := redisstore.New(a.rdb, plan.Rule, append(opts, a.opts...)...)
-			if err != nil {
-				return nil, fmt.Errorf("plan %q: %w", name, err)
-			}
-			ps.limiters[name] = s
-			continue
-		}
-		layers := make([]redisstore.Layer, len(plan.Layers))
-		for i, l := range plan.Layers {
-			layers[i] = redisstore.Layer{Layer: l}
-		}
-		// A Composite has no fallback: it fails open or closed.
-		c, err := redisstore.NewComposite(a.rdb, layers, append(a.policyOptions(), a.opts...)...)
+// build makes the plans, in Redis, of a rule set, and the in-process plans
+// of -failure fallback. A plan of layers has no deny cache and no fallback
+// of its own: the fallback is the in-process plans as a whole.
+func (a *api) build(rules exampleserver.RulesFile) error {
+	a.keys.Store(secretKeys(rules))
+	planOf := func(key string) string { return (*a.keys.Load())[key] }
+	opts := append(a.policyOptions(), redisstore.WithDenyCache(a.cfg.denyCache))
+	if a.cfg.failure == "fallback" {
+		local, err := ratelimit.NewPlans(rules.Rules, planOf)
 		if err != nil {
-			return nil, fmt.Errorf("plan %q: %w", name, err)
+			return err
 		}
-		ps.limiters[name] = c
+		a.local = local
+		opts = append(opts, redisstore.WithFallback(local))
 	}
-	return ps, nil
+	plans, err := redisstore.NewPlans(a.rdb, rules.Rules, planOf, append(opts, a.opts...)...)
+	if err != nil {
+		return err
+	}
+	a.plans = plans
+	return nil
 }
 
-// limiterFor returns the limiter of key's plan.
-func (a *api) limiterFor(key string) ratelimit.KeyedLimiter {
-	ps := a.plans.Load()
-	if l, ok := ps.limiters[ps.keys[key]]; ok {
-		return l
+// secretKeys maps the limiter's key of each API key of rules to its plan.
+func secretKeys(rules exampleserver.RulesFile) *map[string]string {
+	keys := make(map[string]string, len(rules.Keys))
+	for k, plan := range rules.Keys {
+		keys[httplimit.SecretKey(k)] = plan
 	}
-	return ps.limiters[ps.def]
+	return &keys
 }
 
 // routes lists the routes and their limits under a rule set.
@@ -196,19 +170,24 @@ func (a *api) routes(set ratelimit.PlanSet) *[]route {
 	}
 }
 
-// reload reads the rules file again and puts it in force, logging what
-// changed, or why the file was refused (the rules in force then stay).
+// reload reads the rules file again and puts it in force with
+// Plans.Update, logging what changed, or why the file was refused (the
+// rules in force then stay). Keys keep what they had used, in Redis, on
+// this replica and on every other: a replica still on the old rules moves
+// a key back as it moves it, never handing it a fresh allowance.
 func (a *api) reload(path string) {
 	rules, err := readRules(path)
-	var ps *planSet
+	if err == nil && a.local != nil {
+		err = a.local.Update(rules.Rules, ratelimit.MigrateProportional)
+	}
 	if err == nil {
-		ps, err = a.build(rules)
+		err = a.plans.Update(rules.Rules, ratelimit.MigrateProportional)
 	}
 	if err != nil {
 		a.logger.Error("rules refused; the rules in force stay", "file", path, "error", err)
 		return
 	}
-	a.plans.Store(ps)
+	a.keys.Store(secretKeys(rules))
 	a.table.Store(a.routes(rules.Rules))
 	a.logger.Info("rules reloaded", "file", path, "plans", len(rules.Rules.Plans), "keys", len(rules.Keys),
 		"limits", (*a.table.Load())[0].Limit)
@@ -222,16 +201,7 @@ func (p *planLimiter) Check(key string, cost ratelimit.Units) (ratelimit.Decisio
 }
 
 func (p *planLimiter) CheckContext(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
-	lim := p.a.limiterFor(key)
-	var (
-		d   ratelimit.Decision
-		err error
-	)
-	if cc, ok := lim.(ratelimit.ContextChecker); ok {
-		d, err = cc.CheckContext(ctx, key, cost)
-	} else {
-		d, err = lim.Check(key, cost)
-	}
+	d, err := p.a.plans.CheckContext(ctx, key, cost)
 	markDecided(ctx, err, failurePolicies[p.a.cfg.failure])
 	return d, err
 }
@@ -240,9 +210,8 @@ func (p *planLimiter) CheckContext(ctx context.Context, key string, cost ratelim
 func (p *planLimiter) Clock() ratelimit.Clock { return p.a.clock }
 
 // planSlots is the quotes' in-flight limit, taken together with the plan
-// of the key: AcquireWith asks the key's plan's limiter whatever rate it is
-// given (the plans' dispatcher), so that a plan of one rule, a Store, is
-// checked in the slot's own script.
+// of the key: AcquireWith takes a slot, asks the plans, and gives the slot
+// back if they refuse.
 type planSlots struct {
 	f *redisstore.InFlight
 	a *api
@@ -255,7 +224,7 @@ func (p *planSlots) AcquireContext(ctx context.Context, key string) (ratelimit.R
 }
 
 func (p *planSlots) AcquireWith(ctx context.Context, key string, _ ratelimit.KeyedLimiter, cost ratelimit.Units) (ratelimit.Release, ratelimit.Decision, error) {
-	rel, d, err := p.f.AcquireWith(ctx, key, p.a.limiterFor(key), cost)
+	rel, d, err := p.f.AcquireWith(ctx, key, p.a.plans, cost)
 	markDecided(ctx, err, failurePolicies[p.a.cfg.failure])
 	return rel, d, err
 }

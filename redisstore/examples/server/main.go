@@ -35,8 +35,9 @@
 //     own until Redis is back.
 //
 // Failures are logged, at most a few lines a second. -deny-cache sets how
-// many refused keys each store remembers to refuse again without a round
-// trip (see redisstore.WithDenyCache; 0 turns it off). With -decided-by,
+// many refused keys each plan of one rule, and the login limit, remember to
+// refuse again without a round trip (see redisstore.WithDenyCache; 0 turns
+// it off). With -decided-by,
 // every limited response carries a field saying which path decided it:
 //
 //	X-Ratelimit-Decided-By: redis | fail-open | fail-closed | fallback
@@ -54,12 +55,12 @@
 // -rules reads the plans, and which API keys are on which plan, from a file
 // in the format of examples/server's (examples/server/rules.json is one). A
 // SIGHUP reads it again, and a file that does not read or validate is
-// refused, logged, and changes nothing. Each plan is a redisstore.Store (a
-// redisstore.Composite for a plan of layers), and a Redis key's name
-// carries its rule's numbers: a plan whose rule changes, and a key that
-// moves to another plan, start fresh in Redis. The migrations of
-// ratelimit.Plans.Update, which carry what a key has spent across the
-// change, are in process only for now.
+// refused, logged, and changes nothing. The plans are a redisstore.Plans,
+// and a SIGHUP is its Update with ratelimit.MigrateProportional: a key whose
+// plan's rule changed, or that moved to another plan, keeps what it had
+// used, in Redis, on every replica. Reload the replicas one after another:
+// while some run the old rules and some the new, a key moves between them
+// as its requests alternate, and no move hands it a fresh allowance.
 //
 // -trust lists the networks of reverse proxies in front of the server; their
 // X-Forwarded-For is believed. -work makes each quote take that long, so
@@ -100,7 +101,7 @@ func run(ctx context.Context, args []string, logw io.Writer, ready func(net.Addr
 	redisAddr := fs.String("redis", "127.0.0.1:6379", "`host:port` of the Redis that keeps the limits")
 	cfg := defaultConfig()
 	fs.StringVar(&cfg.failure, "failure", cfg.failure, "what /quote and /labels:batch answer when Redis fails: `open, closed or fallback`")
-	fs.IntVar(&cfg.denyCache, "deny-cache", cfg.denyCache, "how many refused `keys` each store remembers (0: none)")
+	fs.IntVar(&cfg.denyCache, "deny-cache", cfg.denyCache, "how many refused `keys` each plan of one rule and the login limit remember (0: none)")
 	fs.BoolVar(&cfg.decidedBy, "decided-by", cfg.decidedBy, "say in "+DecidedBy+" which path decided each response")
 	if err := f.Parse(args); err != nil {
 		return err

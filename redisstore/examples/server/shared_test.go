@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/ratekit/ratelimit"
+	"github.com/ratekit/ratelimit/httplimit"
+	"github.com/ratekit/ratelimit/internal/exampleserver"
 	"github.com/ratekit/ratelimit/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -163,10 +165,96 @@ func TestRulesReload(t *testing.T) {
 	write(6)
 	a.reload(path)
 	assert.Contains(t, (*a.table.Load())[0].Limit, `"burst":6`)
-	// The rule changed: in Redis the key starts fresh under it.
-	assert.Equal(t, 6, admitted(t, urls, "GET", "/quote", "pro-key", 8))
+	// The rule changed: the key keeps what it used. 3 of 3 spent is 6 of
+	// 6, but the bucket of 6 is full again when the old one would have
+	// been, in 3 hours: 3 in use, 3 left.
+	assert.Equal(t, 3, admitted(t, urls, "GET", "/quote", "pro-key", 8))
 
 	require.NoError(t, os.WriteFile(path, []byte(`{"rules": {"plans": {}}, "keys": {"k": "gold"}}`), 0o600))
 	a.reload(path)
 	assert.Contains(t, (*a.table.Load())[0].Limit, `"burst":6`, "a bad file changes nothing")
+}
+
+// TestReplicasSharePlanUpgrade: three replicas round robin, the plan of a
+// key upgraded by a reload (what SIGHUP does) on each replica in turn.
+// While the replicas disagree the key moves between the old rules and the
+// new at every request, and every answer is the one an in-process Plans
+// gives when it is updated back and forth alike: the upgrade hands the
+// key no fresh allowance on any replica.
+func TestReplicasSharePlanUpgrade(t *testing.T) {
+	needRedis(t)
+	path := t.TempDir() + "/rules.json"
+	write := func(burst int) exampleserver.RulesFile {
+		doc := `{"rules": {"default": "free", "plans": {
+			"free": {"name": "api", "algorithm": "token_bucket", "rate": "1/h", "burst": 2},
+			"pro": {"name": "api-pro", "algorithm": "token_bucket", "rate": "1/h", "burst": ` + strconv.Itoa(burst) + `}}},
+			"keys": {"pro-key": "pro"}}`
+		require.NoError(t, os.WriteFile(path, []byte(doc), 0o600))
+		rules, err := readRules(path)
+		require.NoError(t, err)
+		return rules
+	}
+	old := write(4)
+	cfg := defaultConfig()
+	cfg.rules = old
+	clk := ratelimit.NewManualClock(time.Duration(time.Now().UnixNano()))
+	prefix := fmt.Sprintf("demo%d:", prefixes.Add(1))
+	var apis []*api
+	var urls []string
+	for range 3 {
+		rdb := redis.NewClient(&redis.Options{Addr: redisAddr, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { rdb.Close() })
+		a, err := newAPI(slog.New(slog.NewTextHandler(io.Discard, nil)), rdb, cfg, redisstore.WithClock(clk),
+			redisstore.WithPrefix(prefix), redisstore.WithTimeout(10*time.Second), redisstore.WithDenyCache(0))
+		require.NoError(t, err)
+		srv := httptest.NewServer(a.handler)
+		t.Cleanup(srv.Close)
+		apis, urls = append(apis, a), append(urls, srv.URL)
+	}
+	planOf := func(key string) string { return (*secretKeys(old))[key] }
+	local, err := ratelimit.NewPlans(old.Rules, planOf, ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	upgraded := false // the rules local is on
+	reloaded := make([]bool, len(apis))
+	var upgradedRules exampleserver.RulesFile
+	total, after := 0, 0
+	ask := func(n int) {
+		for i := range n {
+			r := i % len(urls)
+			if reloaded[r] != upgraded {
+				next := old.Rules
+				if reloaded[r] {
+					next = upgradedRules.Rules
+				}
+				require.NoError(t, local.Update(next, ratelimit.MigrateProportional))
+				upgraded = reloaded[r]
+			}
+			want, err := local.Check(httplimit.SecretKey("pro-key"), ratelimit.Unit)
+			require.NoError(t, err)
+			code, _ := send(t, "GET", urls[r]+"/quote", "pro-key")
+			require.Equal(t, want.Allowed, code == http.StatusOK, "request %d to replica %d", i, r)
+			if code == http.StatusOK {
+				total++
+				if upgradedRules.Rules.Plans != nil {
+					after++
+				}
+			}
+		}
+	}
+	ask(6) // 4 admitted: the old burst
+	require.Equal(t, 4, total)
+	upgradedRules = write(8)
+	for r, a := range apis {
+		a.reload(path)
+		reloaded[r] = true
+		ask(6)
+	}
+	// 4 of 4 spent is 8 of 8, full again when the bucket of 4 would have
+	// been: 4 in use, 4 left, and no more however the key moves.
+	assert.Equal(t, 4, after, "admitted after the upgrade began")
+	var moves uint64
+	for _, a := range apis {
+		moves += a.plans.Stats().Moves
+	}
+	assert.Positive(t, moves, "the key moved between the rule sets")
 }

@@ -1,0 +1,905 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratekit/ratelimit"
+	"github.com/redis/go-redis/v9"
+)
+
+// Plans is the Redis counterpart of [ratelimit.Plans]: a keyed limiter
+// that picks each key's rule at check time from a [ratelimit.PlanSet] and a
+// plan function (or the plan a context names, see
+// [ratelimit.ContextWithPlan]), with its keys' states in Redis, shared by
+// every replica of the application. It gives the in-process Plans'
+// Decisions on the same trace, moves included: when a key's plan changes,
+// or [Plans.Update] changes its plan's rule, the key's state moves to its
+// new rule the next time it is checked, converted by the same
+// [ratelimit.Migration] code (see [ratelimit.MoveState]); there is no pass
+// over the keys.
+//
+// Each key has a record in Redis beside its state (see [Plans.RecordKey]),
+// in the same Cluster slot: the keys of the plan that holds its state, that
+// plan's rules as JSON, and what its last move carried in. A check of a key
+// its plan holds, or of a key new to Redis, is one script call: the script
+// reads the record and, if it names the plan's keys (or there is none),
+// checks as a [Store] (a plan of one rule) or a [Composite] (a plan of
+// layers) does and keeps the record at least as long as the state. If the
+// record names another plan's keys, or the same plan's under other rules,
+// the script returns the record and the states, writing nothing; the move
+// is computed in Go, from the rules the record names, so that a replica
+// on another rule set can read it, and a second script writes it over the
+// old keys, the new keys and the record only if all of them still hold
+// what was read, and then checks. A move that finds them changed (another
+// replica moved the key first) starts over, a few times at most within
+// the deadline.
+//
+// A plan's keys are named by the plan's name, the layer's index and its
+// rule (its JSON, name included), so that every replica on the same rule
+// set shares them, and a plan whose rule is unchanged by an Update keeps
+// its keys as they are. Replicas on different rule sets during a rolling
+// reload move a key back and forth as its checks alternate between them:
+// each move is a move of the in-process Plans, so no move hands out a fresh
+// allowance (see [ratelimit.Migration] for the bound), except under
+// MigrateReset, which resets the key at every move onto the rules it was
+// asked for: finish a rolling reload before an Update with MigrateReset.
+// A replica moving a key off rules of its plan that it never ran (another
+// replica's newer ones) uses the policy the record says the key was moved
+// onto them with (else the policy of its own latest Update), so that a key
+// moved back and forth loses nothing one way that the other gives back;
+// MigrateProportional stands in for MigrateReset there. A move between
+// different plans uses the set's OnMove, as in process.
+//
+// Of the options, Plans reads [WithPrefix], [WithClock], [WithTimeout],
+// [WithExpiryMargin], [WithFailureMode], [WithFallback] (a local limiter,
+// such as a [ratelimit.Plans]), [WithCircuit], [WithObserver],
+// [WithHashTag] and [WithDenyCache] (each plan of one rule has a deny
+// cache of that size, as a Store has; a plan of layers has none). When
+// Redis fails, the error wraps [ErrUnavailable] and the Decision is the
+// failure policy's. A corrupted
+// record or state refuses with an error matching
+// [ratelimit.ErrInvalidState], whatever the policy. Plans is safe for
+// concurrent use, starts no goroutines of its own and has nothing to
+// close. It has Check, CheckContext and Wait; it has no CheckWithin,
+// Peek, Refund, Settle or Reset.
+type Plans struct {
+	r        *remote
+	planOf   func(string) string
+	marginMs int64
+	cluster  bool // the client routes keys by slot
+	oneSlot  bool // the prefix's own hash tag puts every key in one slot
+	update   sync.Mutex
+	gen      atomic.Pointer[plansGen]
+	known    recordedPlans
+
+	moves, conflicts atomic.Uint64
+}
+
+// plansGen is one rule set as built.
+type plansGen struct {
+	set   ratelimit.PlanSet
+	plans map[string]*redisPlan
+	def   *redisPlan
+	// replaced is, by a plan's JSON (see redisPlan.json), the policy of
+	// the Update that replaced it under the same name, for every plan an
+	// Update of this Plans replaced (the latest maxReplaced).
+	replaced map[string]ratelimit.Migration
+	order    []string // replaced's keys, oldest first
+	last     ratelimit.Migration
+	// done ends when an Update replaces this set, to wake waiters.
+	done   context.Context
+	cancel context.CancelFunc
+}
+
+// maxReplaced bounds how many replaced plans a Plans remembers the
+// policies of.
+const maxReplaced = 1024
+
+// redisPlan is a plan as built.
+type redisPlan struct {
+	name   string
+	json   string   // {"plan": name, "rules": [...]}, the record's second line
+	heads  []string // each layer's key head: prefix, "P", a hash of the plan's name, the index and the rule
+	keyFns []func(string) string
+	single *Store     // a plan of one rule, with no Key and no Shadow
+	comp   *Composite // a plan of layers
+	// counts is whether a check spends a refusal the rule counts, as a
+	// Store's Check does: for a plan of one Rule (not of Layers).
+	counts bool
+}
+
+// NewPlans returns a [Plans] over set on the Redis rdb talks to. set is
+// validated as by [ratelimit.NewPlans], and every rule as by [New]. planOf
+// returns a key's plan name (nil: every key on the default plan); it must
+// be safe for concurrent use and quick. Options are [Store]'s (see
+// [Plans]); on a [redis.ClusterClient] or a [redis.Ring], a plan of layers
+// whose keys could not share a slot is refused as [NewComposite] refuses
+// it.
+func NewPlans(rdb redis.UniversalClient, set ratelimit.PlanSet, planOf func(key string) string, opts ...Option) (*Plans, error) {
+	r, err := newRemote(rdb, nil, opts)
+	if err != nil {
+		return nil, err
+	}
+	p := &Plans{r: r, planOf: planOf, marginMs: max(1, ceilMs(r.o.margin))}
+	switch rdb.(type) {
+	case *redis.ClusterClient, *redis.Ring:
+		p.cluster = true
+		tag, _ := prefixTag(r.o.prefix)
+		p.oneSlot = tag != ""
+	}
+	g, err := p.build(set, nil, ratelimit.MigrateProportional)
+	if err != nil {
+		return nil, err
+	}
+	p.gen.Store(g)
+	return p, nil
+}
+
+// Update replaces the rule set with set, atomically for this Plans: every
+// check after Update returns sees set. Keys whose plan's rule changed keep
+// what m says when next checked, on this replica or any other that runs
+// set; keys of plans whose rules are unchanged keep their state. A set
+// that does not validate is refused whole.
+func (p *Plans) Update(set ratelimit.PlanSet, m ratelimit.Migration) error {
+	if m > ratelimit.MigrateReset {
+		return fmt.Errorf("%w: Update: %v is not a migration policy", ratelimit.ErrInvalidOption, m)
+	}
+	p.update.Lock()
+	defer p.update.Unlock()
+	old := p.gen.Load()
+	g, err := p.build(set, old, m)
+	if err != nil {
+		return err
+	}
+	p.gen.Store(g)
+	old.cancel()
+	return nil
+}
+
+// Set returns the rule set in force.
+func (p *Plans) Set() ratelimit.PlanSet { return copyPlanSet(p.gen.Load().set) }
+
+// Clock returns the time base of the decisions: the client clock, or Unix
+// time when the server's clock decides.
+func (p *Plans) Clock() ratelimit.Clock { return p.r.clock() }
+
+// PlansStats are a [Plans]' counters since it was built (LocalDenials:
+// of the plans in force).
+type PlansStats struct {
+	Stats
+	// Moves counts keys moved to another plan or rule.
+	Moves uint64
+	// Conflicts counts moves that found the key changed by another check
+	// between reading it and writing it, and started over.
+	Conflicts uint64
+}
+
+// Stats returns the counters.
+func (p *Plans) Stats() PlansStats {
+	st := PlansStats{Stats: p.r.stats(), Moves: p.moves.Load(), Conflicts: p.conflicts.Load()}
+	for _, rp := range p.gen.Load().plans {
+		if rp.single != nil {
+			st.LocalDenials += rp.single.localDenials.Load()
+			st.Mismatches += rp.single.mismatches.Load()
+			st.InvalidStates += rp.single.invalid.Load()
+		}
+	}
+	return st
+}
+
+func copyPlanSet(set ratelimit.PlanSet) ratelimit.PlanSet {
+	plans := make(map[string]ratelimit.Plan, len(set.Plans))
+	for name, pl := range set.Plans {
+		pl.Layers = append([]ratelimit.Layer(nil), pl.Layers...)
+		plans[name] = pl
+	}
+	set.Plans = plans
+	return set
+}
+
+// build validates set and builds its generation after old (nil for the
+// first), replaced by an Update with policy m.
+func (p *Plans) build(set ratelimit.PlanSet, old *plansGen, m ratelimit.Migration) (*plansGen, error) {
+	set = copyPlanSet(set)
+	if len(set.Plans) == 0 {
+		return nil, &ratelimit.RuleError{Rule: "PlanSet", Field: "Plans", Reason: "is empty"}
+	}
+	if _, ok := set.Plans[set.Default]; !ok {
+		return nil, &ratelimit.RuleError{Rule: "PlanSet", Field: "Default", Reason: fmt.Sprintf("%q is not one of the plans", set.Default)}
+	}
+	if set.OnMove > ratelimit.MigrateReset {
+		return nil, &ratelimit.RuleError{Rule: "PlanSet", Field: "OnMove", Reason: fmt.Sprintf("%v is not a migration policy", set.OnMove)}
+	}
+	g := &plansGen{set: set, plans: make(map[string]*redisPlan, len(set.Plans)), replaced: map[string]ratelimit.Migration{}, last: m}
+	for name, pl := range set.Plans {
+		rp, err := p.buildPlan(name, pl)
+		if err != nil {
+			return nil, err
+		}
+		g.plans[name] = rp
+	}
+	g.def = g.plans[set.Default]
+	g.done, g.cancel = context.WithCancel(context.Background())
+	if old != nil {
+		for _, k := range old.order {
+			g.remember(k, old.replaced[k])
+		}
+		for name, rp := range old.plans {
+			if now, ok := g.plans[name]; !ok || now.json != rp.json {
+				g.remember(rp.json, m)
+			}
+		}
+	}
+	return g, nil
+}
+
+// remember notes the policy of the Update that replaced a plan.
+func (g *plansGen) remember(planJSON string, m ratelimit.Migration) {
+	if _, ok := g.replaced[planJSON]; !ok {
+		g.order = append(g.order, planJSON)
+	}
+	g.replaced[planJSON] = m
+	if len(g.order) > maxReplaced {
+		delete(g.replaced, g.order[0])
+		g.order = g.order[1:]
+	}
+}
+
+// planJSON is a record's second line: a plan's name and rules, which any
+// replica can read the plan's states by.
+type planJSON struct {
+	Plan  string            `json:"plan"`
+	Rules []json.RawMessage `json:"rules"`
+}
+
+// buildPlan builds one plan.
+func (p *Plans) buildPlan(name string, pl ratelimit.Plan) (*redisPlan, error) {
+	field := func(f string) string { return fmt.Sprintf("Plans[%q].%s", name, f) }
+	layers := pl.Layers
+	switch {
+	case pl.Rule != nil && len(layers) > 0:
+		return nil, &ratelimit.RuleError{Rule: "PlanSet", Field: field("Rule"), Reason: "is set as well as Layers"}
+	case pl.Rule == nil && len(layers) == 0:
+		return nil, &ratelimit.RuleError{Rule: "PlanSet", Field: field("Rule"), Reason: "is nil and there are no Layers"}
+	case pl.Rule != nil:
+		layers = []ratelimit.Layer{{Rule: pl.Rule}}
+	}
+	rp := &redisPlan{name: name, counts: pl.Rule != nil}
+	doc := planJSON{Plan: name}
+	opts := []Option{WithPrefix(p.r.o.prefix), WithClock(p.r.o.clock), WithExpiryMargin(p.r.o.margin), WithDenyCache(p.r.o.denyCache)}
+	for i, l := range layers {
+		if l.Rule == nil {
+			return nil, &ratelimit.RuleError{Rule: "PlanSet", Field: field(fmt.Sprintf("Layers[%d].Rule", i)), Reason: "is nil"}
+		}
+		rule, err := json.Marshal(ratelimit.RuleSpec{Rule: l.Rule})
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: plan %q, layer %d: %w", name, i, err)
+		}
+		doc.Rules = append(doc.Rules, rule)
+		rp.heads = append(rp.heads, p.r.o.prefix+"P"+shortHash(name+"\x00"+strconv.Itoa(i)+"\x00"+string(rule))+":")
+		rp.keyFns = append(rp.keyFns, l.Key)
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		return nil, err
+	}
+	rp.json = string(b)
+	if len(layers) == 1 && layers[0].Key == nil && !layers[0].Shadow {
+		s, err := New(p.r.rdb, layers[0].Rule, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: plan %q: %w", name, err)
+		}
+		rp.single = s
+		return rp, nil
+	}
+	cl := make([]Layer, len(layers))
+	for i, l := range layers {
+		cl[i] = Layer{Layer: l}
+	}
+	c, err := NewComposite(p.r.rdb, cl, append(opts, WithHashTag(p.r.o.hashTag))...)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: plan %q: %w", name, err)
+	}
+	rp.comp = c
+	return rp, nil
+}
+
+// machine returns layer i's Machine.
+func (rp *redisPlan) machine(i int) *ratelimit.Machine {
+	if rp.single != nil {
+		return rp.single.m
+	}
+	return rp.comp.lm.Machine(i)
+}
+
+// takes reports whether layer i takes part in a request of cost.
+func (rp *redisPlan) takes(i int, cost ratelimit.Units) bool {
+	return rp.single != nil || rp.comp.lm.Takes(i, cost)
+}
+
+// costError is the plan's Decision and error for a cost it refuses as a
+// caller's mistake, or nil.
+func (rp *redisPlan) costError(cost ratelimit.Units) (ratelimit.Decision, error) {
+	if rp.single != nil {
+		d, _, err := rp.single.m.Step(nil, 0, cost, false)
+		return d, err
+	}
+	d, _, _, err := rp.comp.lm.Step(make([][]byte, rp.comp.lm.Len()), 0, cost, false)
+	return d, err
+}
+
+// refused is the Decision that admits nothing.
+func (rp *redisPlan) refused() ratelimit.Decision {
+	if rp.single != nil {
+		return rp.single.refused()
+	}
+	return rp.comp.refused()
+}
+
+// fill names the plan as the Policy of a Decision from a rule without a
+// Name, as the in-process Plans does.
+func (rp *redisPlan) fill(d ratelimit.Decision) ratelimit.Decision {
+	if d.Policy == "" {
+		d.Policy = rp.name
+	}
+	return d
+}
+
+// plan returns key's plan in g: the plan ctx names, else the plan
+// function's; the default if that is not a plan of g.
+func (p *Plans) plan(ctx context.Context, g *plansGen, key string) *redisPlan {
+	name, named := ratelimit.PlanFromContext(ctx)
+	if !named {
+		if p.planOf == nil {
+			return g.def
+		}
+		name = p.planOf(key)
+	}
+	if rp, ok := g.plans[name]; ok {
+		return rp
+	}
+	return g.def
+}
+
+// keyName is the Redis key of key under head: head, then (with a hash tag
+// function) a hash of key and ':', and in braces the Cluster hash tag, a
+// hash of key or of its tag. A plan's layer keys and its record are named
+// alike, so that they share a slot wherever their keys share a tag.
+func (p *Plans) keyName(head, key string) (name, tag string) {
+	return taggedKey(head, key, p.r.o.hashTag)
+}
+
+// RecordKey returns the Redis key of key's record.
+func (p *Plans) RecordKey(key string) string {
+	k, _ := p.keyName(p.r.o.prefix+"R:", key)
+	return k
+}
+
+// Keys returns the Redis keys that hold key's state under the plan named
+// plan (the default plan if there is none of that name), in layer order.
+func (p *Plans) Keys(plan, key string) []string {
+	g := p.gen.Load()
+	rp, ok := g.plans[plan]
+	if !ok {
+		rp = g.def
+	}
+	keys, _, _ := p.planKeys(rp, key, 0)
+	return keys
+}
+
+// planKeys returns rp's keys for key, and its record's first line. On a
+// cluster client, the keys of the layers that take part in a request of
+// cost (all of them, for cost 0) must share the record's slot, else the
+// error matches [ErrCrossSlot].
+func (p *Plans) planKeys(rp *redisPlan, key string, cost ratelimit.Units) ([]string, string, error) {
+	keys := make([]string, len(rp.heads))
+	_, recTag := p.keyName("", key)
+	for i, h := range rp.heads {
+		var tag string
+		keys[i], tag = p.keyName(h, layerKeyOf(rp.keyFns[i], key))
+		if p.cluster && !p.oneSlot && tag != recTag && (cost == 0 || rp.takes(i, cost)) {
+			return keys, "", fmt.Errorf("%w: key %q: layer %d's key %s is not in the slot of the key's record", ErrCrossSlot, clipKey(key), i, keys[i])
+		}
+	}
+	return keys, strings.Join(keys, " "), nil
+}
+
+func layerKeyOf(fn func(string) string, key string) string {
+	if fn != nil {
+		return fn(key)
+	}
+	return key
+}
+
+// Check is CheckContext with a background context.
+func (p *Plans) Check(key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	return p.CheckContext(context.Background(), key, cost)
+}
+
+// CheckContext checks cost for key on its plan, as
+// [ratelimit.Plans.CheckContext] does, moving the key first if its record
+// names another plan or rule. ctx bounds the whole check, a move included;
+// without a deadline, the timeout does. It returns ctx's error, spending
+// nothing, if ctx has already ended. Cost errors are the plan's and reach
+// no server. Every error but a cost error matches [ratelimit.ErrDegraded]:
+// the Decision returned with it is the one to act on.
+func (p *Plans) CheckContext(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	return p.check(ctx, p.gen.Load(), key, cost, false)
+}
+
+// check is CheckContext on rule set g. wait says the check is an attempt
+// of Wait, which the deny cache does not answer.
+func (p *Plans) check(ctx context.Context, g *plansGen, key string, cost ratelimit.Units, wait bool) (ratelimit.Decision, error) {
+	rp := p.plan(ctx, g, key)
+	if err := ctx.Err(); err != nil {
+		return rp.fill(rp.refused()), err
+	}
+	d, err := p.decide(ctx, g, rp, key, cost, wait)
+	d = rp.fill(d)
+	err = degradedError(err)
+	observe(p.r.o.observer, d.Policy, d, cost, err)
+	return d, err
+}
+
+// Wait checks cost for key and, while it is refused, sleeps out its
+// RetryAfter on the Plans' clock and checks again, as [Store.Wait] does,
+// until it is admitted, ctx ends, or the request could not go on before
+// ctx's deadline (then it returns the refusal with an error matching
+// [ratelimit.ErrWouldExceedDeadline] and [context.DeadlineExceeded] at
+// once, spending nothing). As [ratelimit.Plans.Wait], a waiter asleep when
+// an Update changes the rules wakes at once and asks again under the new
+// rules. Each check is a [Plans.CheckContext] but that, as Store.Wait's,
+// it goes to Redis, not to the deny cache. An admitted leaky-bucket
+// request then waits out its Delay; if ctx ends during that, the request
+// stays spent (Plans has no CheckWithin: the Delay is not bounded by the
+// deadline before it is spent).
+func (p *Plans) Wait(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
+	g := p.gen.Load()
+	rp := p.plan(ctx, g, key)
+	refused := rp.fill(rp.refused())
+	return waitFor(ctx, p.Clock(), refused, func(ctx context.Context, _ time.Duration) (attempt, error) {
+		g = p.gen.Load()
+		d, err := p.check(ctx, g, key, cost, true)
+		return checked(d), err
+	}, func() context.Context { return g.done })
+}
+
+// maxMoves is how many times a check tries to move a key that other checks
+// keep changing before it refuses with [ErrUnavailable].
+const maxMoves = 16
+
+// decide is CheckContext's check of key on plan rp; a wait's (see check)
+// is not answered by the deny cache.
+func (p *Plans) decide(ctx context.Context, g *plansGen, rp *redisPlan, key string, cost ratelimit.Units, wait bool) (ratelimit.Decision, error) {
+	if d, err := rp.costError(cost); err != nil {
+		return d, err
+	}
+	keys, line, err := p.planKeys(rp, key, cost)
+	if err != nil {
+		return rp.refused(), err
+	}
+	// A plan of one rule has its Store's deny cache: a refusal Redis made
+	// on the plan's key is repeated without a round trip while the state
+	// it read refuses (see WithDenyCache).
+	var floor int64
+	var gen uint64
+	deny := rp.deny()
+	if deny != nil {
+		gen = deny.generation()
+		if wait {
+			// Wait's checks go to Redis (see Store.Wait).
+			floor = deny.floor(keys[0])
+		} else {
+			d, ok, latest := deny.answer(rp.single.judge, p.r.o.clock, keys[0], cost)
+			if ok {
+				rp.single.localDenials.Add(1)
+				return d, nil
+			}
+			floor = latest
+		}
+	}
+	look := rp.looks(wait)
+	ctx, cancel := p.r.bounded(ctx)
+	defer cancel()
+	id := line + "\n" + rp.json
+	all := append([]string{p.RecordKey(key)}, keys...)
+	for range maxMoves {
+		now := ""
+		if t, ok := p.r.now(); ok {
+			now = strconv.FormatInt(max(t, floor), 10)
+		}
+		check := p.checkArgs(rp, now, cost, look)
+		args := append([]any{"c", rp.kind(), id, strconv.Itoa(len(keys)), p.r.o.prefix, now, "8"}, check...)
+		sent := time.Now()
+		reply, err := p.call(ctx, all, args)
+		if err != nil {
+			return p.failed(ctx, rp, key, cost, err)
+		}
+		if tag, _ := reply[0].(string); tag == "c" {
+			return p.verified(rp, key, keys[0], cost, reply[1:], look, deny, gen, sent)
+		}
+		mv, err := p.move(g, rp, keys, id, reply, cost)
+		if err != nil {
+			p.r.invalid.Add(1)
+			return rp.refused(), fmt.Errorf("%w: key %q: %w", ratelimit.ErrInvalidState, clipKey(key), err)
+		}
+		args = append([]any{"m", rp.kind(), id, strconv.Itoa(len(keys)), p.r.o.prefix, now, strconv.Itoa(12 + len(mv.args))}, mv.head...)
+		args = append(append(args, mv.args...), check...)
+		sent = time.Now()
+		reply, err = p.call(ctx, append(all[:1+len(keys):1+len(keys)], mv.old...), args)
+		if err != nil {
+			return p.failed(ctx, rp, key, cost, err)
+		}
+		if tag, _ := reply[0].(string); tag == "c" {
+			if mv.moves {
+				p.moves.Add(1)
+			}
+			return p.verified(rp, key, keys[0], cost, reply[1:], look, deny, gen, sent)
+		}
+		p.conflicts.Add(1)
+	}
+	// Not Redis failing but checks racing: refused, whatever the policy,
+	// since failing open would admit past the limit the racing checks
+	// enforce.
+	return rp.refused(), fmt.Errorf("%w: key %q: moved by other checks %d times in a row", ErrUnavailable, clipKey(key), maxMoves)
+}
+
+// kind is plans.lua's ARGV[2] for the plan.
+func (rp *redisPlan) kind() string {
+	if rp.single != nil {
+		return "s"
+	}
+	return "l"
+}
+
+// looks reports whether a check of a plan of one rule is a look (see
+// Store.args), which spends no refusal: as in process, a refusal under
+// CountRefused is spent by a Check of a plan of one Rule, as a Store's
+// Check spends it, but neither by a Wait's attempt nor by a plan of
+// layers (of one layer here), as a Composite spends none.
+func (rp *redisPlan) looks(wait bool) bool {
+	return rp.single != nil && rp.single.p.CountRefused && (wait || !rp.counts)
+}
+
+// checkArgs are the arguments of the plan's check at now (empty for
+// the server's TIME); look as rp.looks says.
+func (p *Plans) checkArgs(rp *redisPlan, now string, cost ratelimit.Units, look bool) []any {
+	if rp.single != nil {
+		args := rp.single.args(cost, 0, look)
+		args[1] = now
+		return args
+	}
+	return rp.comp.args(now, cost)
+}
+
+// call runs the script, through the circuit of the key's master.
+func (p *Plans) call(ctx context.Context, keys []string, args []any) ([]any, error) {
+	reply, err := p.r.call(ctx, plansScript, keys, args...)
+	if err == nil && len(reply) == 0 {
+		err = fmt.Errorf("%w: empty reply", ErrMismatch)
+	}
+	return reply, err
+}
+
+// failed answers a check whose script call failed: a corrupted record or
+// state, or keys in different slots, refuse; Redis failing is the failure
+// policy's.
+func (p *Plans) failed(ctx context.Context, rp *redisPlan, key string, cost ratelimit.Units, err error) (ratelimit.Decision, error) {
+	switch {
+	case isStateError(err):
+		// plans.lua reads the keys a record names with pcall: a Cluster
+		// node's refusal of one in another slot is such an error too.
+		p.r.invalid.Add(1)
+		return rp.refused(), fmt.Errorf("%w: key %q: %v", ratelimit.ErrInvalidState, clipKey(key), err)
+	case isCrossSlot(err):
+		return rp.refused(), fmt.Errorf("%w: key %q: %v", ErrCrossSlot, clipKey(key), err)
+	case errors.Is(err, ErrMismatch):
+		return rp.refused(), err
+	}
+	return p.degraded(ctx, rp, key, cost, err)
+}
+
+// verified turns the check's reply, to a call sent at sent, into the
+// Decision, as the plan's Store or Composite does, and tells the deny
+// cache, if any, of the key's refusal or admission.
+func (p *Plans) verified(rp *redisPlan, key, rk string, cost ratelimit.Units, reply []any, look bool, deny *denyCache, gen uint64, sent time.Time) (ratelimit.Decision, error) {
+	if rp.single == nil {
+		v, err := rp.comp.verify(key, cost, reply, nil)
+		return v.d, err
+	}
+	d, at, state, err := rp.single.verify(key, cost, reply, look)
+	if deny != nil && err == nil {
+		if d.Allowed {
+			deny.forget(rk)
+		} else {
+			deny.remember(rk, [][]byte{[]byte(state)}, at, sent, time.Now(), gen)
+		}
+	}
+	return d, err
+}
+
+// deny is the deny cache of a plan of one rule, nil if none.
+func (rp *redisPlan) deny() *denyCache {
+	if rp.single == nil {
+		return nil
+	}
+	return rp.single.deny
+}
+
+// degraded applies the failure policy to a check Redis did not decide.
+func (p *Plans) degraded(ctx context.Context, rp *redisPlan, key string, cost ratelimit.Units, cause error) (ratelimit.Decision, error) {
+	o := &p.r.o
+	if o.fallback != nil {
+		var d ratelimit.Decision
+		var err error
+		if cc, ok := o.fallback.(ratelimit.ContextChecker); ok {
+			d, err = cc.CheckContext(context.WithoutCancel(ctx), key, cost)
+		} else {
+			d, err = o.fallback.Check(key, cost)
+		}
+		if err != nil {
+			return d, errors.Join(cause, err)
+		}
+		return d, cause
+	}
+	if o.mode == FailClosed {
+		d := rp.refused()
+		d.RetryAfter = o.pause
+		return d, cause
+	}
+	// As if the key were fresh: what losing its state would give.
+	now := time.Duration(clamp(p.r.clock().Now()))
+	if rp.single != nil {
+		d, _, _ := rp.single.m.Step(nil, now, cost, false)
+		return d, cause
+	}
+	d, _, _, _ := rp.comp.lm.Step(make([][]byte, rp.comp.lm.Len()), now, cost, false)
+	return d, cause
+}
+
+// plannedMove is what the move script writes: its arguments after the
+// first seven (head: the record as read and to write, its expiry, the
+// number of old keys; args: each key's state as read and what to do with
+// it) and the old keys it reads.
+type plannedMove struct {
+	head  []any
+	args  []any
+	old   []string
+	moves bool // false: the record stays, and nothing is written
+}
+
+// move computes the move of a key whose record names other keys than plan
+// rp's (keys), from the script's reply: {'m', now, record, k, the states
+// of the k keys it names, the states of rp's keys}. The record's plan is
+// read from the record itself, so that a replica on another rule set
+// moves it alike.
+func (p *Plans) move(g *plansGen, rp *redisPlan, keys []string, id string, reply []any, cost ratelimit.Units) (plannedMove, error) {
+	var mv plannedMove
+	if len(reply) < 4 {
+		return mv, fmt.Errorf("%w: unexpected reply %v", ErrMismatch, reply)
+	}
+	nowS, _ := reply[1].(string)
+	rec, ok := reply[2].(string)
+	k, ok2 := reply[3].(int64)
+	now, err := strconv.ParseInt(nowS, 10, 64)
+	if !ok || !ok2 || err != nil || k < 1 || len(reply) != 4+int(k)+len(keys) {
+		return mv, fmt.Errorf("%w: unexpected reply %v", ErrMismatch, reply)
+	}
+	states := make([]string, 0, int(k)+len(keys))
+	for _, v := range reply[4:] {
+		s, ok := v.(string)
+		if !ok {
+			return mv, fmt.Errorf("%w: unexpected reply %v", ErrMismatch, reply)
+		}
+		states = append(states, s)
+	}
+	olds, news := states[:k], states[k:]
+	from, carry, err := p.known.parse(rec, int(k))
+	if err != nil {
+		return mv, err
+	}
+	policy := g.set.OnMove
+	if from.name == rp.name {
+		var known bool
+		if policy, known = g.replaced[from.json]; !known {
+			// Rules of the plan this replica never ran (another replica's,
+			// during a rolling reload): back by the policy the key was
+			// moved in with, so that moving back and forth takes nothing
+			// one way that the other gives back, but never by a reset.
+			policy = g.last
+			if from.movedIn {
+				policy = from.moved
+			}
+			if policy == ratelimit.MigrateReset {
+				policy = ratelimit.MigrateProportional
+			}
+		}
+	}
+	// As in process, a key whose layers that take part in this check all
+	// hold a state already is not moved, and its record stays as it is
+	// (a layer that sits a check out moves at a check it takes part in).
+	lacking := false
+	for i := range keys {
+		if news[i] == "" && rp.takes(i, cost) {
+			lacking = true
+		}
+	}
+	if !lacking {
+		mv.head = []any{rec, rec, "", "0"}
+		for i := range keys {
+			mv.args = append(mv.args, news[i], "", "")
+		}
+		return mv, nil
+	}
+	mv.moves = true
+	record := []byte(nil)
+	recMs := p.marginMs
+	writes := make([]string, len(keys))
+	ms := make([]int64, len(keys))
+	del := make([]bool, len(from.keys))
+	for i := range keys {
+		if i >= len(from.keys) || from.keys[i] == keys[i] || (olds[i] == "" && i > 0) || !rp.takes(i, cost) {
+			continue
+		}
+		if news[i] != "" {
+			// The plan's key already holds a state: the key moves into it
+			// only if that is as good as a fresh one, as in process.
+			fresh, err := rp.machine(i).Fresh([]byte(news[i]), time.Duration(now))
+			if err != nil {
+				return mv, err
+			}
+			if !fresh {
+				continue
+			}
+		}
+		var c []byte
+		if i == 0 {
+			c = carry
+		}
+		m, err := ratelimit.MoveState(from.machines[i], rp.machine(i), policy, []byte(olds[i]), c, time.Duration(now))
+		if err != nil {
+			return mv, err
+		}
+		del[i] = true
+		if len(m.State) > 0 {
+			writes[i] = string(m.State)
+			ms[i] = ceilMs(m.Whole-m.At) + p.marginMs
+			recMs = max(recMs, ms[i])
+		}
+		if i == 0 && len(m.Record) > 0 {
+			record = m.Record
+			if until, err := strconv.ParseInt(strings.Fields(string(m.Record))[1], 10, 64); err == nil {
+				recMs = max(recMs, ceilMs(time.Duration(until)-m.At)+p.marginMs)
+			}
+		}
+	}
+	newRec := id + "\n" + strconv.Itoa(int(policy))
+	if len(record) > 0 {
+		newRec += " " + string(record)
+	}
+	mv.head = []any{rec, newRec, strconv.FormatInt(recMs, 10), ""}
+	for i := range keys {
+		px := ""
+		if writes[i] != "" {
+			px = strconv.FormatInt(ms[i], 10)
+		}
+		mv.args = append(mv.args, news[i], writes[i], px)
+	}
+	inPlan := make(map[string]bool, len(keys))
+	for _, key := range keys {
+		inPlan[key] = true
+	}
+	for j, key := range from.keys {
+		if inPlan[key] {
+			continue
+		}
+		flag := ""
+		if del[j] {
+			flag = "1"
+		}
+		mv.old = append(mv.old, key)
+		mv.args = append(mv.args, olds[j], flag)
+	}
+	mv.head[3] = strconv.Itoa(len(mv.old))
+	return mv, nil
+}
+
+// recordedPlan is a plan as a record names it: its keys for the key, its
+// name, JSON and rules' Machines, and the policy the key was moved onto it
+// with, if it was moved there (movedIn).
+type recordedPlan struct {
+	name     string
+	json     string
+	keys     []string
+	machines []*ratelimit.Machine
+	moved    ratelimit.Migration
+	movedIn  bool
+}
+
+// recordedPlans caches the plans records name, by their JSON: a plan's
+// Machines are built once per replica, not per move.
+type recordedPlans struct {
+	mu sync.Mutex
+	m  map[string]*recordedPlan
+}
+
+// parse reads a record that names k keys: its plan, and its move record.
+func (r *recordedPlans) parse(rec string, k int) (recordedPlan, []byte, error) {
+	lines := strings.Split(rec, "\n")
+	if len(lines) != 3 {
+		return recordedPlan{}, nil, errors.New("redisstore: a plan's record is not three lines")
+	}
+	keys := strings.Split(lines[0], " ")
+	if len(keys) != k {
+		return recordedPlan{}, nil, errors.New("redisstore: a plan's record names keys that are not well formed")
+	}
+	r.mu.Lock()
+	pl, ok := r.m[lines[1]]
+	r.mu.Unlock()
+	if !ok {
+		var doc planJSON
+		if err := json.Unmarshal([]byte(lines[1]), &doc); err != nil {
+			return recordedPlan{}, nil, fmt.Errorf("redisstore: a plan's record: %w", err)
+		}
+		pl = &recordedPlan{name: doc.Plan, json: lines[1]}
+		for _, raw := range doc.Rules {
+			var spec ratelimit.RuleSpec
+			if err := json.Unmarshal(raw, &spec); err != nil {
+				return recordedPlan{}, nil, fmt.Errorf("redisstore: a plan's record: %w", err)
+			}
+			m, err := ratelimit.NewMachine(spec.Rule)
+			if err != nil {
+				return recordedPlan{}, nil, fmt.Errorf("redisstore: a plan's record: %w", err)
+			}
+			pl.machines = append(pl.machines, m)
+		}
+		r.mu.Lock()
+		if r.m == nil || len(r.m) >= 256 {
+			r.m = map[string]*recordedPlan{}
+		}
+		r.m[lines[1]] = pl
+		r.mu.Unlock()
+	}
+	if len(pl.machines) != k {
+		return recordedPlan{}, nil, errors.New("redisstore: a plan's record names a key per rule, not as many")
+	}
+	out := *pl
+	out.keys = keys
+	last := lines[2]
+	if last == "" {
+		return out, nil, nil
+	}
+	policy, carry, _ := strings.Cut(last, " ")
+	if len(policy) != 1 || policy[0] < '0' || policy[0] > '0'+byte(ratelimit.MigrateReset) {
+		return recordedPlan{}, nil, errors.New("redisstore: a plan's record names no migration policy")
+	}
+	out.moved, out.movedIn = ratelimit.Migration(policy[0]-'0'), true
+	return out, []byte(carry), nil
+}
+
+// The plans' script (plans.lua) runs the single-key step (step.lua's
+// script) or the layers' step (layers.lua's) as functions of their own,
+// whose KEYS, ARGV and redis are its parameters.
+//
+//go:embed plans.lua
+var plansLua string
+
+var (
+	plansSource = "local function single(KEYS, ARGV, redis)\n" + stepSource +
+		"\nend\nlocal function layered(KEYS, ARGV, redis)\n" + layersScriptSource + "\nend\n" + plansLua
+	plansScript = redis.NewScript(plansSource)
+)
+
+var (
+	_ ratelimit.ContextChecker = (*Plans)(nil)
+	_ ratelimit.KeyedLimiter   = (*Plans)(nil)
+)

@@ -1,0 +1,194 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratelimit"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// drillPlans is a rule set whose plans' first checks of a fresh key leave
+// Remaining 2 on free and 9 on pro.
+var drillPlans = ratelimit.PlanSet{Default: "free", Plans: map[string]ratelimit.Plan{
+	"free": {Rule: drillRule},
+	"pro":  {Layers: []ratelimit.Layer{{Rule: ratelimit.GCRA{Rate: ratelimit.Every(year), Burst: 10}}, {Rule: ratelimit.SlidingLog{Limit: 100, Window: time.Hour}}}},
+}}
+
+// TestPlansFailurePolicies: with Redis stopped, a Plans answers by its
+// failure policy (fail open as a fresh key, fail closed, or a local
+// in-process Plans), its circuit opens, and once Redis is back (a new
+// process, which has lost the scripts and the keys) it decides again,
+// moves included.
+func TestPlansFailurePolicies(t *testing.T) {
+	srv := drillServer(t)
+	rdb := srv.Client(func(o *redis.Options) {
+		o.ContextTimeoutEnabled = true
+		o.MaxRetries = -1
+		o.ReadTimeout = 2 * time.Second
+	})
+	defer rdb.Close()
+	plan := "free"
+	planOf := func(string) string { return plan }
+	local, err := ratelimit.NewPlans(drillPlans, planOf)
+	require.NoError(t, err)
+	opts := []Option{WithTimeout(drillTimeout), WithCircuit(3, 500*time.Millisecond)}
+	open, err := NewPlans(rdb, drillPlans, planOf, append(opts, WithPrefix("open:"))...)
+	require.NoError(t, err)
+	closed, err := NewPlans(rdb, drillPlans, planOf, append(opts, WithPrefix("closed:"), WithFailureMode(FailClosed))...)
+	require.NoError(t, err)
+	fallback, err := NewPlans(rdb, drillPlans, planOf, append(opts, WithPrefix("fallback:"), WithFallback(local))...)
+	require.NoError(t, err)
+	all := []*Plans{open, closed, fallback}
+	for _, p := range all {
+		d, err := p.Check("k", ratelimit.Unit)
+		require.NoError(t, err)
+		require.Equal(t, int64(2), d.Remaining)
+	}
+	require.NoError(t, srv.Kill())
+	for i := range 6 {
+		d, err := open.Check("k", ratelimit.Unit)
+		require.ErrorIs(t, err, ErrUnavailable)
+		require.ErrorIs(t, err, ratelimit.ErrDegraded)
+		assert.True(t, d.Allowed, "fail open admits")
+		assert.Equal(t, int64(2), d.Remaining, "as a fresh key would")
+		if i >= 3 {
+			assert.ErrorIs(t, err, ErrCircuitOpen)
+		}
+		d, err = closed.Check("k", ratelimit.Unit)
+		require.ErrorIs(t, err, ErrUnavailable)
+		assert.False(t, d.Allowed, "fail closed refuses")
+		assert.Positive(t, d.RetryAfter)
+		d, err = fallback.Check("k", ratelimit.Unit)
+		require.ErrorIs(t, err, ErrUnavailable)
+		assert.Equal(t, i < 3, d.Allowed, "the local plans' burst of 3, check %d", i)
+	}
+	assert.Equal(t, uint64(3), open.Stats().CircuitRefusals)
+	require.NoError(t, srv.Restart())
+	plan = "pro"
+	deadline := time.Now().Add(10 * time.Second)
+	for _, p := range all {
+		for tries := int64(0); ; tries++ {
+			d, err := p.Check("k2", ratelimit.Unit)
+			if err == nil {
+				// A check that timed out may have run all the same.
+				assert.LessOrEqual(t, d.Remaining, int64(9))
+				assert.GreaterOrEqual(t, d.Remaining, 9-tries)
+				break
+			}
+			require.ErrorIs(t, err, ErrUnavailable)
+			require.True(t, time.Now().Before(deadline), "checks did not resume: %v", err)
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// A key checked on free, then on pro: a move after the restart (with
+	// a deadline a loaded machine cannot miss).
+	patient, err := NewPlans(rdb, drillPlans, planOf, WithPrefix("open:"), WithTimeout(5*time.Second))
+	require.NoError(t, err)
+	plan = "free"
+	_, err = patient.Check("m", ratelimit.Unit)
+	require.NoError(t, err)
+	plan = "pro"
+	d, err := patient.Check("m", ratelimit.Unit)
+	require.NoError(t, err)
+	// 1 of 3 spent is 4 of 10, but free would be whole in a year, and pro
+	// refills 4 in four: 1 in use, full again in that year.
+	assert.Equal(t, int64(10-1-1), d.Remaining)
+	assert.Equal(t, uint64(1), patient.Stats().Moves)
+}
+
+// TestPlansServerTime: without a client clock the server's TIME decides,
+// moves included.
+func TestPlansServerTime(t *testing.T) {
+	rdb := needRedis(t)
+	plan := "free"
+	set := ratelimit.PlanSet{Default: "free", Plans: map[string]ratelimit.Plan{
+		"free": {Rule: ratelimit.GCRA{Rate: ratelimit.PerHour(4), Burst: 4}},
+		"pro":  {Rule: ratelimit.TokenBucket{Rate: ratelimit.PerHour(40), Burst: 40}},
+	}}
+	p, err := NewPlans(rdb, set, func(string) string { return plan }, WithPrefix(testPrefix()), WithTimeout(5*time.Second))
+	require.NoError(t, err)
+	for range 3 {
+		_, err := p.Check("k", ratelimit.Unit)
+		require.NoError(t, err)
+	}
+	plan = "pro"
+	d, err := p.Check("k", ratelimit.Unit)
+	require.NoError(t, err)
+	assert.Equal(t, int64(40-30-1), d.Remaining, "3 of 4 spent is 30 of 40")
+	assert.InDelta(t, time.Now().UnixNano(), int64(d.At), float64(time.Minute), "the server's Unix time")
+}
+
+// TestClusterPlans: on a Cluster of three masters, each key's record and
+// its plans' keys (layers included) share one slot, keys spread over
+// every master, and moves between plans and an Update give the in-process
+// Plans' Decisions.
+func TestClusterPlans(t *testing.T) {
+	cl := startCluster(t)
+	rdb := cl.Client(t, nil)
+	clk := ratelimit.NewManualClock(unixNow)
+	on := map[string]string{}
+	planOf := func(key string) string { return on[key] }
+	set := ratelimit.PlanSet{Default: "free", Plans: map[string]ratelimit.Plan{
+		"free": {Rule: ratelimit.FixedWindow{Limit: 3, Window: time.Minute}},
+		"pro": {Layers: []ratelimit.Layer{
+			{Rule: ratelimit.GCRA{Rate: ratelimit.PerMinute(10), Burst: 10}},
+			{Rule: ratelimit.SlidingCounter{Limit: 50, Window: time.Hour}, Shadow: true},
+		}},
+	}}
+	local, err := ratelimit.NewPlans(set, planOf, ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	p, err := NewPlans(rdb, set, planOf, WithClock(clk), WithPrefix(testPrefix()), WithTimeout(5*time.Second), WithDenyCache(0))
+	require.NoError(t, err)
+	const keys = 24
+	masters := map[string]bool{}
+	for i := range keys {
+		key := fmt.Sprintf("user-%d", i)
+		slot := cl.Slot(t, p.RecordKey(key))
+		for _, plan := range []string{"free", "pro"} {
+			for _, k := range p.Keys(plan, key) {
+				require.Equal(t, slot, cl.Slot(t, k), "key %s of plan %s", k, plan)
+			}
+		}
+		masters[cl.Owner(t, slot).Addr()] = true
+	}
+	require.Len(t, masters, 3, "keys on every master")
+	upgraded := set
+	upgraded.Plans = map[string]ratelimit.Plan{"free": set.Plans["free"], "pro": {Rule: ratelimit.TokenBucket{Rate: ratelimit.PerMinute(20), Burst: 20}}}
+	ctx := context.Background()
+	for step := range 10 {
+		if step == 6 {
+			require.NoError(t, local.Update(upgraded, ratelimit.MigrateAdditive))
+			require.NoError(t, p.Update(upgraded, ratelimit.MigrateAdditive))
+		}
+		for i := range keys {
+			key := fmt.Sprintf("user-%d", i)
+			if (i+step)%3 == 0 {
+				on[key] = map[string]string{"free": "pro", "pro": "free", "": "pro"}[on[key]]
+			}
+			want, err := local.CheckContext(ctx, key, ratelimit.Unit)
+			require.NoError(t, err)
+			got, err := p.CheckContext(ctx, key, ratelimit.Unit)
+			require.NoError(t, err)
+			require.Equal(t, want, got, "step %d key %s", step, key)
+		}
+		clk.Advance(7 * time.Second)
+	}
+	st := p.Stats()
+	assert.Positive(t, st.Moves)
+	assert.Zero(t, st.Failures+st.InvalidStates+st.Mismatches)
+
+	// A record that names a key of another slot (another key's) is a
+	// corrupted record: refused, never the failure policy's admission.
+	other := p.Keys("pro", "user-1")[0]
+	proJSON := p.gen.Load().plans["pro"].json
+	require.NoError(t, rdb.Set(ctx, p.RecordKey("user-0"), other+" "+other+"\n"+proJSON+"\n", time.Hour).Err())
+	on["user-0"] = "free"
+	d, err := p.Check("user-0", ratelimit.Unit)
+	assert.ErrorIs(t, err, ratelimit.ErrInvalidState)
+	assert.False(t, d.Allowed)
+}
