@@ -839,11 +839,21 @@ func (r *planRecord) carry(src holder, spent, whole, now int64) [2]tranche {
 }
 
 // recorded returns the plan a key's record names: that plan, if g still
-// knows it, or else g's plan of its lineage, whose stores hold what is
-// left of the key's state (nil if none).
+// knows it, or else the oldest plan of its lineage newer than it that g
+// still knows (a replaced one, or g's own), whose stores hold what is left
+// of the key's state (nil if none). The stores of a plan that left the
+// replaced ones only to make room (see maxReplaced) may still hold keys,
+// and every store it shared with its successor, as one an Update kept does,
+// is the successor's too: found through it, the key moves with what it spent
+// instead of starting fresh.
 func (g *planGen) recorded(rec *planRecord) *recordedPlan {
 	if r := g.byID[rec.plan]; r != nil {
 		return r
+	}
+	for i := len(g.replaced) - 1; i >= 0; i-- { // oldest first
+		if r := g.replaced[i]; r.bp.lineage == rec.lineage && r.bp.id > rec.plan {
+			return r
+		}
 	}
 	return g.byLineage[rec.lineage]
 }
