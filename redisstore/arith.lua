@@ -3,9 +3,14 @@
 -- significant first, with no zero limbs on top (zero is {0}). A product of
 -- two limbs is below 10^14 and a limb-by-limb row with its carries stays
 -- below 2^53, so every operation below is exact.
+--
+-- A library (functions.go) runs this file once, when it loads, where the
+-- string and math libraries cannot be read: they are named inside the
+-- functions, not captured. Zero and one are shared by every call there,
+-- so nothing may write to a number it did not make (trim writes only to
+-- results of its own).
 
 local B = 10000000
-local floor = math.floor
 local Z, ONE = {0}, {1}
 
 -- parse reads a canonical decimal string (digits only, no leading zeros)
@@ -13,20 +18,19 @@ local Z, ONE = {0}, {1}
 -- hold digits only. Each limb is one tonumber of
 -- a substring of seven digits, which costs about half of reading the
 -- digits one byte at a time in Lua.
-local byte, ssub, sfind, tonumber = string.byte, string.sub, string.find, tonumber
 local function parse(s, maxd, digits)
   local n = #s
-  if n == 0 or n > maxd or (n > 1 and byte(s, 1) == 48) or (not digits and sfind(s, '%D')) then
+  if n == 0 or n > maxd or (n > 1 and string.byte(s, 1) == 48) or (not digits and string.find(s, '%D')) then
     return nil
   end
   if n <= 7 then return {tonumber(s)} end
-  if n <= 14 then return {tonumber(ssub(s, n - 6)), tonumber(ssub(s, 1, n - 7))} end
+  if n <= 14 then return {tonumber(string.sub(s, n - 6)), tonumber(string.sub(s, 1, n - 7))} end
   if n <= 21 then
-    return {tonumber(ssub(s, n - 6)), tonumber(ssub(s, n - 13, n - 7)), tonumber(ssub(s, 1, n - 14))}
+    return {tonumber(string.sub(s, n - 6)), tonumber(string.sub(s, n - 13, n - 7)), tonumber(string.sub(s, 1, n - 14))}
   end
   local a, k = {}, 1
   for i = n, 1, -7 do
-    a[k], k = tonumber(ssub(s, i > 7 and i - 6 or 1, i)), k + 1
+    a[k], k = tonumber(string.sub(s, i > 7 and i - 6 or 1, i)), k + 1
   end
   return a
 end
@@ -40,15 +44,14 @@ local function N(s, digits)
   return parse(s, 19, digits)
 end
 
-local sfmt = string.format
 local function S(a)
   local n = #a
-  if n == 1 then return sfmt('%d', a[1]) end
-  if n == 2 then return sfmt('%d%07d', a[2], a[1]) end
-  if n == 3 then return sfmt('%d%07d%07d', a[3], a[2], a[1]) end
-  local t = {sfmt('%d', a[n])}
+  if n == 1 then return string.format('%d', a[1]) end
+  if n == 2 then return string.format('%d%07d', a[2], a[1]) end
+  if n == 3 then return string.format('%d%07d%07d', a[3], a[2], a[1]) end
+  local t = {string.format('%d', a[n])}
   for i = n - 1, 1, -1 do
-    t[#t + 1] = sfmt('%07d', a[i])
+    t[#t + 1] = string.format('%07d', a[i])
   end
   return table.concat(t)
 end
@@ -119,7 +122,7 @@ local function mul(a, b)
     if x ~= 0 then
       for j = 1, m do
         local s = r[i + j - 1] + x * b[j] + c -- < 2^53
-        c = floor(s / B)
+        c = math.floor(s / B)
         r[i + j - 1] = s - c * B
       end
       r[i + m] = c -- untouched by earlier rows
@@ -133,7 +136,7 @@ local function muls(a, k)
   local r, c = {}, 0
   for i = 1, #a do
     local s = a[i] * k + c
-    c = floor(s / B)
+    c = math.floor(s / B)
     r[i] = s - c * B
   end
   if c > 0 then r[#a + 1] = c end
@@ -156,15 +159,32 @@ local function shl(a, k)
   return r
 end
 
--- divmod returns floor(a/d) and a mod d, for d > 0, by long division with
--- one limb of the quotient per step. Each limb is guessed from doubles (off
--- by at most one or two) and then corrected exactly.
+-- fromnum returns a whole 0 <= x < 2^53 in limbs.
+local function fromnum(x)
+  if x < B then return {x} end
+  local l1 = math.fmod(x, B)
+  local y = (x - l1) / B
+  if y < B then return {l1, y} end
+  local l2 = math.fmod(y, B)
+  return {l1, l2, (y - l2) / B}
+end
+
+-- divmod returns floor(a/d) and a mod d, for d > 0: in doubles when a is
+-- below 10^14 (fmod is exact, and so is the quotient of a - r, a multiple
+-- of d), else by long division with one limb of the quotient per step.
+-- Each limb is guessed from doubles (off by at most one or two) and then
+-- corrected exactly.
 local function divmod(a, d)
   if cmp(a, d) < 0 then return Z, a end
+  if #a <= 2 then
+    local x, y = approx(a), approx(d)
+    local r = math.fmod(x, y)
+    return fromnum((x - r) / y), fromnum(r)
+  end
   local q, r, dd = {}, a, approx(d)
   for k = #a - #d, 0, -1 do
     local dk = shl(d, k)
-    local g = floor(approx(r) / (dd * B ^ k))
+    local g = math.floor(approx(r) / (dd * B ^ k))
     if g > B - 1 then g = B - 1 elseif g < 0 then g = 0 end
     local t = muls(dk, g)
     while cmp(t, r) > 0 do
@@ -179,6 +199,37 @@ local function divmod(a, d)
     q[k + 1] = g
   end
   return trim(q), r
+end
+
+-- divtime returns divmod(a, d) for an instant a (at most MaxTime, 2^62
+-- ns) and a span d > 0: the index of the window of length d that holds a,
+-- and how far into it a is. As fast.lua's fwindow, it works in doubles
+-- where that is exact, for d below 2^51 of whole microseconds or dividing
+-- a second: a is split into H s and L ns, and a in microseconds is below
+-- 2^53.
+local function divtime(a, d)
+  if #a == 3 and #d <= 3 then
+    local w = approx(d)
+    local l2 = a[2]
+    local r2 = math.fmod(l2, 100)
+    local H, L = a[3] * 100000 + (l2 - r2) / 100, r2 * B + a[1]
+    if w >= 1 and w < 2251799813685248 and H <= 4611686018 then
+      if math.fmod(w, 1000) == 0 then
+        local k = w / 1000
+        local lr = math.fmod(L, 1000)
+        local us = H * 1000000 + (L - lr) / 1000
+        local r = math.fmod(us, k)
+        return fromnum((us - r) / k), fromnum(r * 1000 + lr)
+      elseif math.fmod(1000000000, w) == 0 then
+        local m = 1000000000 / w
+        if H * m < 2251799813685248 then
+          local r = math.fmod(L, w)
+          return fromnum(H * m + (L - r) / w), fromnum(r)
+        end
+      end
+    end
+  end
+  return divmod(a, d)
 end
 
 -- fromtime returns the instant TIME replied, sec*10^9 + usec*10^3 ns, in

@@ -24,8 +24,9 @@ for i = 1, #ARGV, 3 do
   elseif op == 'mul' then out[#out + 1] = S(mul(x, y))
   elseif op == 'muls' then out[#out + 1] = S(muls(x, tonumber(ARGV[i + 2])))
   elseif op == 'cmp' then out[#out + 1] = tostring(cmp(x, y))
-  elseif op == 'divmod' then
-    local q, r = divmod(x, y)
+  elseif op == 'divmod' or op == 'divtime' then
+    local q, r
+    if op == 'divmod' then q, r = divmod(x, y) else q, r = divtime(x, y) end
     out[#out + 1] = S(q)
     out[#out + 1] = S(r)
   elseif op == 'time' then out[#out + 1] = S(fromtime(ARGV[i + 1], ARGV[i + 2]))
@@ -57,7 +58,7 @@ func (c arithCase) want() []string {
 		return []string{z.Mul(c.x, c.y).String()}
 	case "cmp":
 		return []string{big.NewInt(int64(c.x.Cmp(c.y))).String()}
-	case "divmod":
+	case "divmod", "divtime":
 		q, r := new(big.Int).QuoRem(c.x, c.y, new(big.Int))
 		return []string{q.String(), r.String()}
 	}
@@ -162,6 +163,45 @@ func TestArithmeticAgainstBig(t *testing.T) {
 		x := new(big.Int).Mul(randBig(r, 19), randBig(r, 19))
 		push(x, randBig(r, 19))
 		push(x, randBig(r, 38))
+	}
+	runArith(t, rdb, cases)
+}
+
+// TestWindowOfAnInstant: divtime, the window of an instant (in doubles
+// for spans of whole microseconds or dividing a second, below 2^51), is
+// divmod's for instants up to MaxTime, on either side of each bound.
+func TestWindowOfAnInstant(t *testing.T) {
+	rdb := needRedis(t)
+	r := rand.New(rand.NewPCG(3, 4))
+	maxTime := new(big.Int).Lsh(big.NewInt(1), 62)
+	var instants []*big.Int
+	for _, v := range boundaries() {
+		if v.Cmp(maxTime) <= 0 {
+			instants = append(instants, v)
+		}
+	}
+	for range 300 {
+		instants = append(instants, new(big.Int).Rsh(new(big.Int).SetUint64(r.Uint64()), 1+uint(r.IntN(40))), randBig(r, 18))
+	}
+	spans := []*big.Int{big.NewInt(1_500), big.NewInt(1_000_000_001), big.NewInt(3), big.NewInt(7)}
+	for _, d := range []int64{1, 2, 4, 5, 8, 10, 16, 125, 1_000, 1_024, 3_000, 62_500, 1_000_000, 999_000, 1_000_000_000,
+		2_000_000_000, 60_000_000_000, 86_400_000_000_000} {
+		spans = append(spans, big.NewInt(d))
+	}
+	for _, e := range []uint{50, 51, 52, 53, 62} {
+		p := new(big.Int).Lsh(big.NewInt(1), e)
+		for _, d := range []int64{-1000, -1, 0, 1000} {
+			spans = append(spans, new(big.Int).Add(p, big.NewInt(d)))
+		}
+	}
+	for range 100 {
+		spans = append(spans, new(big.Int).Mul(new(big.Int).Add(randBig(r, 12), big.NewInt(1)), big.NewInt(1000)), new(big.Int).Add(randBig(r, 19), big.NewInt(1)))
+	}
+	var cases []arithCase
+	for _, x := range instants {
+		for _, y := range spans {
+			cases = append(cases, arithCase{"divtime", x, y})
+		}
 	}
 	runArith(t, rdb, cases)
 }

@@ -272,3 +272,99 @@ func BenchmarkAfterTheFact(b *testing.B) {
 		})
 	}
 }
+
+var fcallStat = regexp.MustCompile(`cmdstat_fcall:calls=(\d+),usec=(\d+)`)
+
+// fcallUsec returns the FCALL calls and the server CPU INFO commandstats
+// counts for them, and the server's whole CPU (INFO cpu) in µs.
+func fcallUsec(b *testing.B, rdb *redis.Client) (calls, usec int64, cpu float64) {
+	info, err := rdb.Info(context.Background(), "commandstats", "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if m := fcallStat.FindStringSubmatch(info); m != nil {
+		calls, _ = strconv.ParseInt(m[1], 10, 64)
+		usec, _ = strconv.ParseInt(m[2], 10, 64)
+	}
+	for _, m := range cpuStat.FindAllStringSubmatch(info, 2) {
+		v, _ := strconv.ParseFloat(m[1], 64)
+		cpu += v * 1e6
+	}
+	return calls, usec, cpu
+}
+
+// BenchmarkExactPath measures, for each algorithm, the Redis CPU of a
+// check by the step's library on its exact path (forced) against the
+// same check on its fast path: b.N checks a pass from 8 goroutines over
+// 1,000 keys on the server's clock, the two paths in turn for 5 passes
+// each, the first pass of each left out. It reports the ratio exact/fast
+// by INFO commandstats (cmd-x) and by the server's whole CPU, INFO cpu
+// (cpu-x), as the median of the passes with their least and greatest.
+func BenchmarkExactPath(b *testing.B) {
+	if shared == nil {
+		b.Skip("no redis-server")
+	}
+	rdb := shared.Client(func(o *redis.Options) { o.PoolSize = 8 })
+	defer rdb.Close()
+	for _, rule := range benchRules() {
+		m, _ := ratelimit.NewMachine(rule)
+		b.Run(m.Params().Algorithm, func(b *testing.B) {
+			prefix := testPrefix()
+			fast, err := New(rdb, rule, WithPrefix(prefix+"f:"), WithTimeout(10*time.Second))
+			if err != nil {
+				b.Fatal(err)
+			}
+			exact, err := New(rdb, rule, WithPrefix(prefix+"x:"), WithTimeout(10*time.Second))
+			if err != nil {
+				b.Fatal(err)
+			}
+			exact.script = exactFunction
+			pass := func(s *Store) (cmd, cpu float64) {
+				c0, u0, p0 := fcallUsec(b, rdb)
+				var next atomic.Int64
+				var wg sync.WaitGroup
+				for range 8 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for {
+							i := next.Add(1)
+							if i > int64(b.N) {
+								return
+							}
+							if _, err := s.Check("key"+strconv.Itoa(int(i*7)%1000), ratelimit.Unit); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				c1, u1, p1 := fcallUsec(b, rdb)
+				n := float64(c1 - c0)
+				return float64(u1-u0) / n, (p1 - p0) / n
+			}
+			var cmdX, cpuX, fastUs, exactUs []float64
+			b.ResetTimer()
+			for i := range 6 {
+				fc, fp := pass(fast)
+				xc, xp := pass(exact)
+				if i == 0 {
+					continue
+				}
+				cmdX, cpuX = append(cmdX, xc/fc), append(cpuX, xp/fp)
+				fastUs, exactUs = append(fastUs, fc), append(exactUs, xc)
+			}
+			b.StopTimer()
+			med := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
+			b.ReportMetric(med(fastUs), "fast-µs")
+			b.ReportMetric(med(exactUs), "exact-µs")
+			b.ReportMetric(med(cmdX), "cmd-x")
+			b.ReportMetric(cmdX[0], "cmd-x-min")
+			b.ReportMetric(cmdX[len(cmdX)-1], "cmd-x-max")
+			b.ReportMetric(med(cpuX), "cpu-x")
+			b.ReportMetric(cpuX[0], "cpu-x-min")
+			b.ReportMetric(cpuX[len(cpuX)-1], "cpu-x-max")
+		})
+	}
+}

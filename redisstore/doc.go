@@ -18,9 +18,9 @@
 //
 // A check is one script call, atomic on the server. On a [redis.Client]
 // (one server) it is a function of a library the store loads with
-// FUNCTION LOAD on first use (Redis 7): the library builds the fast path's
-// Lua functions once when it loads, not on every call (the exact path,
-// below, still builds its helpers on each call that takes it). A server without
+// FUNCTION LOAD on first use (Redis 7): the library builds the Lua
+// functions of both paths, below, once when it loads, not on every call
+// (a script builds the exact path's only on a call that takes it). A server without
 // Redis Functions, a Cluster and a Ring get EVALSHA (or EVAL once after
 // the server lost its script cache), running the same Lua. Redis Lua has only doubles,
 // exact to 2^53, while nanosecond Unix times, capacities in milli-units and

@@ -18,16 +18,21 @@ type scriptRunner interface {
 
 // stepLibrary is the check's step as a Redis Functions library (Redis 7):
 // the same Lua as stepScript, with the fast path's functions built once
-// when the library loads rather than on every call. The exact path's
-// helpers are local functions of exact() itself (see exactSource), so a
-// check that takes it builds them again, as EVALSHA builds everything.
-// ARGV is an upvalue the registered function sets before each step, so
+// when the library loads rather than on every call, and the exact path's
+// helpers (pairs.lua, arith.lua) too (see exactHoisted), while a script
+// (EVALSHA) builds them only on a call that takes the exact path. ARGV is an upvalue the registered function sets before each step, so
 // that the step's sources read it as the script's ARGV; the fast path's
 // cache of the arguments it has read (argCache, see fast.lua) is set up
 // once too, and lasts while the library stays loaded. The library's
 // name carries a digest of its source, so that stores of different
 // versions on one server each find their own.
-var stepLibrary, stepFunction = library("step", expandLua("local ARGV\n"+fastLua+"\nargCache = {}\n"+exactSource()), expandLua(stepLua))
+var stepLibrary, stepFunction = stepLibrarySource("")
+
+// stepLibrarySource assembles the step's library; override is Lua run
+// after the fast path is defined, as for scriptSource.
+func stepLibrarySource(override string) (src, fn string) {
+	return library("step", expandLua("local ARGV\n"+fastLua+"\nargCache = {}\n"+override+"\n"+exactHoisted()), expandLua(stepLua))
+}
 
 // library returns the source of a library that registers body as a
 // function named for name and the source's digest, after top (Lua run

@@ -1,7 +1,8 @@
 -- The step of the window rules in exact limb arithmetic (arith.lua), for
 -- any state, argument or time: the end of the body of exact(key, alg, old,
 -- tm), which the script defines around pairs.lua, arith.lua and this file
--- so that a check the fast path decides never builds these functions. The
+-- so that a check the fast path decides never builds these functions (a
+-- library defines pairs.lua's and arith.lua's once, when it loads). The
 -- buckets have returned by pmeter (pairs.lua) before this runs. old is the
 -- key's value or false, tm TIME's reply or false.
 
@@ -61,9 +62,11 @@ if alg == ALG_SUB then
   local cap2 = add(cap, cap)
   local g, gr = divmod(w, kk)
   if not iszero(gr) then return fail('invalid argument') end
-  local win, e = divmod(now, g)
-  local sc, a = Z, {}
-  for i = 1, k do a[i] = Z end
+  local win, e = divtime(now, g)
+  -- Each count is kept with its text (as canonical as S writes it), so
+  -- that a count carried over is not written out again.
+  local sc, a, at = Z, {}, {}
+  for i = 1, k do a[i], at[i] = Z, '0' end
   if not fresh then
     if #f ~= k + 2 then return fail('invalid state') end
     sc = f[2]
@@ -71,21 +74,22 @@ if alg == ALG_SUB then
     local sum = Z
     for i = 1, k do
       local n = f[i + 2]
-      if cmp(n, cap2) > 0 or (not iszero(n) and cmp(add(sc, {i}), kk) < 0) then
-        return fail('invalid state')
+      if not iszero(n) then
+        if cmp(n, cap2) > 0 or cmp(add(sc, {i}), kk) < 0 then return fail('invalid state') end
+        sum = add(sum, n)
+        if not refused and cmp(sum, cap2) > 0 then return fail('invalid state') end
+        a[i], at[i] = n, fs[i + 2]
       end
-      sum = add(sum, n)
-      if not refused and cmp(sum, cap2) > 0 then return fail('invalid state') end
-      a[i] = n
     end
   end
   -- The counts seen from bucket win: shifted on by win - sc buckets.
   local d = sub(win, sc)
-  local b, sum = {}, Z
+  local b, bt, sum = {}, {}, Z
+  local shift = cmp(d, kk) < 0 and d[1]
   for i = 1, k do
-    b[i] = Z
-    if cmp(d, kk) < 0 then b[i] = a[i + d[1]] or Z end
-    sum = add(sum, b[i])
+    b[i], bt[i] = Z, '0'
+    if shift and a[i + shift] then b[i], bt[i] = a[i + shift], at[i + shift] end
+    if not iszero(b[i]) then sum = add(sum, b[i]) end
   end
   local put = nil
   if cmp(add(sum, cost), cap) <= 0 then
@@ -95,21 +99,23 @@ if alg == ALG_SUB then
     if cmp(nc, cap) > 0 then nc = cap end
     if cmp(nc, b[k]) > 0 then put = nc end
   end
-  local last, out = sc, a
+  local last, out, outt = sc, a, at
   if put then
-    b[k] = put
-    last, out = win, b
+    b[k], bt[k] = put, S(put)
+    last, out, outt = win, b, bt
   end
   local parts, any = {S(now), S(last)}, false
   for i = 1, k do
-    parts[i + 2] = S(out[i])
+    parts[i + 2] = outt[i]
     if not iszero(out[i]) then any = true end
   end
   -- The newest bucket that may hold anything leaves the window at bucket
   -- last + k.
+  -- That is (last + k - win) g - e from now (now is win g + e), with
+  -- last + k - win at most k, and none when it is not above 0 (e < g).
   ttl = Z
-  local gone = mul(add(last, kk), g)
-  if any and cmp(gone, now) > 0 then ttl = sub(gone, now) end
+  local left = add(last, kk)
+  if any and cmp(left, win) > 0 then ttl = sub(muls(g, sub(left, win)[1]), e) end
   new = table.concat(parts, ' ')
 elseif alg == ALG_FIXED or alg == ALG_COUNTER or alg == ALG_LOG then
   local w, cap = N(ARGV[ARG_WINDOW]), N(ARGV[ARG_CAPACITY])
@@ -117,7 +123,7 @@ elseif alg == ALG_FIXED or alg == ALG_COUNTER or alg == ALG_LOG then
   -- A state in debt (after a settlement) holds up to twice the capacity.
   local cap2 = add(cap, cap)
   if alg == ALG_FIXED then
-    local win = divmod(now, w)
+    local win, e = divtime(now, w)
     local sw, sc = Z, Z
     if not fresh then
       if #f ~= 3 then return fail('invalid state') end
@@ -126,17 +132,21 @@ elseif alg == ALG_FIXED or alg == ALG_COUNTER or alg == ALG_LOG then
     end
     -- A count in the window after now's, as a Plans' move writes it (the
     -- fast path declines it), applies from now on, to that window's end.
-    if cmp(sw, win) > 0 then win = sw end
+    local ahead = cmp(sw, win) > 0
+    if ahead then win = sw end
     local count = Z
     if cmp(win, sw) == 0 then count = sc end
     local used = add(count, cost)
     if cmp(used, cap) <= 0 then
       admitted, sw, sc = 1, win, used
     end
-    ttl = sub(mul(add(win, ONE), w), now)
+    -- (win + 1) w - now: w - e, now being win w + e, or a window more
+    -- when win is the one after now's.
+    ttl = sub(w, e)
+    if ahead then ttl = add(ttl, w) end
     new = S(now) .. ' ' .. S(sw) .. ' ' .. S(sc)
   elseif alg == ALG_COUNTER then
-    local win, e = divmod(now, w)
+    local win, e = divtime(now, w)
     local sw, sp, sc = Z, Z, Z
     if not fresh then
       if #f ~= 4 then return fail('invalid state') end

@@ -3,8 +3,9 @@
 -- integers below 2^64, so each is kept as two doubles, h*10^9 + l with
 -- 0 <= l < 10^9 (h below 2^35): every operation on such pairs is exact,
 -- and none needs a table. pmeter(key, old, tm) is defined inside the
--- script's exact function, built only when the fast path declines. As in
--- fast.lua, numbers and library functions are written out, not captured.
+-- script's exact function, built only when the fast path declines, and in
+-- a library once, when it loads (see exactHoisted). As in fast.lua,
+-- numbers and library functions are written out, not captured.
 
 -- pp reads a canonical decimal below 2^63 as a pair; nil if s is not one.
 -- digits says s is known to hold digits only.

@@ -27,6 +27,12 @@ fast = function(...)
   if not r then return redis.error_reply('RATELIMIT ` + declined + `') end
   return r
 end`))
+	// exactFunction is the step's library with its fast path declining:
+	// the exact path with its helpers built once, when the library loads.
+	exactFunction = func() *functionCaller {
+		lib, fn := stepLibrarySource("fast = function() return nil end")
+		return &functionCaller{lib: lib, fn: fn, fallback: exactScript}
+	}()
 )
 
 // pathStores checks each request on the fast path where it decides and on
@@ -61,8 +67,9 @@ func (p pathStores) check(key string, cost ratelimit.Units) (ratelimit.Decision,
 // TestBothPathsSameDecisions is TestSameDecisionsAsInProcess with each
 // check decided by an explicit path (the fast one wherever its range check
 // passes, else the exact one) and, on a store of its own, by the exact path
-// alone: both must give the in-process Decision, also on the states that
-// refunds, settlements (debts included) and resets write. The draws reach both sides of every range
+// alone, as a script or as the library runs it: both must give the
+// in-process Decision, also on the states that refunds, settlements (debts
+// included) and resets write. The draws reach both sides of every range
 // check; the test requires that both paths decided some checks.
 func TestBothPathsSameDecisions(t *testing.T) {
 	rdb := needRedis(t)
@@ -84,7 +91,11 @@ func TestBothPathsSameDecisions(t *testing.T) {
 		paths := newPathStores(t, rdb, rule, opts...)
 		exact, err := New(rdb, rule, WithClock(clk), WithPrefix(prefix+"exact:"), WithExpiryMargin(time.Hour), WithTimeout(5*time.Second), WithDenyCache(0))
 		require.NoError(t, err)
+		// The exact path alone, as a script or as the library runs it.
 		exact.script = exactScript
+		if rapid.Bool().Draw(t, "library") {
+			exact.script = exactFunction
+		}
 		p := paths.fast.Params()
 		local := map[string]ratelimit.Limiter{}
 		checks := 0

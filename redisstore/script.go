@@ -47,16 +47,29 @@ func scriptSource(override string) string {
 
 // exactSource is the exact path's function, exact(key, alg, old, tm):
 // pairs.lua, then a call of each step's own exact function (the table's
-// exact: pmeter for the buckets), and for the others the limbs.
+// exact: pmeter for the buckets), and for the others the limbs, with their
+// helpers (pairs.lua, arith.lua) inside it, so that a script built on every
+// call builds them only when the fast path declines.
 func exactSource() string {
+	return "local function exact(key, alg, old, tm)\n" + pairsLua + "\n" + exactDispatch() + arithLua + "\n" + limbsLua + "\nend\n"
+}
+
+// exactHoisted is exactSource with the helpers (pairs.lua and arith.lua)
+// outside exact, for a library, which builds them once when it loads.
+// What they share between calls (arith.lua's zero and one) nothing
+// writes to; TestExactSharedStateUntouched checks it.
+func exactHoisted() string {
+	return pairsLua + "\n" + arithLua + "\nlocal function exact(key, alg, old, tm)\n" + exactDispatch() + limbsLua + "\nend\n"
+}
+
+// exactDispatch calls each step's own exact function (the table's exact).
+func exactDispatch() string {
 	var b strings.Builder
-	b.WriteString("local function exact(key, alg, old, tm)\n" + pairsLua + "\n")
 	for _, st := range scriptSteps() {
 		if st.exact != "" {
 			b.WriteString("if alg == ALG_" + st.lua + " then return " + st.exact + "(key, old, tm) end\n")
 		}
 	}
-	b.WriteString(arithLua + "\n" + limbsLua + "\nend\n")
 	return b.String()
 }
 

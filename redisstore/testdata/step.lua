@@ -406,8 +406,9 @@ local function exact(key, alg, old, tm)
 -- integers below 2^64, so each is kept as two doubles, h*10^9 + l with
 -- 0 <= l < 10^9 (h below 2^35): every operation on such pairs is exact,
 -- and none needs a table. pmeter(key, old, tm) is defined inside the
--- script's exact function, built only when the fast path declines. As in
--- fast.lua, numbers and library functions are written out, not captured.
+-- script's exact function, built only when the fast path declines, and in
+-- a library once, when it loads (see exactHoisted). As in fast.lua,
+-- numbers and library functions are written out, not captured.
 
 -- pp reads a canonical decimal below 2^63 as a pair; nil if s is not one.
 -- digits says s is known to hold digits only.
@@ -541,9 +542,14 @@ if alg == 'm' then return pmeter(key, old, tm) end
 -- significant first, with no zero limbs on top (zero is {0}). A product of
 -- two limbs is below 10^14 and a limb-by-limb row with its carries stays
 -- below 2^53, so every operation below is exact.
+--
+-- A library (functions.go) runs this file once, when it loads, where the
+-- string and math libraries cannot be read: they are named inside the
+-- functions, not captured. Zero and one are shared by every call there,
+-- so nothing may write to a number it did not make (trim writes only to
+-- results of its own).
 
 local B = 10000000
-local floor = math.floor
 local Z, ONE = {0}, {1}
 
 -- parse reads a canonical decimal string (digits only, no leading zeros)
@@ -551,20 +557,19 @@ local Z, ONE = {0}, {1}
 -- hold digits only. Each limb is one tonumber of
 -- a substring of seven digits, which costs about half of reading the
 -- digits one byte at a time in Lua.
-local byte, ssub, sfind, tonumber = string.byte, string.sub, string.find, tonumber
 local function parse(s, maxd, digits)
   local n = #s
-  if n == 0 or n > maxd or (n > 1 and byte(s, 1) == 48) or (not digits and sfind(s, '%D')) then
+  if n == 0 or n > maxd or (n > 1 and string.byte(s, 1) == 48) or (not digits and string.find(s, '%D')) then
     return nil
   end
   if n <= 7 then return {tonumber(s)} end
-  if n <= 14 then return {tonumber(ssub(s, n - 6)), tonumber(ssub(s, 1, n - 7))} end
+  if n <= 14 then return {tonumber(string.sub(s, n - 6)), tonumber(string.sub(s, 1, n - 7))} end
   if n <= 21 then
-    return {tonumber(ssub(s, n - 6)), tonumber(ssub(s, n - 13, n - 7)), tonumber(ssub(s, 1, n - 14))}
+    return {tonumber(string.sub(s, n - 6)), tonumber(string.sub(s, n - 13, n - 7)), tonumber(string.sub(s, 1, n - 14))}
   end
   local a, k = {}, 1
   for i = n, 1, -7 do
-    a[k], k = tonumber(ssub(s, i > 7 and i - 6 or 1, i)), k + 1
+    a[k], k = tonumber(string.sub(s, i > 7 and i - 6 or 1, i)), k + 1
   end
   return a
 end
@@ -578,15 +583,14 @@ local function N(s, digits)
   return parse(s, 19, digits)
 end
 
-local sfmt = string.format
 local function S(a)
   local n = #a
-  if n == 1 then return sfmt('%d', a[1]) end
-  if n == 2 then return sfmt('%d%07d', a[2], a[1]) end
-  if n == 3 then return sfmt('%d%07d%07d', a[3], a[2], a[1]) end
-  local t = {sfmt('%d', a[n])}
+  if n == 1 then return string.format('%d', a[1]) end
+  if n == 2 then return string.format('%d%07d', a[2], a[1]) end
+  if n == 3 then return string.format('%d%07d%07d', a[3], a[2], a[1]) end
+  local t = {string.format('%d', a[n])}
   for i = n - 1, 1, -1 do
-    t[#t + 1] = sfmt('%07d', a[i])
+    t[#t + 1] = string.format('%07d', a[i])
   end
   return table.concat(t)
 end
@@ -657,7 +661,7 @@ local function mul(a, b)
     if x ~= 0 then
       for j = 1, m do
         local s = r[i + j - 1] + x * b[j] + c -- < 2^53
-        c = floor(s / B)
+        c = math.floor(s / B)
         r[i + j - 1] = s - c * B
       end
       r[i + m] = c -- untouched by earlier rows
@@ -671,7 +675,7 @@ local function muls(a, k)
   local r, c = {}, 0
   for i = 1, #a do
     local s = a[i] * k + c
-    c = floor(s / B)
+    c = math.floor(s / B)
     r[i] = s - c * B
   end
   if c > 0 then r[#a + 1] = c end
@@ -694,15 +698,32 @@ local function shl(a, k)
   return r
 end
 
--- divmod returns floor(a/d) and a mod d, for d > 0, by long division with
--- one limb of the quotient per step. Each limb is guessed from doubles (off
--- by at most one or two) and then corrected exactly.
+-- fromnum returns a whole 0 <= x < 2^53 in limbs.
+local function fromnum(x)
+  if x < B then return {x} end
+  local l1 = math.fmod(x, B)
+  local y = (x - l1) / B
+  if y < B then return {l1, y} end
+  local l2 = math.fmod(y, B)
+  return {l1, l2, (y - l2) / B}
+end
+
+-- divmod returns floor(a/d) and a mod d, for d > 0: in doubles when a is
+-- below 10^14 (fmod is exact, and so is the quotient of a - r, a multiple
+-- of d), else by long division with one limb of the quotient per step.
+-- Each limb is guessed from doubles (off by at most one or two) and then
+-- corrected exactly.
 local function divmod(a, d)
   if cmp(a, d) < 0 then return Z, a end
+  if #a <= 2 then
+    local x, y = approx(a), approx(d)
+    local r = math.fmod(x, y)
+    return fromnum((x - r) / y), fromnum(r)
+  end
   local q, r, dd = {}, a, approx(d)
   for k = #a - #d, 0, -1 do
     local dk = shl(d, k)
-    local g = floor(approx(r) / (dd * B ^ k))
+    local g = math.floor(approx(r) / (dd * B ^ k))
     if g > B - 1 then g = B - 1 elseif g < 0 then g = 0 end
     local t = muls(dk, g)
     while cmp(t, r) > 0 do
@@ -717,6 +738,37 @@ local function divmod(a, d)
     q[k + 1] = g
   end
   return trim(q), r
+end
+
+-- divtime returns divmod(a, d) for an instant a (at most MaxTime, 2^62
+-- ns) and a span d > 0: the index of the window of length d that holds a,
+-- and how far into it a is. As fast.lua's fwindow, it works in doubles
+-- where that is exact, for d below 2^51 of whole microseconds or dividing
+-- a second: a is split into H s and L ns, and a in microseconds is below
+-- 2^53.
+local function divtime(a, d)
+  if #a == 3 and #d <= 3 then
+    local w = approx(d)
+    local l2 = a[2]
+    local r2 = math.fmod(l2, 100)
+    local H, L = a[3] * 100000 + (l2 - r2) / 100, r2 * B + a[1]
+    if w >= 1 and w < 2251799813685248 and H <= 4611686018 then
+      if math.fmod(w, 1000) == 0 then
+        local k = w / 1000
+        local lr = math.fmod(L, 1000)
+        local us = H * 1000000 + (L - lr) / 1000
+        local r = math.fmod(us, k)
+        return fromnum((us - r) / k), fromnum(r * 1000 + lr)
+      elseif math.fmod(1000000000, w) == 0 then
+        local m = 1000000000 / w
+        if H * m < 2251799813685248 then
+          local r = math.fmod(L, w)
+          return fromnum(H * m + (L - r) / w), fromnum(r)
+        end
+      end
+    end
+  end
+  return divmod(a, d)
 end
 
 -- fromtime returns the instant TIME replied, sec*10^9 + usec*10^3 ns, in
@@ -748,7 +800,8 @@ end
 -- The step of the window rules in exact limb arithmetic (arith.lua), for
 -- any state, argument or time: the end of the body of exact(key, alg, old,
 -- tm), which the script defines around pairs.lua, arith.lua and this file
--- so that a check the fast path decides never builds these functions. The
+-- so that a check the fast path decides never builds these functions (a
+-- library defines pairs.lua's and arith.lua's once, when it loads). The
 -- buckets have returned by pmeter (pairs.lua) before this runs. old is the
 -- key's value or false, tm TIME's reply or false.
 
@@ -808,9 +861,11 @@ if alg == 's' then
   local cap2 = add(cap, cap)
   local g, gr = divmod(w, kk)
   if not iszero(gr) then return fail('invalid argument') end
-  local win, e = divmod(now, g)
-  local sc, a = Z, {}
-  for i = 1, k do a[i] = Z end
+  local win, e = divtime(now, g)
+  -- Each count is kept with its text (as canonical as S writes it), so
+  -- that a count carried over is not written out again.
+  local sc, a, at = Z, {}, {}
+  for i = 1, k do a[i], at[i] = Z, '0' end
   if not fresh then
     if #f ~= k + 2 then return fail('invalid state') end
     sc = f[2]
@@ -818,21 +873,22 @@ if alg == 's' then
     local sum = Z
     for i = 1, k do
       local n = f[i + 2]
-      if cmp(n, cap2) > 0 or (not iszero(n) and cmp(add(sc, {i}), kk) < 0) then
-        return fail('invalid state')
+      if not iszero(n) then
+        if cmp(n, cap2) > 0 or cmp(add(sc, {i}), kk) < 0 then return fail('invalid state') end
+        sum = add(sum, n)
+        if not refused and cmp(sum, cap2) > 0 then return fail('invalid state') end
+        a[i], at[i] = n, fs[i + 2]
       end
-      sum = add(sum, n)
-      if not refused and cmp(sum, cap2) > 0 then return fail('invalid state') end
-      a[i] = n
     end
   end
   -- The counts seen from bucket win: shifted on by win - sc buckets.
   local d = sub(win, sc)
-  local b, sum = {}, Z
+  local b, bt, sum = {}, {}, Z
+  local shift = cmp(d, kk) < 0 and d[1]
   for i = 1, k do
-    b[i] = Z
-    if cmp(d, kk) < 0 then b[i] = a[i + d[1]] or Z end
-    sum = add(sum, b[i])
+    b[i], bt[i] = Z, '0'
+    if shift and a[i + shift] then b[i], bt[i] = a[i + shift], at[i + shift] end
+    if not iszero(b[i]) then sum = add(sum, b[i]) end
   end
   local put = nil
   if cmp(add(sum, cost), cap) <= 0 then
@@ -842,21 +898,23 @@ if alg == 's' then
     if cmp(nc, cap) > 0 then nc = cap end
     if cmp(nc, b[k]) > 0 then put = nc end
   end
-  local last, out = sc, a
+  local last, out, outt = sc, a, at
   if put then
-    b[k] = put
-    last, out = win, b
+    b[k], bt[k] = put, S(put)
+    last, out, outt = win, b, bt
   end
   local parts, any = {S(now), S(last)}, false
   for i = 1, k do
-    parts[i + 2] = S(out[i])
+    parts[i + 2] = outt[i]
     if not iszero(out[i]) then any = true end
   end
   -- The newest bucket that may hold anything leaves the window at bucket
   -- last + k.
+  -- That is (last + k - win) g - e from now (now is win g + e), with
+  -- last + k - win at most k, and none when it is not above 0 (e < g).
   ttl = Z
-  local gone = mul(add(last, kk), g)
-  if any and cmp(gone, now) > 0 then ttl = sub(gone, now) end
+  local left = add(last, kk)
+  if any and cmp(left, win) > 0 then ttl = sub(muls(g, sub(left, win)[1]), e) end
   new = table.concat(parts, ' ')
 elseif alg == 'f' or alg == 'c' or alg == 'l' then
   local w, cap = N(ARGV[5]), N(ARGV[6])
@@ -864,7 +922,7 @@ elseif alg == 'f' or alg == 'c' or alg == 'l' then
   -- A state in debt (after a settlement) holds up to twice the capacity.
   local cap2 = add(cap, cap)
   if alg == 'f' then
-    local win = divmod(now, w)
+    local win, e = divtime(now, w)
     local sw, sc = Z, Z
     if not fresh then
       if #f ~= 3 then return fail('invalid state') end
@@ -873,17 +931,21 @@ elseif alg == 'f' or alg == 'c' or alg == 'l' then
     end
     -- A count in the window after now's, as a Plans' move writes it (the
     -- fast path declines it), applies from now on, to that window's end.
-    if cmp(sw, win) > 0 then win = sw end
+    local ahead = cmp(sw, win) > 0
+    if ahead then win = sw end
     local count = Z
     if cmp(win, sw) == 0 then count = sc end
     local used = add(count, cost)
     if cmp(used, cap) <= 0 then
       admitted, sw, sc = 1, win, used
     end
-    ttl = sub(mul(add(win, ONE), w), now)
+    -- (win + 1) w - now: w - e, now being win w + e, or a window more
+    -- when win is the one after now's.
+    ttl = sub(w, e)
+    if ahead then ttl = add(ttl, w) end
     new = S(now) .. ' ' .. S(sw) .. ' ' .. S(sc)
   elseif alg == 'c' then
-    local win, e = divmod(now, w)
+    local win, e = divtime(now, w)
     local sw, sp, sc = Z, Z, Z
     if not fresh then
       if #f ~= 4 then return fail('invalid state') end

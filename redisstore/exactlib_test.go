@@ -1,0 +1,101 @@
+package redisstore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratelimit"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+)
+
+// sharedProbe is Lua that registers, beside a library's step, a function
+// returning what the library's exact helpers share between calls: arith.lua's
+// zero and one, each as its length and limbs.
+func sharedProbe(fn string) string {
+	return "redis.register_function('" + fn + "_probe', function() return {#Z, Z[1], Z[2] or -1, #ONE, ONE[1], ONE[2] or -1} end)\n"
+}
+
+// TestExactSharedStateUntouched: the library builds the exact path's
+// helpers once, when it loads (see exactHoisted), so the tables they share
+// between calls (arith.lua's zero and one, which the arithmetic returns and
+// stores as values) must never be written to. A library whose checks all
+// take the exact path decides checks of every kind of rule, many rules in
+// turn on one loaded library, as in process; after each sequence the
+// shared tables are still zero and one.
+func TestExactSharedStateUntouched(t *testing.T) {
+	rdb := needRedis(t)
+	ctx := context.Background()
+	src, fn := stepLibrarySource("fast = function() return nil end -- shared state")
+	require.NoError(t, rdb.FunctionLoadReplace(ctx, src+sharedProbe(fn)).Err())
+	lib := &functionCaller{lib: src + sharedProbe(fn), fn: fn, fallback: exactScript}
+	probe := func(t require.TestingT) {
+		got, err := rdb.FCall(ctx, fn+"_probe", nil).Int64Slice()
+		require.NoError(t, err)
+		require.Equal(t, []int64{1, 0, -1, 1, 1, -1}, got, "the shared zero and one were written to")
+	}
+	probe(t)
+	rapid.Check(t, func(t *rapid.T) {
+		clk := ratelimit.NewManualClock(rapid.SampledFrom([]time.Duration{0, time.Second, unixNow, ratelimit.MaxTime - year}).Draw(t, "start"))
+		prefix := testPrefix()
+		type pair struct {
+			s     *Store
+			local ratelimit.Limiter
+			p     ratelimit.Params
+		}
+		var pairs []pair
+		for range rapid.IntRange(1, 3).Draw(t, "rules") {
+			var rule ratelimit.Rule
+			if rapid.Bool().Draw(t, "everyday") {
+				rule = drawEverydayRule(t)
+			} else {
+				rule = drawRule(t)
+			}
+			s, err := New(rdb, rule, WithClock(clk), WithPrefix(prefix), WithTimeout(5*time.Second), WithDenyCache(0))
+			require.NoError(t, err)
+			s.script = lib
+			l, err := ratelimit.New(rule, ratelimit.WithClock(clk))
+			require.NoError(t, err)
+			prefix += "x"
+			pairs = append(pairs, pair{s, l, s.Params()})
+		}
+		steps := rapid.IntRange(1, 40).Draw(t, "steps")
+		for i := range steps {
+			p := pairs[rapid.IntRange(0, len(pairs)-1).Draw(t, "rule")]
+			clk.Advance(rapid.SampledFrom([]time.Duration{0, 1, time.Millisecond, p.p.Window / 3, time.Duration(p.p.TauNanos) / 3, year}).Draw(t, "advance"))
+			cost := drawCost(t, p.p.Capacity)
+			want, err := p.local.Check(cost)
+			require.NoError(t, err)
+			got, err := p.s.Check("k", cost)
+			require.NoError(t, err)
+			require.Equal(t, want, got, "check %d", i)
+		}
+		probe(t)
+	})
+}
+
+// TestFixedWindowExpiryAhead: a fixed window's state whose count is in
+// the window after now's (as a Plans' move writes it) is kept until that
+// window ends, on the exact path as a script and as the library runs it.
+func TestFixedWindowExpiryAhead(t *testing.T) {
+	rdb := needRedis(t)
+	ctx := context.Background()
+	rule := ratelimit.FixedWindow{Limit: 10, Window: time.Second}
+	now := unixNow + 300*time.Millisecond
+	for name, script := range map[string]scriptRunner{"script": exactScript, "library": exactFunction} {
+		s, err := New(rdb, rule, WithClock(ratelimit.NewManualClock(now)), WithPrefix(testPrefix()), WithExpiryMargin(0), WithDenyCache(0))
+		require.NoError(t, err)
+		s.script = script
+		next := int64(unixNow/time.Second) + 1
+		require.NoError(t, rdb.Set(ctx, s.Key("k"), i64(int64(now))+" "+i64(next)+" 3000", 0).Err())
+		d, err := s.Check("k", ratelimit.Unit)
+		require.NoError(t, err, name)
+		require.True(t, d.Allowed, name)
+		require.Equal(t, 1700*time.Millisecond, d.ResetAfter, name)
+		ttl, err := rdb.PTTL(ctx, s.Key("k")).Result()
+		require.NoError(t, err)
+		assert.InDelta(t, 1700, ttl.Milliseconds(), 50, "%s: the state's expiry", name)
+	}
+}
