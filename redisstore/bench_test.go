@@ -296,7 +296,7 @@ func fcallUsec(b *testing.B, rdb *redis.Client) (calls, usec int64, cpu float64)
 // BenchmarkExactPath measures, for each algorithm, the Redis CPU of a
 // check by the step's library on its exact path (forced) against the
 // same check on its fast path: b.N checks a pass from 8 goroutines over
-// 1,000 keys on the server's clock, the two paths in turn for 5 passes
+// 1,000 keys on the server's clock, the two paths in turn for 11 passes
 // each, the first pass of each left out. It reports the ratio exact/fast
 // by INFO commandstats (cmd-x) and by the server's whole CPU, INFO cpu
 // (cpu-x), as the median of the passes with their least and greatest.
@@ -346,7 +346,7 @@ func BenchmarkExactPath(b *testing.B) {
 			}
 			var cmdX, cpuX, fastUs, exactUs []float64
 			b.ResetTimer()
-			for i := range 6 {
+			for i := range 11 {
 				fc, fp := pass(fast)
 				xc, xp := pass(exact)
 				if i == 0 {

@@ -12,10 +12,20 @@ import (
 )
 
 // sharedProbe is Lua that registers, beside a library's step, a function
-// returning what the library's exact helpers share between calls: arith.lua's
-// zero and one, each as its length and limbs.
+// returning what the library's exact helpers share between calls:
+// arith.lua's zero and one, each as its length and limbs, then how many
+// arguments' limbs it keeps (limbCache) and how many of them no longer
+// read as their text.
 func sharedProbe(fn string) string {
-	return "redis.register_function('" + fn + "_probe', function() return {#Z, Z[1], Z[2] or -1, #ONE, ONE[1], ONE[2] or -1} end)\n"
+	return "redis.register_function('" + fn + `_probe', function()
+  local kept, wrong = 0, 0
+  for s, v in pairs(limbCache) do
+    kept = kept + 1
+    if v ~= (N(s) or false) and (not v or S(v) ~= s) then wrong = wrong + 1 end
+  end
+  return {#Z, Z[1], Z[2] or -1, #ONE, ONE[1], ONE[2] or -1, kept, wrong}
+end)
+`
 }
 
 // TestExactSharedStateUntouched: the library builds the exact path's
@@ -24,17 +34,22 @@ func sharedProbe(fn string) string {
 // stores as values) must never be written to. A library whose checks all
 // take the exact path decides checks of every kind of rule, many rules in
 // turn on one loaded library, as in process; after each sequence the
-// shared tables are still zero and one.
+// shared tables are still zero and one, and each argument's limbs kept
+// (limbCache) still read as its text.
 func TestExactSharedStateUntouched(t *testing.T) {
 	rdb := needRedis(t)
 	ctx := context.Background()
 	src, fn := stepLibrarySource("fast = function() return nil end -- shared state")
 	require.NoError(t, rdb.FunctionLoadReplace(ctx, src+sharedProbe(fn)).Err())
 	lib := &functionCaller{lib: src + sharedProbe(fn), fn: fn, fallback: exactScript}
+	var kept int64
 	probe := func(t require.TestingT) {
 		got, err := rdb.FCall(ctx, fn+"_probe", nil).Int64Slice()
 		require.NoError(t, err)
-		require.Equal(t, []int64{1, 0, -1, 1, 1, -1}, got, "the shared zero and one were written to")
+		require.Len(t, got, 8)
+		require.Equal(t, []int64{1, 0, -1, 1, 1, -1}, got[:6], "the shared zero and one were written to")
+		require.Zero(t, got[7], "kept arguments' limbs were written to")
+		kept = max(kept, got[6])
 	}
 	probe(t)
 	rapid.Check(t, func(t *rapid.T) {
@@ -74,6 +89,7 @@ func TestExactSharedStateUntouched(t *testing.T) {
 		}
 		probe(t)
 	})
+	assert.Positive(t, kept, "no argument's limbs were kept")
 }
 
 // TestFixedWindowExpiryAhead: a fixed window's state whose count is in

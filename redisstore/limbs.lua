@@ -11,7 +11,7 @@ local function fail(why)
 end
 
 -- The limb path: any state, argument or time.
-local cost, margin = N(ARGV[ARG_COST]), N(ARGV[ARG_MARGIN])
+local cost, margin = NA(ARGV[ARG_COST]), NA(ARGV[ARG_MARGIN])
 if not cost or iszero(cost) or not margin then return fail('invalid argument') end
 
 local MAXT = {7387904, 8601842, 46116} -- 2^62 ns: MaxTime
@@ -51,7 +51,7 @@ if alg == ALG_SUB then
   -- Buckets of g = W/k ns: the state is the latest bucket's index sc and
   -- the counts of buckets sc-k+1 to sc, oldest first; a bucket before the
   -- origin holds nothing.
-  local w, cap, kk = N(ARGV[ARG_WINDOW]), N(ARGV[ARG_CAPACITY]), N(ARGV[ARG_BUCKETS])
+  local w, cap, kk = NA(ARGV[ARG_WINDOW]), NA(ARGV[ARG_CAPACITY]), NA(ARGV[ARG_BUCKETS])
   if not (w and cap and kk) or iszero(w) or iszero(kk) or #kk > 1 or kk[1] > 60 then
     return fail('invalid argument')
   end
@@ -118,7 +118,7 @@ if alg == ALG_SUB then
   if any and cmp(left, win) > 0 then ttl = sub(muls(g, sub(left, win)[1]), e) end
   new = table.concat(parts, ' ')
 elseif alg == ALG_FIXED or alg == ALG_COUNTER or alg == ALG_LOG then
-  local w, cap = N(ARGV[ARG_WINDOW]), N(ARGV[ARG_CAPACITY])
+  local w, cap = NA(ARGV[ARG_WINDOW]), NA(ARGV[ARG_CAPACITY])
   if not (w and cap) or iszero(w) then return fail('invalid argument') end
   -- A state in debt (after a settlement) holds up to twice the capacity.
   local cap2 = add(cap, cap)

@@ -47,6 +47,27 @@ local function N(s, digits)
   return parse(s, 19, digits)
 end
 
+-- NA reads an argument as N does, false if it is not one. A library
+-- (functions.go) sets limbCache to a table once, when it loads, and NA
+-- then keeps what it read for each argument's text, as fast.lua's farg
+-- does: a rule's arguments are the same on every check. The numbers it
+-- keeps are shared by every later call, which reads them and never writes
+-- to them (see above); it holds at most 256 texts, then starts afresh. A
+-- script keeps nothing.
+local limbCache, limbCached = false, 0
+local function NA(s)
+  if limbCache then
+    local v = limbCache[s]
+    if v ~= nil then return v end
+  end
+  local v = N(s) or false
+  if limbCache and s then
+    if limbCached >= 256 then limbCache, limbCached = {}, 0 end
+    limbCache[s], limbCached = v, limbCached + 1
+  end
+  return v
+end
+
 local function S(a)
   local n = #a
   if n == 1 then return string.format('%d', a[1]) end

@@ -583,6 +583,27 @@ local function N(s, digits)
   return parse(s, 19, digits)
 end
 
+-- NA reads an argument as N does, false if it is not one. A library
+-- (functions.go) sets limbCache to a table once, when it loads, and NA
+-- then keeps what it read for each argument's text, as fast.lua's farg
+-- does: a rule's arguments are the same on every check. The numbers it
+-- keeps are shared by every later call, which reads them and never writes
+-- to them (see above); it holds at most 256 texts, then starts afresh. A
+-- script keeps nothing.
+local limbCache, limbCached = false, 0
+local function NA(s)
+  if limbCache then
+    local v = limbCache[s]
+    if v ~= nil then return v end
+  end
+  local v = N(s) or false
+  if limbCache and s then
+    if limbCached >= 256 then limbCache, limbCached = {}, 0 end
+    limbCache[s], limbCached = v, limbCached + 1
+  end
+  return v
+end
+
 local function S(a)
   local n = #a
   if n == 1 then return string.format('%d', a[1]) end
@@ -810,7 +831,7 @@ local function fail(why)
 end
 
 -- The limb path: any state, argument or time.
-local cost, margin = N(ARGV[3]), N(ARGV[4])
+local cost, margin = NA(ARGV[3]), NA(ARGV[4])
 if not cost or iszero(cost) or not margin then return fail('invalid argument') end
 
 local MAXT = {7387904, 8601842, 46116} -- 2^62 ns: MaxTime
@@ -850,7 +871,7 @@ if alg == 's' then
   -- Buckets of g = W/k ns: the state is the latest bucket's index sc and
   -- the counts of buckets sc-k+1 to sc, oldest first; a bucket before the
   -- origin holds nothing.
-  local w, cap, kk = N(ARGV[5]), N(ARGV[6]), N(ARGV[8])
+  local w, cap, kk = NA(ARGV[5]), NA(ARGV[6]), NA(ARGV[8])
   if not (w and cap and kk) or iszero(w) or iszero(kk) or #kk > 1 or kk[1] > 60 then
     return fail('invalid argument')
   end
@@ -917,7 +938,7 @@ if alg == 's' then
   if any and cmp(left, win) > 0 then ttl = sub(muls(g, sub(left, win)[1]), e) end
   new = table.concat(parts, ' ')
 elseif alg == 'f' or alg == 'c' or alg == 'l' then
-  local w, cap = N(ARGV[5]), N(ARGV[6])
+  local w, cap = NA(ARGV[5]), NA(ARGV[6])
   if not (w and cap) or iszero(w) then return fail('invalid argument') end
   -- A state in debt (after a settlement) holds up to twice the capacity.
   local cap2 = add(cap, cap)
