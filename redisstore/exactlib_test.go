@@ -14,14 +14,19 @@ import (
 // sharedProbe is Lua that registers, beside a library's step, a function
 // returning what the library's exact helpers share between calls:
 // arith.lua's zero and one, each as its length and limbs, then how many
-// arguments' limbs it keeps (limbCache) and how many of them no longer
-// read as their text.
+// arguments it keeps read (limbCache, ppCache) and how many of them no
+// longer read as their text.
 func sharedProbe(fn string) string {
 	return "redis.register_function('" + fn + `_probe', function()
   local kept, wrong = 0, 0
   for s, v in pairs(limbCache) do
     kept = kept + 1
     if v ~= (N(s) or false) and (not v or S(v) ~= s) then wrong = wrong + 1 end
+  end
+  for s, v in pairs(ppCache) do
+    kept = kept + 1
+    local h, l = pp(s)
+    if v[1] ~= h or v[2] ~= l then wrong = wrong + 1 end
   end
   return {#Z, Z[1], Z[2] or -1, #ONE, ONE[1], ONE[2] or -1, kept, wrong}
 end)
@@ -34,8 +39,8 @@ end)
 // stores as values) must never be written to. A library whose checks all
 // take the exact path decides checks of every kind of rule, many rules in
 // turn on one loaded library, as in process; after each sequence the
-// shared tables are still zero and one, and each argument's limbs kept
-// (limbCache) still read as its text.
+// shared tables are still zero and one, and each argument kept read
+// (limbCache, ppCache) still reads as its text.
 func TestExactSharedStateUntouched(t *testing.T) {
 	rdb := needRedis(t)
 	ctx := context.Background()

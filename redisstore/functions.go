@@ -17,15 +17,16 @@ type scriptRunner interface {
 }
 
 // stepLibrary is the check's step as a Redis Functions library (Redis 7):
-// the same Lua as stepScript, with the fast path's functions built once
-// when the library loads rather than on every call, and the exact path's
-// helpers (pairs.lua, arith.lua) too (see exactHoisted), while a script
-// (EVALSHA) builds them only on a call that takes the exact path. ARGV is an upvalue the registered function sets before each step, so
-// that the step's sources read it as the script's ARGV; the fast path's
-// cache of the arguments it has read (argCache, see fast.lua) is set up
-// once too, and lasts while the library stays loaded. The library's
-// name carries a digest of its source, so that stores of different
-// versions on one server each find their own.
+// the same Lua as stepScript, with the functions of both paths built once
+// when the library loads rather than on every call (see exactHoisted; a
+// script, EVALSHA, builds the exact path's only on a call that takes it).
+// ARGV is an upvalue the registered function sets before each step, so
+// that the step's sources read it as the script's ARGV; the caches of the
+// arguments each path has read (argCache, see fast.lua; ppCache and
+// limbCache, see pairs.lua and arith.lua) are set up once too, and last
+// while the library stays loaded. The library's name carries a digest of
+// its source, so that stores of different versions on one server each
+// find their own.
 var stepLibrary, stepFunction = stepLibrarySource("")
 
 // stepLibrarySource assembles the step's library; override is Lua run

@@ -57,10 +57,10 @@ func exactSource() string {
 // exactHoisted is exactSource with the helpers (pairs.lua and arith.lua)
 // outside exact, for a library, which builds them once when it loads.
 // What they share between calls (arith.lua's zero and one, and the
-// arguments' limbs it keeps, limbCache) nothing writes to;
+// arguments they keep read, ppCache and limbCache) nothing writes to;
 // TestExactSharedStateUntouched checks it.
 func exactHoisted() string {
-	return pairsLua + "\n" + arithLua + "\nlimbCache = {}\nlocal function exact(key, alg, old, tm)\n" + exactDispatch() + limbsLua + "\nend\n"
+	return pairsLua + "\n" + arithLua + "\nppCache, limbCache = {}, {}\nlocal function exact(key, alg, old, tm)\n" + exactDispatch() + limbsLua + "\nend\n"
 }
 
 // exactDispatch calls each step's own exact function (the table's exact).

@@ -423,6 +423,25 @@ local function pp(s, digits)
   return tonumber(string.sub(s, 1, n - 9)), tonumber(string.sub(s, n - 8))
 end
 
+-- ppa reads an argument as pp does. A library (functions.go) sets ppCache
+-- to a table once, when it loads, and ppa then keeps what it read for each
+-- argument's text, as fast.lua's farg does (a rule's arguments are the
+-- same on every check): at most 256 texts, then it starts afresh. A script
+-- keeps nothing.
+local ppCache, ppCached = false, 0
+local function ppa(s)
+  if ppCache then
+    local v = ppCache[s]
+    if v then return v[1], v[2] end
+  end
+  local h, l = pp(s)
+  if ppCache and s then
+    if ppCached >= 256 then ppCache, ppCached = {}, 0 end
+    ppCache[s], ppCached = {h, l}, ppCached + 1
+  end
+  return h, l
+end
+
 local function pcmp(ah, al, bh, bl)
   if ah ~= bh then return ah < bh and -1 or 1 end
   if al ~= bl then return al < bl and -1 or 1 end
@@ -453,13 +472,13 @@ end
 
 local function pmeter(key, old, tm)
   local fail = pfail
-  local ch, cl = pp(ARGV[3])
-  local mh, ml = pp(ARGV[4])
-  local nh, nl = pp(ARGV[5])
-  local th, tl = pp(ARGV[6])
-  local fh, fl = pp(ARGV[7])
-  local kh, kl = pp(ARGV[8])
-  local gh, gl = pp(ARGV[9])
+  local ch, cl = ppa(ARGV[3])
+  local mh, ml = ppa(ARGV[4])
+  local nh, nl = ppa(ARGV[5])
+  local th, tl = ppa(ARGV[6])
+  local fh, fl = ppa(ARGV[7])
+  local kh, kl = ppa(ARGV[8])
+  local gh, gl = ppa(ARGV[9])
   if not (ch and mh and nh and th and fh and kh and gh) or (ch == 0 and cl == 0) then
     return fail('invalid argument')
   end
