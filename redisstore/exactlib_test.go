@@ -54,6 +54,7 @@ func TestExactSharedStateUntouched(t *testing.T) {
 		require.Len(t, got, 8)
 		require.Equal(t, []int64{1, 0, -1, 1, 1, -1}, got[:6], "the shared zero and one were written to")
 		require.Zero(t, got[7], "kept arguments' limbs were written to")
+		require.LessOrEqual(t, got[6], int64(2*256), "the kept arguments outgrew their two caches' bounds")
 		kept = max(kept, got[6])
 	}
 	probe(t)

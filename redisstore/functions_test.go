@@ -117,8 +117,31 @@ func TestFunctionArgumentCache(t *testing.T) {
 			pairs = append(pairs, pair{s, l})
 		}
 	}
+	// The library carries a probe of its cache beside the step: the cache
+	// must stay within its bound, however many texts pass through it.
+	ctx := context.Background()
+	src, fn := stepLibrarySource("")
+	probed := src + "redis.register_function('" + fn + `_probe', function()
+  local n = 0
+  for _ in pairs(argCache) do n = n + 1 end
+  return {n, argCached}
+end)
+`
+	require.NoError(t, rdb.FunctionLoadReplace(ctx, probed).Err())
+	lib := &functionCaller{lib: probed, fn: fn, fallback: stepScript}
+	for _, p := range pairs {
+		p.s.script = lib
+	}
+	most := int64(0)
 	for round := range 2 {
 		for i, p := range pairs {
+			if i%50 == 0 {
+				got, err := rdb.FCall(ctx, fn+"_probe", nil).Int64Slice()
+				require.NoError(t, err)
+				require.Equal(t, got[0], got[1], "the cache's count is not its size")
+				require.LessOrEqual(t, got[0], int64(256), "the argument cache outgrew its bound")
+				most = max(most, got[0])
+			}
 			cost := ratelimit.Units(i%4+1) * ratelimit.Unit / 4
 			want, err := p.local.Check(cost)
 			require.NoError(t, err)
@@ -128,4 +151,5 @@ func TestFunctionArgumentCache(t *testing.T) {
 			clk.Advance(time.Duration(i%11) * time.Millisecond)
 		}
 	}
+	require.Greater(t, most, int64(128), "the checks never filled the cache: the bound is untested")
 }
