@@ -1,20 +1,26 @@
--- Refund and Settle of any rule on one key (a bucket rule: token bucket,
--- GCRA, leaky bucket; a fixed window, a sliding log, a sliding counter or
--- a sub-window), computed here and written in the same script, so that
--- checks running at the same time never make it retry: the arithmetic of the
--- rule's Machine (Refund, Settle) in exact limbs (arith.lua, which the
--- script defines before this file). The Go side runs the Machine on the
--- state this script read, at the instant it read, and checks that it
--- gives back, charges and writes exactly what this script did.
+-- Refund and Settle of any rule on one key, or on several keys at once (a
+-- composite's layers, which share a slot), each of a bucket rule (token
+-- bucket, GCRA, leaky bucket), a fixed window, a sliding log, a sliding
+-- counter or a sub-window, computed here and written in the same script,
+-- so that checks running at the same time never make it retry: the
+-- arithmetic of each rule's Machine (Refund, Settle) in exact limbs
+-- (arith.lua, which the script defines before this file). Every key is
+-- read first, and settled at one instant: now raised to the latest
+-- instant any key holds. The Go side runs each key's Machine on the state
+-- this script read, at that instant, and checks that it gives back,
+-- charges and writes exactly what this script did.
 --
--- KEYS[1]   the key's state, "last ..." (see the Machine's encoding)
+-- KEYS     the keys' states, "last ..." (see the Machine's encoding)
 -- ARGV[SARG_NOW]   now in ns since the Unix epoch, or '' for the server's TIME
 -- ARGV[SARG_MODE]   'r' refund, 's' settle
--- ARGV[SARG_COST]   refund: the cost to give back, at most the capacity;
---           settle: the cost charged, from 1 to the capacity (milli-units)
+-- ARGV[SARG_COST]   refund: the cost to give back (each key gives back at
+--           most its capacity); settle: the cost charged, from 1 to each
+--           key's capacity (milli-units)
 -- ARGV[SARG_ACTUAL]   settle: the actual cost, above 0 (milli-units)
 -- ARGV[SARG_AT]   at: the admitting Decision's At, at least 0 (ns)
 -- ARGV[SARG_MARGIN]   expiry margin in ms
+-- Then a block of arguments per key, in the keys' order; key i's
+-- ARGV[SARG_x + PER * (i - 1)], PER the block's length:
 -- ARGV[SARG_PACE], ARGV[SARG_PERIOD] the pace, n milli-units per p ns;
 --           ARGV[SARG_TAU], ARGV[SARG_TAU_FRAC] the capacity's span tau
 --           (ns, frac/n); ARGV[SARG_CAPACITY] the capacity (milli-units).
@@ -27,30 +33,30 @@
 -- ARGV[SARG_ALG]  the rule's step (algorithms.go): ALG_METER a bucket
 --           rule, ALG_FIXED a fixed window, ALG_LOG a sliding log,
 --           ALG_COUNTER a sliding counter, ALG_SUB a sub-window
+-- ARGV[SARG_KEEP]  '1' for a key that is only read (a shadow layer's):
+--           its latest instant counts, its state must be one its rule
+--           could have written, and it is left as it is, giving back 0
 --
--- Returns {old state or '', now used before clamping, state written or '',
--- given back (refund) or the cost as settled (settle), the expiry set in
--- ms or ''}. A state that is not well formed, more than twice the
--- capacity's span in debt, or (a window) counting more than twice the
--- capacity (in a count, an entry, or a window but with CountRefused) or a
--- window, bucket or entry later than now, is an error reply and nothing
--- is written: the states the Machine refuses. A key Redis does not hold gives nothing back
--- and is not created, but for a settlement that charges.
+-- Returns {now used before clamping, then for each key: its old state or
+-- '', the state written or '', given back (refund) or the cost as settled
+-- (settle), the expiry set in ms or ''}. A state that is not well formed,
+-- more than twice the capacity's span in debt, or (a window) counting more
+-- than twice the capacity (in a count, an entry, or a window but with
+-- CountRefused) or a window, bucket or entry later than now, is an error
+-- reply and nothing is written to any key: the states the Machine
+-- refuses. A key Redis does not hold gives nothing back and is not
+-- created, but for a settlement that charges.
 
 local function fail(why)
   return redis.error_reply('RATELIMIT ' .. why)
 end
 
+-- Each key's arguments are a block of PER, from SARG_PACE on.
+local PER = SARG_KEEP - SARG_PACE + 1
 local mode = ARGV[SARG_MODE]
-local c, act, at, margin = N(ARGV[SARG_COST]), N(ARGV[SARG_ACTUAL]), N(ARGV[SARG_AT]), N(ARGV[SARG_MARGIN])
-local alg = ARGV[SARG_ALG]
-local n, p, tau, tauf, cap = N(ARGV[SARG_PACE]), N(ARGV[SARG_PERIOD]), N(ARGV[SARG_TAU]), N(ARGV[SARG_TAU_FRAC]), N(ARGV[SARG_CAPACITY])
-local window = alg == ALG_FIXED or alg == ALG_COUNTER or alg == ALG_LOG or alg == ALG_SUB
-local counts = (alg == ALG_COUNTER or alg == ALG_SUB) and ARGV[SARG_REFUSED] == '1'
-if window then p, tau, tauf = ONE, Z, Z end
-if not (c and at and margin and n and p and tau and tauf and cap) or iszero(c) or iszero(n) or iszero(p)
-    or (mode == 's' and not (act and not iszero(act))) or (mode ~= 's' and mode ~= 'r')
-    or (alg ~= ALG_METER and not window) then
+local c0, act, at, margin = N(ARGV[SARG_COST]), N(ARGV[SARG_ACTUAL]), N(ARGV[SARG_AT]), N(ARGV[SARG_MARGIN])
+if not (c0 and at and margin) or iszero(c0) or (mode == 's' and not (act and not iszero(act)))
+    or (mode ~= 's' and mode ~= 'r') or #ARGV ~= SARG_PACE - 1 + PER * #KEYS then
   return fail('invalid argument')
 end
 
@@ -67,16 +73,60 @@ end
 if cmp(now, MAXT) > 0 then now = MAXT end
 local reading = S(now)
 
-local old = redis.pcall('GET', KEYS[1])
-if type(old) == 'table' then return fail('invalid state: ' .. tostring(old.err)) end
-old = old or ''
+-- parse reads a state as space-separated canonical decimals, the latest
+-- instant first, no later than MaxTime: their values and their strings;
+-- nil for anything else, and two empty lists for no state.
+local function parse(old)
+  local f, fs = {}, {}
+  if old == '' then return f, fs end
+  if old:find('[^ 0-9]') or old:find('  ') or old:byte(1) == 32 or old:byte(-1) == 32 then return nil end
+  for w in old:gmatch('%d+') do
+    local v = N(w, true)
+    if not v then return nil end
+    f[#f + 1], fs[#fs + 1] = v, w
+  end
+  if cmp(f[1], MAXT) > 0 then return nil end
+  return f, fs
+end
+
+-- Every key's state, read first, and one instant for all of them: now
+-- raised to the latest instant any of them holds.
+local olds, parsed = {}, {}
+for i = 1, #KEYS do
+  local v = redis.pcall('GET', KEYS[i])
+  if type(v) == 'table' then return fail('invalid state: ' .. tostring(v.err)) end
+  olds[i] = v or ''
+  local f, fs = parse(olds[i])
+  if f then
+    parsed[i] = {f, fs}
+    if f[1] and cmp(f[1], now) > 0 then now = f[1] end
+  end
+end
+
+-- settle runs the mode on key i at now, writing nothing: it returns the
+-- key's reply, {state read, state to write or '', given back or the cost
+-- as settled, the expiry to set in ms or ''}, or an error reply.
+local function settle(i, now)
+local old = olds[i]
+local function arg(s) return ARGV[s + PER * (i - 1)] end
+local alg = arg(SARG_ALG)
+local c = c0
+local n, p, tau, tauf, cap = N(arg(SARG_PACE)), N(arg(SARG_PERIOD)), N(arg(SARG_TAU)), N(arg(SARG_TAU_FRAC)), N(arg(SARG_CAPACITY))
+local window = alg == ALG_FIXED or alg == ALG_COUNTER or alg == ALG_LOG or alg == ALG_SUB
+local counts = (alg == ALG_COUNTER or alg == ALG_SUB) and arg(SARG_REFUSED) == '1'
+if window then p, tau, tauf = ONE, Z, Z end
+if not (n and p and tau and tauf and cap) or iszero(n) or iszero(p) or (alg ~= ALG_METER and not window) then
+  return fail('invalid argument')
+end
+-- A refund gives back at most the key's capacity.
+if mode == 'r' and cmp(c, cap) > 0 then c = cap end
 
 -- A fresh key: nothing to give back.
 local charging = mode == 's' and cmp(act, c) > 0
 if old == '' and not charging then
   local x = '0'
   if mode == 's' then x = S(c) end
-  return {'', reading, '', x, ''}
+  return {'', '', x, ''}
 end
 
 -- state reads the state read as "last" and k fields more, or "last" alone
@@ -102,34 +152,21 @@ local function state(k)
   return out
 end
 
--- finish writes new, with the expiry px ms, or keeping the key's if px is
--- '', unless it is the state read, and returns the reply for the amount x.
+-- finish returns the reply for the state new, written with the expiry
+-- px ms, or keeping the key's if px is '', unless it is the state read,
+-- and the amount x.
 local function finish(new, x, px)
-  if new == old then return {old, reading, '', S(x), ''} end
-  if px ~= '' then
-    redis.call('SET', KEYS[1], new, 'PX', px)
-  else
-    redis.call('SET', KEYS[1], new, 'KEEPTTL')
-  end
-  return {old, reading, new, S(x), px}
+  if new == old then return {old, '', S(x), ''} end
+  return {old, new, S(x), px}
 end
 
--- fields reads the state read as space-separated canonical decimals, the
--- latest instant first, raising now to it; nil for anything else. The
--- state() above cannot read a sub-window's, which holds more numbers
--- than a Lua pattern can capture.
+-- fields reads the state read as parse does (nil for a state that is
+-- not well formed). The state() above cannot read a sub-window's, which
+-- holds more numbers than a Lua pattern can capture.
 local function fields()
-  local f, fs = {}, {}
-  if old == '' then return f, fs end
-  if old:find('[^ 0-9]') or old:find('  ') or old:byte(1) == 32 or old:byte(-1) == 32 then return nil end
-  for w in old:gmatch('%d+') do
-    local v = N(w, true)
-    if not v then return nil end
-    f[#f + 1], fs[#fs + 1] = v, w
-  end
-  if cmp(f[1], MAXT) > 0 then return nil end
-  if cmp(f[1], now) > 0 then now = f[1] end
-  return f, fs
+  local pf = parsed[i]
+  if not pf then return nil end
+  return pf[1], pf[2]
 end
 
 -- expiry is the expiry in ms for a Decision's ResetAfter reset (ns).
@@ -341,7 +378,7 @@ end
 -- counts of buckets sc-k+1 to sc, oldest first, in buckets of g = n/k ns;
 -- a bucket before the origin holds nothing.
 if alg == ALG_SUB then
-  local kk = N(ARGV[SARG_BUCKETS])
+  local kk = N(arg(SARG_BUCKETS))
   if not kk or iszero(kk) or #kk > 1 or kk[1] > 60 then return fail('invalid argument') end
   local k = kk[1]
   local g, gr = divmod(n, kk)
@@ -502,7 +539,7 @@ elseif charging then
   -- after the charge) plus the margin, as a check sets it.
   local dn2, df2 = Z, Z
   if cmp(ts, now) >= 0 then dn2, df2 = sub(ts, now), fr end
-  local cn, cf = N(ARGV[SARG_COST_SPAN]), N(ARGV[SARG_COST_FRAC])
+  local cn, cf = N(arg(SARG_COST_SPAN)), N(arg(SARG_COST_FRAC))
   if not (cn and cf) then return fail('invalid argument') end
   local nn, nf = add(dn2, cn), add(df2, cf)
   if cmp(nf, n) >= 0 then nn, nf = add(nn, ONE), sub(nf, n) end
@@ -518,3 +555,26 @@ end
 
 local new = S(now) .. ' ' .. S(ts) .. ' ' .. S(fr)
 return finish(new, x, px)
+end
+
+local out, writes = {reading}, {}
+for i = 1, #KEYS do
+  local r = settle(i, now)
+  if r.err then return r end
+  -- A key kept as it is was settled only to check its state.
+  if ARGV[SARG_KEEP + PER * (i - 1)] == '1' then r = {r[1], '', '0', ''} end
+  writes[i] = r
+end
+-- Every key computed: write them together.
+for i = 1, #KEYS do
+  local r = writes[i]
+  if r[2] ~= '' then
+    if r[4] ~= '' then
+      redis.call('SET', KEYS[i], r[2], 'PX', r[4])
+    else
+      redis.call('SET', KEYS[i], r[2], 'KEEPTTL')
+    end
+  end
+  for k = 1, 4 do out[#out + 1] = r[k] end
+end
+return out

@@ -282,23 +282,29 @@ local function max(a, b)
   return a
 end
 
--- Refund and Settle of any rule on one key (a bucket rule: token bucket,
--- GCRA, leaky bucket; a fixed window, a sliding log, a sliding counter or
--- a sub-window), computed here and written in the same script, so that
--- checks running at the same time never make it retry: the arithmetic of the
--- rule's Machine (Refund, Settle) in exact limbs (arith.lua, which the
--- script defines before this file). The Go side runs the Machine on the
--- state this script read, at the instant it read, and checks that it
--- gives back, charges and writes exactly what this script did.
+-- Refund and Settle of any rule on one key, or on several keys at once (a
+-- composite's layers, which share a slot), each of a bucket rule (token
+-- bucket, GCRA, leaky bucket), a fixed window, a sliding log, a sliding
+-- counter or a sub-window, computed here and written in the same script,
+-- so that checks running at the same time never make it retry: the
+-- arithmetic of each rule's Machine (Refund, Settle) in exact limbs
+-- (arith.lua, which the script defines before this file). Every key is
+-- read first, and settled at one instant: now raised to the latest
+-- instant any key holds. The Go side runs each key's Machine on the state
+-- this script read, at that instant, and checks that it gives back,
+-- charges and writes exactly what this script did.
 --
--- KEYS[1]   the key's state, "last ..." (see the Machine's encoding)
+-- KEYS     the keys' states, "last ..." (see the Machine's encoding)
 -- ARGV[1]   now in ns since the Unix epoch, or '' for the server's TIME
 -- ARGV[2]   'r' refund, 's' settle
--- ARGV[3]   refund: the cost to give back, at most the capacity;
---           settle: the cost charged, from 1 to the capacity (milli-units)
+-- ARGV[3]   refund: the cost to give back (each key gives back at
+--           most its capacity); settle: the cost charged, from 1 to each
+--           key's capacity (milli-units)
 -- ARGV[4]   settle: the actual cost, above 0 (milli-units)
 -- ARGV[5]   at: the admitting Decision's At, at least 0 (ns)
 -- ARGV[6]   expiry margin in ms
+-- Then a block of arguments per key, in the keys' order; key i's
+-- ARGV[SARG_x + PER * (i - 1)], PER the block's length:
 -- ARGV[7], ARGV[8] the pace, n milli-units per p ns;
 --           ARGV[9], ARGV[10] the capacity's span tau
 --           (ns, frac/n); ARGV[11] the capacity (milli-units).
@@ -311,30 +317,30 @@ end
 -- ARGV[14]  the rule's step (algorithms.go): 'm' a bucket
 --           rule, 'f' a fixed window, 'l' a sliding log,
 --           'c' a sliding counter, 's' a sub-window
+-- ARGV[16]  '1' for a key that is only read (a shadow layer's):
+--           its latest instant counts, its state must be one its rule
+--           could have written, and it is left as it is, giving back 0
 --
--- Returns {old state or '', now used before clamping, state written or '',
--- given back (refund) or the cost as settled (settle), the expiry set in
--- ms or ''}. A state that is not well formed, more than twice the
--- capacity's span in debt, or (a window) counting more than twice the
--- capacity (in a count, an entry, or a window but with CountRefused) or a
--- window, bucket or entry later than now, is an error reply and nothing
--- is written: the states the Machine refuses. A key Redis does not hold gives nothing back
--- and is not created, but for a settlement that charges.
+-- Returns {now used before clamping, then for each key: its old state or
+-- '', the state written or '', given back (refund) or the cost as settled
+-- (settle), the expiry set in ms or ''}. A state that is not well formed,
+-- more than twice the capacity's span in debt, or (a window) counting more
+-- than twice the capacity (in a count, an entry, or a window but with
+-- CountRefused) or a window, bucket or entry later than now, is an error
+-- reply and nothing is written to any key: the states the Machine
+-- refuses. A key Redis does not hold gives nothing back and is not
+-- created, but for a settlement that charges.
 
 local function fail(why)
   return redis.error_reply('RATELIMIT ' .. why)
 end
 
+-- Each key's arguments are a block of PER, from 7 on.
+local PER = 16 - 7 + 1
 local mode = ARGV[2]
-local c, act, at, margin = N(ARGV[3]), N(ARGV[4]), N(ARGV[5]), N(ARGV[6])
-local alg = ARGV[14]
-local n, p, tau, tauf, cap = N(ARGV[7]), N(ARGV[8]), N(ARGV[9]), N(ARGV[10]), N(ARGV[11])
-local window = alg == 'f' or alg == 'c' or alg == 'l' or alg == 's'
-local counts = (alg == 'c' or alg == 's') and ARGV[8] == '1'
-if window then p, tau, tauf = ONE, Z, Z end
-if not (c and at and margin and n and p and tau and tauf and cap) or iszero(c) or iszero(n) or iszero(p)
-    or (mode == 's' and not (act and not iszero(act))) or (mode ~= 's' and mode ~= 'r')
-    or (alg ~= 'm' and not window) then
+local c0, act, at, margin = N(ARGV[3]), N(ARGV[4]), N(ARGV[5]), N(ARGV[6])
+if not (c0 and at and margin) or iszero(c0) or (mode == 's' and not (act and not iszero(act)))
+    or (mode ~= 's' and mode ~= 'r') or #ARGV ~= 7 - 1 + PER * #KEYS then
   return fail('invalid argument')
 end
 
@@ -351,16 +357,60 @@ end
 if cmp(now, MAXT) > 0 then now = MAXT end
 local reading = S(now)
 
-local old = redis.pcall('GET', KEYS[1])
-if type(old) == 'table' then return fail('invalid state: ' .. tostring(old.err)) end
-old = old or ''
+-- parse reads a state as space-separated canonical decimals, the latest
+-- instant first, no later than MaxTime: their values and their strings;
+-- nil for anything else, and two empty lists for no state.
+local function parse(old)
+  local f, fs = {}, {}
+  if old == '' then return f, fs end
+  if old:find('[^ 0-9]') or old:find('  ') or old:byte(1) == 32 or old:byte(-1) == 32 then return nil end
+  for w in old:gmatch('%d+') do
+    local v = N(w, true)
+    if not v then return nil end
+    f[#f + 1], fs[#fs + 1] = v, w
+  end
+  if cmp(f[1], MAXT) > 0 then return nil end
+  return f, fs
+end
+
+-- Every key's state, read first, and one instant for all of them: now
+-- raised to the latest instant any of them holds.
+local olds, parsed = {}, {}
+for i = 1, #KEYS do
+  local v = redis.pcall('GET', KEYS[i])
+  if type(v) == 'table' then return fail('invalid state: ' .. tostring(v.err)) end
+  olds[i] = v or ''
+  local f, fs = parse(olds[i])
+  if f then
+    parsed[i] = {f, fs}
+    if f[1] and cmp(f[1], now) > 0 then now = f[1] end
+  end
+end
+
+-- settle runs the mode on key i at now, writing nothing: it returns the
+-- key's reply, {state read, state to write or '', given back or the cost
+-- as settled, the expiry to set in ms or ''}, or an error reply.
+local function settle(i, now)
+local old = olds[i]
+local function arg(s) return ARGV[s + PER * (i - 1)] end
+local alg = arg(14)
+local c = c0
+local n, p, tau, tauf, cap = N(arg(7)), N(arg(8)), N(arg(9)), N(arg(10)), N(arg(11))
+local window = alg == 'f' or alg == 'c' or alg == 'l' or alg == 's'
+local counts = (alg == 'c' or alg == 's') and arg(8) == '1'
+if window then p, tau, tauf = ONE, Z, Z end
+if not (n and p and tau and tauf and cap) or iszero(n) or iszero(p) or (alg ~= 'm' and not window) then
+  return fail('invalid argument')
+end
+-- A refund gives back at most the key's capacity.
+if mode == 'r' and cmp(c, cap) > 0 then c = cap end
 
 -- A fresh key: nothing to give back.
 local charging = mode == 's' and cmp(act, c) > 0
 if old == '' and not charging then
   local x = '0'
   if mode == 's' then x = S(c) end
-  return {'', reading, '', x, ''}
+  return {'', '', x, ''}
 end
 
 -- state reads the state read as "last" and k fields more, or "last" alone
@@ -386,34 +436,21 @@ local function state(k)
   return out
 end
 
--- finish writes new, with the expiry px ms, or keeping the key's if px is
--- '', unless it is the state read, and returns the reply for the amount x.
+-- finish returns the reply for the state new, written with the expiry
+-- px ms, or keeping the key's if px is '', unless it is the state read,
+-- and the amount x.
 local function finish(new, x, px)
-  if new == old then return {old, reading, '', S(x), ''} end
-  if px ~= '' then
-    redis.call('SET', KEYS[1], new, 'PX', px)
-  else
-    redis.call('SET', KEYS[1], new, 'KEEPTTL')
-  end
-  return {old, reading, new, S(x), px}
+  if new == old then return {old, '', S(x), ''} end
+  return {old, new, S(x), px}
 end
 
--- fields reads the state read as space-separated canonical decimals, the
--- latest instant first, raising now to it; nil for anything else. The
--- state() above cannot read a sub-window's, which holds more numbers
--- than a Lua pattern can capture.
+-- fields reads the state read as parse does (nil for a state that is
+-- not well formed). The state() above cannot read a sub-window's, which
+-- holds more numbers than a Lua pattern can capture.
 local function fields()
-  local f, fs = {}, {}
-  if old == '' then return f, fs end
-  if old:find('[^ 0-9]') or old:find('  ') or old:byte(1) == 32 or old:byte(-1) == 32 then return nil end
-  for w in old:gmatch('%d+') do
-    local v = N(w, true)
-    if not v then return nil end
-    f[#f + 1], fs[#fs + 1] = v, w
-  end
-  if cmp(f[1], MAXT) > 0 then return nil end
-  if cmp(f[1], now) > 0 then now = f[1] end
-  return f, fs
+  local pf = parsed[i]
+  if not pf then return nil end
+  return pf[1], pf[2]
 end
 
 -- expiry is the expiry in ms for a Decision's ResetAfter reset (ns).
@@ -625,7 +662,7 @@ end
 -- counts of buckets sc-k+1 to sc, oldest first, in buckets of g = n/k ns;
 -- a bucket before the origin holds nothing.
 if alg == 's' then
-  local kk = N(ARGV[15])
+  local kk = N(arg(15))
   if not kk or iszero(kk) or #kk > 1 or kk[1] > 60 then return fail('invalid argument') end
   local k = kk[1]
   local g, gr = divmod(n, kk)
@@ -786,7 +823,7 @@ elseif charging then
   -- after the charge) plus the margin, as a check sets it.
   local dn2, df2 = Z, Z
   if cmp(ts, now) >= 0 then dn2, df2 = sub(ts, now), fr end
-  local cn, cf = N(ARGV[12]), N(ARGV[13])
+  local cn, cf = N(arg(12)), N(arg(13))
   if not (cn and cf) then return fail('invalid argument') end
   local nn, nf = add(dn2, cn), add(df2, cf)
   if cmp(nf, n) >= 0 then nn, nf = add(nn, ONE), sub(nf, n) end
@@ -802,3 +839,26 @@ end
 
 local new = S(now) .. ' ' .. S(ts) .. ' ' .. S(fr)
 return finish(new, x, px)
+end
+
+local out, writes = {reading}, {}
+for i = 1, #KEYS do
+  local r = settle(i, now)
+  if r.err then return r end
+  -- A key kept as it is was settled only to check its state.
+  if ARGV[16 + PER * (i - 1)] == '1' then r = {r[1], '', '0', ''} end
+  writes[i] = r
+end
+-- Every key computed: write them together.
+for i = 1, #KEYS do
+  local r = writes[i]
+  if r[2] ~= '' then
+    if r[4] ~= '' then
+      redis.call('SET', KEYS[i], r[2], 'PX', r[4])
+    else
+      redis.call('SET', KEYS[i], r[2], 'KEEPTTL')
+    end
+  end
+  for k = 1, 4 do out[#out + 1] = r[k] end
+end
+return out
