@@ -25,6 +25,33 @@ func hotLayers() []ratelimit.Layer {
 	}
 }
 
+// peekChecker is a limiter with Peek and Check, in process or in Redis.
+type peekChecker interface {
+	Peek(string, ratelimit.Units) (ratelimit.Decision, error)
+	Check(string, ratelimit.Units) (ratelimit.Decision, error)
+}
+
+// sameFromHere requires got's Peek of key to be want's, and from there
+// both to admit the same checks, to the last one.
+func sameFromHere(t *testing.T, got, want peekChecker, key string) {
+	t.Helper()
+	g, err := got.Peek(key, ratelimit.Unit)
+	require.NoError(t, err)
+	w, err := want.Peek(key, ratelimit.Unit)
+	require.NoError(t, err)
+	assert.Equal(t, w, g)
+	for i := 0; ; i++ {
+		w, err := want.Check(key, ratelimit.Unit)
+		require.NoError(t, err)
+		g, err := got.Check(key, ratelimit.Unit)
+		require.NoError(t, err)
+		require.Equal(t, w, g, "check %d after the net spending", i)
+		if !w.Allowed {
+			return
+		}
+	}
+}
+
 // TestCompositeHotKeyRefundAndSettle: 64 goroutines check one key of a
 // Composite of three layers, and refund or settle most of what they are
 // admitted, time standing still. No refund or settlement fails (none
@@ -103,21 +130,7 @@ func TestCompositeHotKeyRefundAndSettle(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, d.Allowed)
 	}
-	got, err := c.Peek(key, ratelimit.Unit)
-	require.NoError(t, err)
-	wantd, err := want.Peek(key, ratelimit.Unit)
-	require.NoError(t, err)
-	assert.Equal(t, wantd, got)
-	for i := 0; ; i++ {
-		w, err := want.Check(key, ratelimit.Unit)
-		require.NoError(t, err)
-		g, err := c.Check(key, ratelimit.Unit)
-		require.NoError(t, err)
-		require.Equal(t, w, g, "check %d after the net spending", i)
-		if !w.Allowed {
-			break
-		}
-	}
+	sameFromHere(t, c, want, key)
 	st := c.Stats()
 	assert.Zero(t, st.Mismatches+st.InvalidStates+st.Failures)
 }

@@ -413,19 +413,9 @@ func (s *Store) ResetContext(ctx context.Context, key string) error {
 // op runs the ops script on the layers' keys that take part in a request
 // of cost (see Composite.keys); the others read as fresh keys.
 func (c *Composite) op(ctx context.Context, key string, cost ratelimit.Units, args ...any) ([]string, opReply, error) {
-	keys, err := c.keys(key, cost)
+	keys, send, now, err := c.taking(key, cost)
 	if err != nil {
 		return nil, opReply{}, err
-	}
-	send := make([]string, 0, len(keys))
-	for i := range keys {
-		if c.lm.Takes(i, cost) {
-			send = append(send, keys[i])
-		}
-	}
-	now := ""
-	if c.clock != nil {
-		now = strconv.FormatInt(clamp(c.clock.Now()), 10)
 	}
 	reply, err := c.run(ctx, key, opsScript, send, append([]any{now}, args...))
 	if err != nil {
@@ -448,6 +438,26 @@ func (c *Composite) op(ctx context.Context, key string, cost ratelimit.Units, ar
 	}
 	r.states = states
 	return keys, r, nil
+}
+
+// taking returns the layers' Redis keys for a request of cost on key (see
+// Composite.keys), those of the layers that take part in it, to send, and
+// the client clock's reading (empty for the server's TIME).
+func (c *Composite) taking(key string, cost ratelimit.Units) (keys, send []string, now string, err error) {
+	keys, err = c.keys(key, cost)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	send = make([]string, 0, len(keys))
+	for i := range keys {
+		if c.lm.Takes(i, cost) {
+			send = append(send, keys[i])
+		}
+	}
+	if c.clock != nil {
+		now = strconv.FormatInt(clamp(c.clock.Now()), 10)
+	}
+	return keys, send, now, nil
 }
 
 // Peek is PeekContext with a background context.

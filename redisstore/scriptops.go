@@ -240,21 +240,11 @@ func (s *Store) settleInScript(ctx context.Context, key, rk string, charged, act
 // reply, a layer that does not take part reading as a fresh key, and the
 // one instant the layers are settled at.
 func (c *Composite) scriptOp(ctx context.Context, key, mode string, a, b ratelimit.Units, at time.Duration, part ratelimit.Units) ([]scriptReply, time.Duration, error) {
-	keys, err := c.keys(key, part)
+	_, send, now, err := c.taking(key, part)
 	if err != nil {
 		return nil, 0, err
 	}
 	n := c.lm.Len()
-	send := make([]string, 0, n)
-	for i := range keys {
-		if c.lm.Takes(i, part) {
-			send = append(send, keys[i])
-		}
-	}
-	now := ""
-	if c.clock != nil {
-		now = strconv.FormatInt(clamp(c.clock.Now()), 10)
-	}
 	args := settleHead(len(send), now, mode, a, b, at, c.marginMs)
 	j := 0
 	for i := range n {

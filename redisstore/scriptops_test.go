@@ -84,22 +84,7 @@ func TestHotKeyCheckAndRefund(t *testing.T) {
 				require.NoError(t, err)
 				require.True(t, d.Allowed)
 			}
-			got, err := s.Peek("hot", ratelimit.Unit)
-			require.NoError(t, err)
-			wantd, err := local.Peek("hot", ratelimit.Unit)
-			require.NoError(t, err)
-			assert.Equal(t, wantd, got)
-			// And from there both admit the same, to the last one.
-			for i := 0; ; i++ {
-				want, err := local.Check("hot", ratelimit.Unit)
-				require.NoError(t, err)
-				got, err := s.Check("hot", ratelimit.Unit)
-				require.NoError(t, err)
-				require.Equal(t, want, got, "check %d after the net spending", i)
-				if !want.Allowed {
-					break
-				}
-			}
+			sameFromHere(t, s, local, "hot")
 			st := s.Stats()
 			assert.Zero(t, st.Mismatches+st.InvalidStates+st.Failures)
 		})
