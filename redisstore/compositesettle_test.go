@@ -135,6 +135,15 @@ func TestCompositeHotKeyRefundAndSettle(t *testing.T) {
 	assert.Zero(t, st.Mismatches+st.InvalidStates+st.Failures)
 }
 
+// drawAt draws the instant a refund or a settlement names as its
+// admission's: mostly one of ats, the instants admitted so far, else any.
+func drawAt(t *rapid.T, ats []time.Duration) time.Duration {
+	if len(ats) == 0 || rapid.IntRange(0, 3).Draw(t, "otherAt") == 0 {
+		return time.Duration(rapid.Int64Range(0, int64(unixNow)*2).Draw(t, "at"))
+	}
+	return rapid.SampledFrom(ats).Draw(t, "admittedAt")
+}
+
 // TestCompositeScriptOpsOnServerTime: a Composite's refunds and
 // settlements with the server's clock, on layers of every algorithm
 // (shadow layers included). Each is computed by the script at the one
@@ -162,12 +171,7 @@ func TestCompositeScriptOpsOnServerTime(t *testing.T) {
 		c, err := NewComposite(rdb, layers, WithPrefix(testPrefix()), WithTimeout(5*time.Second))
 		require.NoError(t, err)
 		var ats []time.Duration
-		at := func(t *rapid.T) time.Duration {
-			if len(ats) == 0 || rapid.IntRange(0, 3).Draw(t, "otherAt") == 0 {
-				return time.Duration(rapid.Int64Range(0, int64(unixNow)*2).Draw(t, "at"))
-			}
-			return rapid.SampledFrom(ats).Draw(t, "admittedAt")
-		}
+		at := func(t *rapid.T) time.Duration { return drawAt(t, ats) }
 		t.Repeat(map[string]func(*rapid.T){
 			"check": func(t *rapid.T) {
 				d, err := c.Check("k", drawCost(t, capacity))

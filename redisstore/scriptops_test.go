@@ -106,12 +106,7 @@ func TestScriptOpsOnServerTime(t *testing.T) {
 		require.NoError(t, err)
 		p := s.Params()
 		var ats []time.Duration
-		at := func(t *rapid.T) time.Duration {
-			if len(ats) == 0 || rapid.IntRange(0, 3).Draw(t, "otherAt") == 0 {
-				return time.Duration(rapid.Int64Range(0, int64(unixNow)*2).Draw(t, "at"))
-			}
-			return rapid.SampledFrom(ats).Draw(t, "admittedAt")
-		}
+		at := func(t *rapid.T) time.Duration { return drawAt(t, ats) }
 		t.Repeat(map[string]func(*rapid.T){
 			"check": func(t *rapid.T) {
 				d, err := s.Check("k", drawCost(t, p.Capacity))
