@@ -24,8 +24,8 @@ import (
 // [Composite]'s, of every rule, run in one script and never return it.
 var ErrConflict = errors.New("redisstore: compare-and-set conflicted with concurrent requests on every attempt")
 
-// casAttempts bounds the compare-and-set attempts of a refund or a
-// settlement.
+// casAttempts bounds the attempts of an operation written with a
+// compare-and-set (a leaky bucket's CheckWithin).
 const casAttempts = 8
 
 // opsScript reads, compares and sets, and resets keys (see ops.lua).

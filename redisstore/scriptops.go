@@ -65,7 +65,7 @@ type scriptReply struct {
 }
 
 // settleHead returns settle.lua's arguments for keys keys, the instant
-// now (” for the server's TIME) first, in mode ("r" or "s") with the
+// now (empty for the server's TIME) first, in mode ("r" or "s") with the
 // costs a and b (b for a settlement only) and the admitting instant at,
 // with every key's block still to fill (see settleKey).
 func settleHead(keys int, now, mode string, a, b ratelimit.Units, at time.Duration, marginMs int64) []any {
