@@ -313,3 +313,50 @@ func TestCompositeSettleRaisesNowToTheLatestLayer(t *testing.T) {
 	assert.Equal(t, 3*ratelimit.Unit, settled)
 	assert.Equal(t, raised, d.At)
 }
+
+// TestClusterCompositeRefundAndSettle: on a Cluster client connected to
+// three real masters, a Composite's refunds and settlements, one script
+// over the layers' keys under one hash tag, reach every master and give
+// the in-process Composite's amounts and Decisions.
+func TestClusterCompositeRefundAndSettle(t *testing.T) {
+	cl := startCluster(t)
+	rdb := cl.Client(t, nil)
+	local := hotLayers()
+	remote := make([]Layer, len(local))
+	for i, l := range local {
+		remote[i] = Layer{Layer: l}
+	}
+	clk := ratelimit.NewManualClock(unixNow)
+	want, err := ratelimit.Compose(local, ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	got, err := NewComposite(rdb, remote, WithHashTag(firstField), WithClock(clk), WithPrefix(testPrefix()),
+		WithTimeout(5*time.Second), WithDenyCache(0))
+	require.NoError(t, err)
+	masters := map[string]bool{}
+	for c := range 30 {
+		key := fmt.Sprintf("customer-%d /a", c)
+		masters[cl.Owner(t, cl.Slot(t, got.Key(0, key))).Addr()] = true
+		for step := range 3 {
+			clk.Advance(time.Second)
+			w, err := want.Check(key, 3*ratelimit.Unit)
+			require.NoError(t, err)
+			g, err := got.Check(key, 3*ratelimit.Unit)
+			require.NoError(t, err)
+			require.Equal(t, w, g, "check %d of %q", step, key)
+			wg, err := want.Refund(key, ratelimit.Unit, w.At)
+			require.NoError(t, err)
+			gg, err := got.Refund(key, ratelimit.Unit, g.At)
+			require.NoError(t, err)
+			require.Equal(t, wg, gg, "refund %d of %q", step, key)
+			wd, wx, err := want.Settle(key, 3*ratelimit.Unit, 5*ratelimit.Unit, w.At)
+			require.NoError(t, err)
+			gd, gx, err := got.Settle(key, 3*ratelimit.Unit, 5*ratelimit.Unit, g.At)
+			require.NoError(t, err)
+			require.Equal(t, wd, gd, "settlement %d of %q", step, key)
+			require.Equal(t, wx, gx, "settlement %d of %q", step, key)
+		}
+	}
+	require.Len(t, masters, 3, "requests did not spread over every master")
+	st := got.Stats()
+	require.Zero(t, st.Mismatches+st.InvalidStates+st.Failures)
+}
