@@ -182,7 +182,8 @@ func BenchmarkComposite(b *testing.B) {
 // BenchmarkAfterTheFact measures, from 64 goroutines on the server's clock,
 // a peek, and a check followed by a refund of its cost at its At (the pair
 // is one op), over 1,000 keys and on one hot key, where refunds meet each
-// other's writes, for a GCRA, a sliding log and a sub-window. It reports
+// other's writes, for a GCRA, a sliding log, a sub-window and a Composite
+// of the three. It reports
 // ops/s, p50 and p99 latency, and the share of refunds that failed with
 // ErrConflict.
 func BenchmarkAfterTheFact(b *testing.B) {
@@ -194,25 +195,42 @@ func BenchmarkAfterTheFact(b *testing.B) {
 	gcra := ratelimit.GCRA{Rate: ratelimit.PerSecond(1000), Burst: 1000}
 	type benchCase struct {
 		name string
-		rule ratelimit.Rule
+		rule ratelimit.Rule // nil: the Composite of the three rules
 		keys int
 		peek bool
 	}
+	rules := []ratelimit.Rule{gcra, ratelimit.SlidingLog{Limit: 1000, Window: time.Second},
+		ratelimit.SubWindow{Limit: 1000, Window: time.Second, Buckets: 10}}
 	cases := []benchCase{{"peek", gcra, 1000, true}}
 	for _, r := range []struct {
 		name string
 		rule ratelimit.Rule
 	}{
-		{"gcra", gcra},
-		{"sliding_log", ratelimit.SlidingLog{Limit: 1000, Window: time.Second}},
-		{"sub_window", ratelimit.SubWindow{Limit: 1000, Window: time.Second, Buckets: 10}},
+		{"gcra", rules[0]},
+		{"sliding_log", rules[1]},
+		{"sub_window", rules[2]},
+		{"composite", nil},
 	} {
 		cases = append(cases, benchCase{"check+refund/" + r.name, r.rule, 1000, false},
 			benchCase{"check+refund/hot-key/" + r.name, r.rule, 1, false})
 	}
 	for _, bc := range cases {
 		b.Run(bc.name, func(b *testing.B) {
-			s, err := New(rdb, bc.rule, WithPrefix(testPrefix()), WithTimeout(10*time.Second))
+			var s interface {
+				Check(string, ratelimit.Units) (ratelimit.Decision, error)
+				Peek(string, ratelimit.Units) (ratelimit.Decision, error)
+				Refund(string, ratelimit.Units, time.Duration) (ratelimit.Units, error)
+			}
+			var err error
+			if bc.rule != nil {
+				s, err = New(rdb, bc.rule, WithPrefix(testPrefix()), WithTimeout(10*time.Second))
+			} else {
+				layers := make([]Layer, len(rules))
+				for i, r := range rules {
+					layers[i] = Layer{Layer: ratelimit.Layer{Rule: r}}
+				}
+				s, err = NewComposite(rdb, layers, WithPrefix(testPrefix()), WithTimeout(10*time.Second))
+			}
 			if err != nil {
 				b.Fatal(err)
 			}

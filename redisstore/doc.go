@@ -145,7 +145,7 @@
 // the check script cannot tell: CheckWithin, and each attempt of a Wait
 // with a deadline, reads the states and the instant, decides in Go
 // ([ratelimit.LayeredMachine.StepWithin]) and writes the new states with a
-// compare-and-set, as a Composite's refund does. That is two round trips for an
+// compare-and-set. That is two round trips for an
 // admission (one for a refusal), and on a key that other checks write
 // between the two it reads again, a bounded number of times, then refuses
 // with [ErrConflict], having spent nothing. Wait's checks go to Redis, not
@@ -211,15 +211,14 @@
 // clamp on time. [Composite.Peek], [Composite.Refund], [Composite.Settle]
 // and [Composite.Reset] are the in-process Composite's in the same way,
 // over every layer's key in one script (the keys share a slot): a
-// composite refund or settlement is computed in Go and writes every
-// enforced layer's new state, all or none, in one compare-and-set. If
-// checks changed a layer's key in between it reads again, a bounded
-// number of times, then fails with [ErrConflict] having given back or
-// charged nothing; on keys that checks write more often than once per
-// round trip most such refunds conflict. The caller of a settlement that
-// conflicted still owes the difference: settle again (nothing was
-// written), or, for a difference within the capacity, check it instead
-// (one atomic script, never a conflict, but refused rather than put into
+// composite refund or settlement is settle's script over every layer's
+// key, the layers settled at one instant and every enforced layer's new
+// state written, all or none, atomic with the checks around it, so it
+// never conflicts either; the Composite checks each layer against its
+// rule's Machine as a Store does. The only operations computed in Go and
+// written with a compare-and-set, which can fail with [ErrConflict] on a
+// hot key, are a leaky bucket's CheckWithin and Wait (above).
+//
 // debt). A refund, a settlement's refund or
 // a reset drops the key from this store's deny cache, and a settlement's
 // charge updates its cached refusal (a Composite's refund, settlement or

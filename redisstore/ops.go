@@ -13,19 +13,19 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrConflict means a refund or a settlement found its keys changed by
-// other requests between reading and writing them on every one of its
-// attempts; nothing was given back or charged. Only the operations
-// computed in Go and written with a compare-and-set can return it: a
-// [Composite]'s refunds and settlements, and the CheckWithin and Wait of
-// a leaky bucket (see [Store.CheckWithinContext]). Every check writes its
-// keys, so a key checked by many processes at once (more often than once
-// per round trip) can refuse most of those this way. A [Store]'s refunds
-// and settlements, of every rule, run in one script and never return it.
+// ErrConflict means an operation computed in Go and written with a
+// compare-and-set found its keys changed by other requests between
+// reading and writing them on every one of its attempts; nothing was
+// spent. Only the CheckWithin and Wait of a leaky bucket (see
+// [Store.CheckWithinContext]) and of a [Composite] with a leaky bucket
+// layer return it: every check writes its keys, so a key checked by many
+// processes at once (more often than once per round trip) can refuse most
+// of those this way. Refunds and settlements, a [Store]'s and a
+// [Composite]'s, of every rule, run in one script and never return it.
 var ErrConflict = errors.New("redisstore: compare-and-set conflicted with concurrent requests on every attempt")
 
-// casAttempts bounds the compare-and-set attempts of a refund or a
-// settlement.
+// casAttempts bounds the attempts of an operation written with a
+// compare-and-set (a leaky bucket's CheckWithin).
 const casAttempts = 8
 
 // opsScript reads, compares and sets, and resets keys (see ops.lua).
@@ -413,19 +413,9 @@ func (s *Store) ResetContext(ctx context.Context, key string) error {
 // op runs the ops script on the layers' keys that take part in a request
 // of cost (see Composite.keys); the others read as fresh keys.
 func (c *Composite) op(ctx context.Context, key string, cost ratelimit.Units, args ...any) ([]string, opReply, error) {
-	keys, err := c.keys(key, cost)
+	keys, send, now, err := c.taking(key, cost)
 	if err != nil {
 		return nil, opReply{}, err
-	}
-	send := make([]string, 0, len(keys))
-	for i := range keys {
-		if c.lm.Takes(i, cost) {
-			send = append(send, keys[i])
-		}
-	}
-	now := ""
-	if c.clock != nil {
-		now = strconv.FormatInt(clamp(c.clock.Now()), 10)
 	}
 	reply, err := c.run(ctx, key, opsScript, send, append([]any{now}, args...))
 	if err != nil {
@@ -448,6 +438,26 @@ func (c *Composite) op(ctx context.Context, key string, cost ratelimit.Units, ar
 	}
 	r.states = states
 	return keys, r, nil
+}
+
+// taking returns the layers' Redis keys for a request of cost on key (see
+// Composite.keys), those of the layers that take part in it, to send, and
+// the client clock's reading (empty for the server's TIME).
+func (c *Composite) taking(key string, cost ratelimit.Units) (keys, send []string, now string, err error) {
+	keys, err = c.keys(key, cost)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	send = make([]string, 0, len(keys))
+	for i := range keys {
+		if c.lm.Takes(i, cost) {
+			send = append(send, keys[i])
+		}
+	}
+	if c.clock != nil {
+		now = strconv.FormatInt(clamp(c.clock.Now()), 10)
+	}
+	return keys, send, now, nil
 }
 
 // Peek is PeekContext with a background context.
@@ -491,15 +501,19 @@ func (c *Composite) Refund(key string, cost ratelimit.Units, at time.Duration) (
 // instant at (the admitting Decision's At) in every enforced layer, at one
 // instant, as [ratelimit.Composite.Refund] does, and returns the least any
 // enforced layer gave back. Shadow layers keep what they spent. Each
-// layer's amount is [Store.RefundContext]'s for the layer's own key, and
-// the layers' new states are written together, all or none, with one
-// compare-and-set over every layer's key (they share a slot). When checks
-// change a key in between, it reads again and retries, at most a few
-// times; then it gives back nothing and returns [ErrConflict]. That takes
-// two round trips, and one more per retry; a refund is never made twice
-// nor on states it was not computed from. A cost of zero or less is an error matching
-// [ratelimit.ErrInvalidCost]; each layer caps a larger cost than it can
-// give back. Its failures are the Store's refund's.
+// layer's amount is [Store.RefundContext]'s for the layer's own key, at
+// the layers' one instant (the store's, raised to the latest instant any
+// layer's key holds), and the layers' new states are written together,
+// all or none: one script over every layer's key (they share a slot), one
+// round trip, atomic with the layers' checks, that never conflicts, however
+// hot the key. The Composite checks each layer's amount and state against
+// the layer's [ratelimit.Machine] on the states and instant the script
+// read (an error wrapping [ErrMismatch] if they disagree, which would be a
+// bug). A corrupted state in any layer, a shadow layer's included, is an
+// error matching [ratelimit.ErrInvalidState], and nothing is written. A
+// cost of zero or less is an error matching [ratelimit.ErrInvalidCost];
+// each layer caps a larger cost than it can give back. Its failures are
+// the Store's refund's.
 func (c *Composite) RefundContext(ctx context.Context, key string, cost ratelimit.Units, at time.Duration) (ratelimit.Units, error) {
 	if cost <= 0 {
 		_, _, err := c.lm.Machine(0).Refund(nil, 0, 0, cost)
@@ -507,26 +521,7 @@ func (c *Composite) RefundContext(ctx context.Context, key string, cost ratelimi
 	}
 	ctx, cancel := withTimeout(ctx, c.o.timeout)
 	defer cancel()
-	var least ratelimit.Units
-	err := c.update(ctx, key, func(states [][]byte, now time.Duration) ([][]byte, []int64, error) {
-		least = -1
-		nexts := make([][]byte, len(states))
-		for i := range states {
-			if c.layers[i].Shadow {
-				continue
-			}
-			g, next, err := c.lm.Machine(i).Refund(states[i], now, at, cost)
-			if err != nil {
-				return nil, nil, fmt.Errorf("layer %d: %w", i, err)
-			}
-			if least < 0 || g < least {
-				least = g
-			}
-			nexts[i] = next
-		}
-		least = max(least, 0)
-		return nexts, nil, nil
-	})
+	least, err := c.refundInScript(ctx, key, cost, at)
 	c.deny.clear()
 	if err != nil {
 		return 0, err
@@ -595,23 +590,18 @@ func (c *Composite) Settle(key string, charged, actual ratelimit.Units, at time.
 // SettleContext settles a request admitted for key at the instant at,
 // charged charged and costing actual, in every enforced layer at one
 // instant, as [ratelimit.Composite.Settle] does: each layer's amount and
-// state are [Store.SettleContext]'s for the layer's own key, and the
-// layers' new states are written together, all or none, with one
-// compare-and-set over every layer's key (they share a slot), retried as
-// [Composite.RefundContext] is ([ErrConflict] when every attempt
-// conflicts: nothing is charged or given back in any layer, and the
-// Decision is a refusal with no wait; a caller that must not lose the
-// charge can settle again, or check the difference instead when it is
-// within the capacity: a check is one atomic script and never conflicts,
-// though it is refused where a settlement would go into debt). Shadow layers keep what
-// they spent. The Decision is [Composite.PeekContext]'s for cost charged
-// just after, and the settled cost the one furthest from actual of the
-// enforced layers' (the least charged, or the least given back); a
-// composite of shadow layers only settles nothing and reports charged. A
-// charge sets each enforced layer's expiry as [Store.SettleContext] sets
-// a key's, from that layer's own settlement; a refund keeps it. Its cost errors are CheckContext's for charged, and for an actual of
-// zero or less [ratelimit.ErrInvalidCost]; its failures are the Store's
-// settlement's.
+// state are [Store.SettleContext]'s for the layer's own key, at the
+// layers' one instant, and the layers' new states are written together,
+// all or none, in one script as [Composite.RefundContext] writes them,
+// which never conflicts. Shadow layers keep what they spent. The Decision
+// is [Composite.PeekContext]'s for cost charged just after, and the
+// settled cost the one furthest from actual of the enforced layers' (the
+// least charged, or the least given back); a composite of shadow layers
+// only settles nothing and reports charged. A charge sets each enforced
+// layer's expiry as [Store.SettleContext] sets a key's, from that layer's
+// own settlement; a refund keeps it. Its cost errors are CheckContext's
+// for charged, and for an actual of zero or less
+// [ratelimit.ErrInvalidCost]; its failures are the Store's settlement's.
 func (c *Composite) SettleContext(ctx context.Context, key string, charged, actual ratelimit.Units, at time.Duration) (ratelimit.Decision, ratelimit.Units, error) {
 	empty := make([][]byte, c.lm.Len())
 	if d, _, _, err := c.lm.Step(empty, 0, charged, false); err != nil {
@@ -623,34 +613,7 @@ func (c *Composite) SettleContext(ctx context.Context, key string, charged, actu
 	}
 	ctx, cancel := withTimeout(ctx, c.o.timeout)
 	defer cancel()
-	var d ratelimit.Decision
-	var settled ratelimit.Units
-	err := c.update(ctx, key, func(states [][]byte, now time.Duration) ([][]byte, []int64, error) {
-		settled = charged
-		first := true
-		nexts, px := make([][]byte, len(states)), make([]int64, len(states))
-		after := make([][]byte, len(states))
-		for i := range states {
-			after[i] = states[i]
-			if c.layers[i].Shadow {
-				continue
-			}
-			ld, x, next, err := c.lm.Machine(i).Settle(states[i], now, at, charged, actual)
-			if err != nil {
-				return nil, nil, fmt.Errorf("layer %d: %w", i, err)
-			}
-			if first || absUnits(x-actual) > absUnits(settled-actual) {
-				settled, first = x, false
-			}
-			nexts[i], after[i] = next, next
-			if actual > charged {
-				px[i] = expiryMs(ld.ResetAfter, c.marginMs)
-			}
-		}
-		var err error
-		d, _, _, err = c.lm.Step(after, now, charged, false)
-		return nexts, px, err
-	})
+	d, settled, err := c.settleInScript(ctx, key, charged, actual, at)
 	c.deny.clear()
 	if err != nil {
 		return c.refused(), 0, err

@@ -41,14 +41,21 @@ var (
 	settleCostFrac = &slot{at: 12, name: "COST_FRAC"} // and frac/n
 	settleAlg      = &slot{at: 13, name: "ALG"}       // the rule's step's code
 	settleBuckets  = &slot{at: 14, name: "BUCKETS"}   // a sub-window's buckets, '' for the other rules
+	settleKeep     = &slot{at: 15, name: "KEEP"}      // '1' for a key only read, '' for one settled
 
 	settleArgs = []*slot{settleNow, settleMode, settleCost, settleActual, settleAt, settleMargin, settlePace,
-		settlePeriod, settleTau, settleTauFrac, settleCapacity, settleCostSpan, settleCostFrac, settleAlg, settleBuckets}
+		settlePeriod, settleTau, settleTauFrac, settleCapacity, settleCostSpan, settleCostFrac, settleAlg, settleBuckets,
+		settleKeep}
 )
 
-// scriptReply is settle.lua's reply: the state it read, the instant it
-// read, the state it wrote (nil for none), the amount given back or the
-// cost as settled, and the expiry it set in ms (empty for none).
+// settleBlock is the length of settle.lua's arguments per key, from
+// settlePace on (the script's PER).
+var settleBlock = len(settleArgs) - settlePace.at
+
+// scriptReply is settle.lua's reply for one key: the state it read, the
+// instant it read (the same for every key), the state it wrote (nil for
+// none), the amount given back or the cost as settled, and the expiry it
+// set in ms (empty for none).
 type scriptReply struct {
 	old     []byte
 	instant int64
@@ -57,71 +64,110 @@ type scriptReply struct {
 	px      string
 }
 
-// scriptOp runs settle.lua on the store's key rk in mode ("r" or "s")
-// with the costs a and b (b for a settlement only) and the admitting
-// instant at.
-func (s *Store) scriptOp(ctx context.Context, rk, mode string, a, b ratelimit.Units, at time.Duration) (scriptReply, error) {
-	p := s.p
+// settleHead returns settle.lua's arguments for keys keys, the instant
+// now (empty for the server's TIME) first, in mode ("r" or "s") with the
+// costs a and b (b for a settlement only) and the admitting instant at,
+// with every key's block still to fill (see settleKey).
+func settleHead(keys int, now, mode string, a, b ratelimit.Units, at time.Duration, marginMs int64) []any {
 	bs := ""
-	var cn, cf uint64
 	if mode == "s" {
 		bs = strconv.FormatInt(int64(b), 10)
-		cn, cf = s.m.Span(a)
 	}
-	args := make([]any, len(settleArgs))
+	args := make([]any, settlePace.at+keys*settleBlock)
+	args[settleNow.at] = now
 	args[settleMode.at] = mode
 	args[settleCost.at] = strconv.FormatInt(int64(a), 10)
 	args[settleActual.at] = bs
 	args[settleAt.at] = strconv.FormatInt(int64(max(at, 0)), 10)
-	args[settleMargin.at] = strconv.FormatInt(s.marginMs, 10)
-	if s.alg.step.takes(argWindow) {
-		args[settleWindow.at], args[settleRefused.at] = strconv.FormatInt(p.WindowNanos, 10), "0"
+	args[settleMargin.at] = strconv.FormatInt(marginMs, 10)
+	return args
+}
+
+// settleKey fills key i's block of args (see settleHead) for a rule of
+// the algorithm alg with the Machine m, in mode with the cost a; keep
+// makes the key one the script only reads (and checks).
+func settleKey(args []any, i int, alg *algorithm, m *ratelimit.Machine, mode string, a ratelimit.Units, keep bool) {
+	blk := args[i*settleBlock:]
+	for _, sl := range settleArgs[settlePace.at:] {
+		blk[sl.at] = ""
+	}
+	if keep {
+		blk[settleKeep.at] = "1"
+	}
+	p := m.Params()
+	var cn, cf uint64
+	if mode == "s" {
+		cn, cf = m.Span(a)
+	}
+	if alg.step.takes(argWindow) {
+		blk[settleWindow.at], blk[settleRefused.at] = strconv.FormatInt(p.WindowNanos, 10), "0"
 		if p.CountRefused {
-			args[settleRefused.at] = "1"
+			blk[settleRefused.at] = "1"
 		}
 	} else {
-		args[settlePace.at], args[settlePeriod.at] = u(p.RateUnits), u(p.RateNanos)
+		blk[settlePace.at], blk[settlePeriod.at] = u(p.RateUnits), u(p.RateNanos)
 	}
-	args[settleTau.at], args[settleTauFrac.at] = u(p.TauNanos), u(p.TauFrac)
-	args[settleCapacity.at] = strconv.FormatInt(int64(p.Capacity), 10)
-	args[settleCostSpan.at], args[settleCostFrac.at] = u(cn), u(cf)
-	args[settleAlg.at] = s.alg.step.code
-	args[settleBuckets.at] = ""
-	if s.alg.step.takes(argBuckets) {
-		args[settleBuckets.at] = strconv.FormatInt(p.Buckets, 10)
+	blk[settleTau.at], blk[settleTauFrac.at] = u(p.TauNanos), u(p.TauFrac)
+	blk[settleCapacity.at] = strconv.FormatInt(int64(p.Capacity), 10)
+	blk[settleCostSpan.at], blk[settleCostFrac.at] = u(cn), u(cf)
+	blk[settleAlg.at] = alg.step.code
+	if alg.step.takes(argBuckets) {
+		blk[settleBuckets.at] = strconv.FormatInt(p.Buckets, 10)
 	}
+}
+
+// parseSettle reads settle.lua's reply for keys keys: the instant it
+// read and each key's reply; false for a reply that is not one.
+func parseSettle(reply []any, keys int) (int64, []scriptReply, bool) {
+	reading, ok := str(reply, 0)
+	instant, err := strconv.ParseInt(reading, 10, 64)
+	if !ok || err != nil || len(reply) != 1+4*keys {
+		return 0, nil, false
+	}
+	rs := make([]scriptReply, keys)
+	for i := range rs {
+		var f [4]string
+		for k := range f {
+			if f[k], ok = str(reply, 1+4*i+k); !ok {
+				return 0, nil, false
+			}
+		}
+		r := &rs[i]
+		if r.x, err = strconv.ParseInt(f[2], 10, 64); err != nil {
+			return 0, nil, false
+		}
+		r.old, r.instant, r.px = []byte(f[0]), instant, f[3]
+		if f[1] != "" {
+			r.written = []byte(f[1])
+		}
+	}
+	return instant, rs, true
+}
+
+// scriptOp runs settle.lua on the store's key rk in mode ("r" or "s")
+// with the costs a and b (b for a settlement only) and the admitting
+// instant at.
+func (s *Store) scriptOp(ctx context.Context, rk, mode string, a, b ratelimit.Units, at time.Duration) (scriptReply, error) {
+	args := settleHead(1, "", mode, a, b, at, s.marginMs)
+	settleKey(args, 0, s.alg, s.m, mode, a, false)
 	// runOn sends the instant first, as settleNow.
 	reply, err := s.runOn(ctx, rk, s.floor(rk), settleScript, args[settleNow.at+1:]...)
 	if err != nil {
 		return scriptReply{}, err
 	}
-	var r scriptReply
-	var f [5]string
-	ok := len(reply) == 5
-	for i := range f {
-		var oki bool
-		f[i], oki = str(reply, i)
-		ok = ok && oki
-	}
-	var e1, e2 error
-	r.instant, e1 = strconv.ParseInt(f[1], 10, 64)
-	r.x, e2 = strconv.ParseInt(f[3], 10, 64)
-	if !ok || e1 != nil || e2 != nil {
+	_, rs, ok := parseSettle(reply, 1)
+	if !ok {
 		s.mismatches.Add(1)
 		return scriptReply{}, fmt.Errorf("%w: unexpected reply %v", ErrMismatch, reply)
 	}
-	r.old, r.px = []byte(f[0]), f[4]
-	if f[2] != "" {
-		r.written = []byte(f[2])
-	}
-	return r, nil
+	return rs[0], nil
 }
 
 // agree checks that the script wrote next (nil: the state it read, left
 // as it was) and gave back or settled x, as the Machine did on the same
 // state and instant; a disagreement is counted and is an error wrapping
 // ErrMismatch.
-func (s *Store) agree(key string, r scriptReply, x int64, next []byte, px string) error {
+func (s *counters) agree(key string, r scriptReply, x int64, next []byte, px string) error {
 	want := r.written
 	if want == nil {
 		want = r.old
@@ -183,6 +229,125 @@ func (s *Store) settleInScript(ctx context.Context, key, rk string, charged, act
 		s.deny.drop(rk)
 	default:
 		s.deny.charged(rk, r.written, r.instant, sent, recv)
+	}
+	return d, settled, nil
+}
+
+// scriptOp runs settle.lua on the layers' keys for key that take part in
+// a request of part (see Composite.keys), in mode with the costs a and b
+// and the admitting instant at: every enforced layer's key is refunded
+// or settled, a shadow layer's only read. It returns every layer's
+// reply, a layer that does not take part reading as a fresh key, and the
+// one instant the layers are settled at.
+func (c *Composite) scriptOp(ctx context.Context, key, mode string, a, b ratelimit.Units, at time.Duration, part ratelimit.Units) ([]scriptReply, time.Duration, error) {
+	_, send, now, err := c.taking(key, part)
+	if err != nil {
+		return nil, 0, err
+	}
+	n := c.lm.Len()
+	args := settleHead(len(send), now, mode, a, b, at, c.marginMs)
+	j := 0
+	for i := range n {
+		if !c.lm.Takes(i, part) {
+			continue
+		}
+		settleKey(args, j, c.layers[i].alg, c.lm.Machine(i), mode, a, c.layers[i].Shadow)
+		j++
+	}
+	reply, err := c.run(ctx, key, settleScript, send, args)
+	if err != nil {
+		return nil, 0, err
+	}
+	reading, sent, ok := parseSettle(reply, len(send))
+	if !ok {
+		c.mismatches.Add(1)
+		return nil, 0, fmt.Errorf("%w: unexpected reply %v", ErrMismatch, reply)
+	}
+	rs := make([]scriptReply, n)
+	states := make([][]byte, n)
+	j = 0
+	for i := range n {
+		if c.lm.Takes(i, part) {
+			rs[i], states[i] = sent[j], sent[j].old
+			j++
+		}
+	}
+	inst, err := c.lm.Instant(states, time.Duration(reading), part)
+	if err != nil {
+		c.mismatches.Add(1)
+		return nil, 0, fmt.Errorf("%w: key %q: %w", ErrMismatch, clipKey(key), err)
+	}
+	return rs, inst, nil
+}
+
+// refundInScript is RefundContext's refund, in one script: every enforced
+// layer gives back what its Machine gives back, at the layers' one
+// instant, and the least of them is returned.
+func (c *Composite) refundInScript(ctx context.Context, key string, cost ratelimit.Units, at time.Duration) (ratelimit.Units, error) {
+	// Every layer takes part, as in process (the least cost takes all).
+	rs, now, err := c.scriptOp(ctx, key, "r", cost, 0, at, 1)
+	if err != nil {
+		return 0, err
+	}
+	least := ratelimit.Units(-1)
+	for i := range rs {
+		if c.layers[i].Shadow {
+			continue
+		}
+		g, next, err := c.lm.Machine(i).Refund(rs[i].old, now, at, cost)
+		if err != nil {
+			c.mismatches.Add(1)
+			return 0, fmt.Errorf("%w: key %q layer %d: %w", ErrMismatch, clipKey(key), i, err)
+		}
+		if err := c.agree(key, rs[i], int64(g), next, ""); err != nil {
+			return 0, fmt.Errorf("layer %d: %w", i, err)
+		}
+		if least < 0 || g < least {
+			least = g
+		}
+	}
+	return max(least, 0), nil
+}
+
+// settleInScript is SettleContext's settlement, in one script: every
+// enforced layer settles as its Machine does, at the layers' one instant.
+// It returns the Decision for cost charged just after, and the settled
+// cost furthest from actual.
+func (c *Composite) settleInScript(ctx context.Context, key string, charged, actual ratelimit.Units, at time.Duration) (ratelimit.Decision, ratelimit.Units, error) {
+	// The layers that take part in a request of cost charged, as in
+	// process.
+	rs, now, err := c.scriptOp(ctx, key, "s", charged, actual, at, charged)
+	if err != nil {
+		return c.refused(), 0, err
+	}
+	settled, first := charged, true
+	after := make([][]byte, len(rs))
+	for i := range rs {
+		after[i] = rs[i].old
+		if c.layers[i].Shadow {
+			continue
+		}
+		ld, x, next, err := c.lm.Machine(i).Settle(rs[i].old, now, at, charged, actual)
+		if err != nil {
+			c.mismatches.Add(1)
+			return c.refused(), 0, fmt.Errorf("%w: key %q layer %d: %w", ErrMismatch, clipKey(key), i, err)
+		}
+		px := ""
+		if actual > charged && rs[i].written != nil {
+			px = strconv.FormatInt(expiryMs(ld.ResetAfter, c.marginMs), 10)
+		}
+		if err := c.agree(key, rs[i], int64(x), next, px); err != nil {
+			return c.refused(), 0, fmt.Errorf("layer %d: %w", i, err)
+		}
+		if first || absUnits(x-actual) > absUnits(settled-actual) {
+			settled, first = x, false
+		}
+		after[i] = next
+	}
+	d, _, _, err := c.lm.Step(after, now, charged, false)
+	if err != nil {
+		c.mismatches.Add(1)
+		return c.refused(), 0, fmt.Errorf("%w: key %q: %w", ErrMismatch, clipKey(key), err)
 	}
 	return d, settled, nil
 }

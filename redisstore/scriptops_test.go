@@ -84,22 +84,7 @@ func TestHotKeyCheckAndRefund(t *testing.T) {
 				require.NoError(t, err)
 				require.True(t, d.Allowed)
 			}
-			got, err := s.Peek("hot", ratelimit.Unit)
-			require.NoError(t, err)
-			wantd, err := local.Peek("hot", ratelimit.Unit)
-			require.NoError(t, err)
-			assert.Equal(t, wantd, got)
-			// And from there both admit the same, to the last one.
-			for i := 0; ; i++ {
-				want, err := local.Check("hot", ratelimit.Unit)
-				require.NoError(t, err)
-				got, err := s.Check("hot", ratelimit.Unit)
-				require.NoError(t, err)
-				require.Equal(t, want, got, "check %d after the net spending", i)
-				if !want.Allowed {
-					break
-				}
-			}
+			sameFromHere(t, s, local, "hot")
 			st := s.Stats()
 			assert.Zero(t, st.Mismatches+st.InvalidStates+st.Failures)
 		})
@@ -121,12 +106,7 @@ func TestScriptOpsOnServerTime(t *testing.T) {
 		require.NoError(t, err)
 		p := s.Params()
 		var ats []time.Duration
-		at := func(t *rapid.T) time.Duration {
-			if len(ats) == 0 || rapid.IntRange(0, 3).Draw(t, "otherAt") == 0 {
-				return time.Duration(rapid.Int64Range(0, int64(unixNow)*2).Draw(t, "at"))
-			}
-			return rapid.SampledFrom(ats).Draw(t, "admittedAt")
-		}
+		at := func(t *rapid.T) time.Duration { return drawAt(t, ats) }
 		t.Repeat(map[string]func(*rapid.T){
 			"check": func(t *rapid.T) {
 				d, err := s.Check("k", drawCost(t, p.Capacity))
