@@ -705,7 +705,7 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 		unlockAll(locks)
 		return nil, 0, false
 	}
-	if !lacking(layers, turns) {
+	if !lacking(layers, turns, now) {
 		return locks, now, true
 	}
 	// A key new to the rule set, the common case, has no record: if the
@@ -713,6 +713,9 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 	// deadlock (it does not wait), and there is nothing to move.
 	if !adds && p.records.absent(key) || adds && p.records.add(key, planRecord{plan: bp.id, lineage: bp.lineage}, now) {
 		return locks, now, true
+	}
+	if p.records.names(key, bp.id) {
+		return locks, now, true // on its plan already: nothing to move
 	}
 	rk := p.records.prepare(key)
 	rs := &p.records.shards[rk.h&p.records.mask]
@@ -736,7 +739,7 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 		fl := from.bp.comp.layers
 		for i := range turns {
 			var src source
-			if i < len(fl) && turns[i].err == nil && fl[i].store != layers[i].store {
+			if i < len(fl) && turns[i].err == nil && fl[i].store != layers[i].store && movesLayer(fl[i].key, layers[i].key, from.bp.name == bp.name) {
 				src = source{store: fl[i].store, k: fl[i].store.prepare(layerKey(fl[i].key, key))}
 				locks = append(locks, shardLock{store: src.store, shard: src.store.shardIndex(src.k)})
 			}
@@ -886,6 +889,23 @@ func sameStores(a, b []compositeLayer) bool {
 	return true
 }
 
+// movesLayer reports whether a key's move from one plan to another (or to
+// the same plan under an Update's rules: samePlan) takes the state of a
+// layer with key function from into the layer with key function to at the
+// same place. A layer with a Key holds a state that every key it maps to
+// the same layer key shares (a global limit, a customer's): it is the
+// plan's, not the key's, so a key that moves to another plan leaves it
+// where it is, to the keys still on the old plan, and finds the new plan's
+// as it stands. Only an Update that changes such a layer's rule moves its
+// state, once and whole, to the rule that replaces it. A layer that is a
+// key's own on one side and shared on the other moves nothing either way.
+func movesLayer(from, to func(string) string, samePlan bool) bool {
+	if from == nil || to == nil {
+		return from == nil && to == nil
+	}
+	return samePlan
+}
+
 // layerKey is a layer's key for key, by the layer's Key function if any.
 func layerKey(keyFn func(string) string, key string) string {
 	if keyFn != nil {
@@ -895,10 +915,13 @@ func layerKey(keyFn func(string) string, key string) string {
 }
 
 // lacking reports, with the layers' shards locked, whether a layer's store
-// lacks the key.
-func lacking(layers []compositeLayer, turns []layerTurn) bool {
+// holds nothing spent for the key at now: no entry, or one as good as
+// fresh, which says nothing of whether the key moved in (a check that
+// another layer refused leaves one, a layer with a Key shares its entry
+// with every key that maps to it) and which a backend lets expire.
+func lacking(layers []compositeLayer, turns []layerTurn, now int64) bool {
 	for i := range turns {
-		if turns[i].err == nil && !layers[i].store.has(turns[i].k) {
+		if turns[i].err == nil && !layers[i].store.holdsSpent(turns[i].k, now) {
 			return true
 		}
 	}

@@ -157,3 +157,16 @@ func (r *planRecords) absent(key string) bool {
 	defer sh.mu.Unlock()
 	return sh.t.Find(k.key, k.tag) == nil
 }
+
+// names reports whether key's record names plan id, if its shard's lock is
+// free (as add, it must not wait).
+func (r *planRecords) names(key string, id uint64) bool {
+	k := r.prepare(key)
+	sh := &r.shards[k.h&r.mask]
+	if !sh.mu.TryLock() {
+		return false
+	}
+	defer sh.mu.Unlock()
+	rec := sh.t.Find(k.key, k.tag)
+	return rec != nil && rec.plan == id
+}

@@ -787,6 +787,12 @@ func (c *storeCore[S, A]) checkHeld(key string, k storeKey, cost int64, gen *ato
 		if c.obs != nil {
 			ev = sh.evictions()
 		}
+	} else if c.alg.fresh(s, now) && !recs.names(key, bp.id) {
+		// An entry that holds nothing spent says nothing of where the key
+		// is: its record may name another plan it must move from (see
+		// lacking).
+		sh.release()
+		return Decision{}, false
 	}
 	var d Decision
 	if bp.counts || !c.refused {

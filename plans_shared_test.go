@@ -1,0 +1,102 @@
+package ratelimit_test
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ratekit/ratelimit"
+)
+
+// sharedPlans is a rule set whose plans a and b each have a per-key layer
+// and a global layer (a constant Key) of 5 per hour, and whose plan c has a
+// per-key layer where a and b have their global one: what
+// TestPlansMoveLeavesSharedLayers moves keys between, in process and (in
+// redisstore) in Redis.
+func sharedPlans() ratelimit.PlanSet {
+	global := func(string) string { return "global" }
+	return ratelimit.PlanSet{
+		Plans: map[string]ratelimit.Plan{
+			"a": {Layers: []ratelimit.Layer{
+				{Rule: ratelimit.FixedWindow{Limit: 100, Window: time.Hour, Name: "a"}},
+				{Rule: ratelimit.FixedWindow{Limit: 5, Window: time.Hour, Name: "a-all"}, Key: global},
+			}},
+			"b": {Layers: []ratelimit.Layer{
+				{Rule: ratelimit.FixedWindow{Limit: 200, Window: time.Hour, Name: "b"}},
+				{Rule: ratelimit.FixedWindow{Limit: 5, Window: time.Hour, Name: "b-all"}, Key: global},
+			}},
+			"c": {Layers: []ratelimit.Layer{
+				{Rule: ratelimit.FixedWindow{Limit: 300, Window: time.Hour, Name: "c"}},
+				{Rule: ratelimit.FixedWindow{Limit: 5, Window: time.Hour, Name: "c-own"}},
+			}},
+		},
+		Default: "a",
+	}
+}
+
+// TestPlansMoveLeavesSharedLayers: five keys on plan a spend its global
+// layer; one of them moves to plan b. The global layer's state is the
+// plan's, not the key's: it stays with a, whose other keys are still
+// refused by it, and b's global layer is b's own, which the moved key
+// enters as it stands (it does not bring a's count along). The key's own
+// layer moves as always. Moving to a plan whose layer at that place is a
+// per-key one (c) takes nothing from the shared state either. An Update
+// that changes the global layer's rule moves its state once, as a whole,
+// to the new rule: every key of the plan still finds it spent.
+func TestPlansMoveLeavesSharedLayers(t *testing.T) {
+	clk := ratelimit.NewManualClock(0)
+	var kp keyPlans
+	set := sharedPlans()
+	p, err := ratelimit.NewPlans(set, kp.of, ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	check := func(key string) ratelimit.Decision {
+		t.Helper()
+		d, err := p.Check(key, ratelimit.Unit)
+		require.NoError(t, err)
+		return d
+	}
+	for i := 1; i <= 5; i++ {
+		require.True(t, check("k"+strconv.Itoa(i)).Allowed)
+	}
+	d := check("k6")
+	require.False(t, d.Allowed)
+	require.Equal(t, "a-all", d.Policy)
+
+	kp.set("k1", "b")
+	d = check("k1")
+	assert.True(t, d.Allowed, "b's global layer is b's, and fresh: %+v", d)
+	d = check("k2")
+	assert.False(t, d.Allowed, "a's global layer is still spent after k1 left: %+v", d)
+	assert.Equal(t, "a-all", d.Policy)
+	for i := range 4 { // b's global layer: 1 spent by k1, 4 left
+		key := "b" + strconv.Itoa(i)
+		kp.set(key, "b")
+		d = check(key)
+		assert.True(t, d.Allowed, "b's global layer holds what b's keys spent, not a's count: %+v", d)
+	}
+	d = check("k1")
+	assert.False(t, d.Allowed, "b's global layer: 5 of 5 spent")
+	assert.Equal(t, "b-all", d.Policy)
+
+	kp.set("k3", "c")
+	d = check("k3")
+	assert.True(t, d.Allowed, "c's second layer is k3's own: %+v", d)
+	assert.False(t, check("k4").Allowed, "a's global layer gave nothing to k3's own layer in c")
+
+	kp.set("k1", "a")
+	d = check("k1")
+	assert.False(t, d.Allowed, "back on a: its global layer is still spent")
+	assert.Equal(t, "a-all", d.Policy)
+
+	// An Update of a's global rule moves the shared state once, as a whole.
+	set.Plans["a"].Layers[1].Rule = ratelimit.FixedWindow{Limit: 10, Window: time.Hour, Name: "a-all2"}
+	require.NoError(t, p.Update(set, ratelimit.MigrateProportional))
+	for _, key := range []string{"k2", "k5", "k6", "new"} {
+		d = check(key)
+		assert.False(t, d.Allowed, "%s: 5 of 5 is 10 of 10 under a's new global rule", key)
+		assert.Equal(t, "a-all2", d.Policy)
+	}
+}
