@@ -527,7 +527,7 @@ func (p *Plans) decide(ctx context.Context, g *plansGen, rp *redisPlan, key stri
 		if tag, _ := reply[0].(string); tag == "c" {
 			return p.verified(rp, key, keys[0], cost, reply[1:], look, deny, gen, sent)
 		}
-		mv, err := p.move(g, rp, keys, id, reply, cost)
+		mv, err := p.move(g, rp, key, keys, id, reply, cost)
 		if err != nil {
 			p.r.invalid.Add(1)
 			return rp.refused(), fmt.Errorf("%w: key %q: %w", ratelimit.ErrInvalidState, clipKey(key), err)
@@ -677,12 +677,12 @@ type plannedMove struct {
 	moves bool // false: the record stays, and nothing is written
 }
 
-// move computes the move of a key whose record names other keys than plan
+// move computes the move of key, whose record names other keys than plan
 // rp's (keys), from the script's reply: {'m', now, record, k, the states
 // of the k keys it names, the states of rp's keys}. The record's plan is
 // read from the record itself, so that a replica on another rule set
 // moves it alike.
-func (p *Plans) move(g *plansGen, rp *redisPlan, keys []string, id string, reply []any, cost ratelimit.Units) (plannedMove, error) {
+func (p *Plans) move(g *plansGen, rp *redisPlan, key string, keys []string, id string, reply []any, cost ratelimit.Units) (plannedMove, error) {
 	var mv plannedMove
 	if len(reply) < 4 {
 		return mv, fmt.Errorf("%w: unexpected reply %v", ErrMismatch, reply)
@@ -729,8 +729,20 @@ func (p *Plans) move(g *plansGen, rp *redisPlan, keys []string, id string, reply
 	// (a layer that sits a check out moves at a check it takes part in).
 	lacking := false
 	for i := range keys {
-		if news[i] == "" && rp.takes(i, cost) {
+		if !rp.takes(i, cost) {
+			continue
+		}
+		if news[i] == "" {
 			lacking = true
+		} else {
+			// A state that holds nothing spent says nothing of whether
+			// the key moved in (a layer with a Key shares it), as in
+			// process (see lacking there).
+			fresh, err := rp.machine(i).Fresh([]byte(news[i]), time.Duration(now))
+			if err != nil {
+				return mv, err
+			}
+			lacking = lacking || fresh
 		}
 	}
 	if !lacking {
@@ -749,6 +761,9 @@ func (p *Plans) move(g *plansGen, rp *redisPlan, keys []string, id string, reply
 	for i := range keys {
 		if i >= len(from.keys) || from.keys[i] == keys[i] || (olds[i] == "" && i > 0) || !rp.takes(i, cost) {
 			continue
+		}
+		if !p.movesLayer(from, rp, i, key) {
+			continue // a shared layer's state stays where it is (see movesLayer)
 		}
 		if news[i] != "" {
 			// The plan's key already holds a state: the key moves into it
@@ -811,6 +826,30 @@ func (p *Plans) move(g *plansGen, rp *redisPlan, keys []string, id string, reply
 	}
 	mv.head[3] = strconv.Itoa(len(mv.old))
 	return mv, nil
+}
+
+// movesLayer reports whether key's move from plan from (as its record
+// names it) to plan rp takes layer i's state along, as the in-process Plans
+// decides it: a layer with a Key holds a state its plan's keys share, which
+// stays where it is when one of them moves to another plan, and moves,
+// once and whole, only to the rule an Update replaces its rule with. The
+// record names keys, not key functions: the old layer is shared if its key
+// is not the one the key itself has under that layer's head.
+func (p *Plans) movesLayer(from recordedPlan, rp *redisPlan, i int, key string) bool {
+	old, n := from.keys[i], len(p.r.o.prefix)+len("P")+8+len(":") // a head (see buildPlan)
+	if len(old) > n && old[:n] == rp.heads[i] {
+		return false // the same rule: what the layer holds stays, as in process
+	}
+	fromShared := true
+	if len(old) > n {
+		own, _ := p.keyName(old[:n], key)
+		fromShared = old != own
+	}
+	toShared := rp.keyFns[i] != nil
+	if !fromShared || !toShared {
+		return !fromShared && !toShared
+	}
+	return from.name == rp.name
 }
 
 // recordedPlan is a plan as a record names it: its keys for the key, its

@@ -18,8 +18,11 @@ import (
 // planRules numbers the rules drawPlanRule draws, so that no two are alike:
 // a plan's keys are named by its rule, and a rule that came back after an
 // Update would find its old keys where the in-process Plans builds a new
-// store.
-var planRules int
+// store. An unnamed rule is drawn once: one drawn again is named.
+var (
+	planRules int
+	unnamed   = map[string]bool{}
+)
 
 // drawPlanRule draws a rule of any algorithm with a small capacity and a
 // window of seconds to minutes, so that traces refuse, cross windows and
@@ -27,47 +30,72 @@ var planRules int
 func drawPlanRule(t *rapid.T, label string) ratelimit.Rule {
 	planRules++
 	name := "r" + strconv.Itoa(planRules)
-	if rapid.Bool().Draw(t, label+"unnamed") {
-		name = "" // the plan's name then stands in for it
-	}
+	unnamedDrawn := rapid.Bool().Draw(t, label+"unnamed")
 	c := rapid.Int64Range(1, 6).Draw(t, label+"capacity")
 	w := time.Duration(rapid.SampledFrom([]int{1, 2, 3, 10, 60}).Draw(t, label+"seconds")) * time.Second
 	r := ratelimit.Rate{Count: c, Per: w}
+	var build func(name string) ratelimit.Rule
 	switch rapid.IntRange(0, 6).Draw(t, label+"algorithm") {
 	case 0:
-		return ratelimit.TokenBucket{Rate: r, Burst: c, Name: name}
+		build = func(name string) ratelimit.Rule { return ratelimit.TokenBucket{Rate: r, Burst: c, Name: name} }
 	case 1:
-		return ratelimit.GCRA{Rate: r, Burst: c, Name: name}
+		build = func(name string) ratelimit.Rule { return ratelimit.GCRA{Rate: r, Burst: c, Name: name} }
 	case 2:
-		return ratelimit.LeakyBucket{Rate: r, Capacity: c, Name: name}
+		build = func(name string) ratelimit.Rule { return ratelimit.LeakyBucket{Rate: r, Capacity: c, Name: name} }
 	case 3:
-		return ratelimit.FixedWindow{Limit: c, Window: w, Name: name}
+		build = func(name string) ratelimit.Rule { return ratelimit.FixedWindow{Limit: c, Window: w, Name: name} }
 	case 4:
-		return ratelimit.SlidingLog{Limit: c, Window: w, Name: name}
+		build = func(name string) ratelimit.Rule { return ratelimit.SlidingLog{Limit: c, Window: w, Name: name} }
 	case 5:
-		return ratelimit.SlidingCounter{Limit: c, Window: w, Name: name, CountRefused: rapid.Bool().Draw(t, label+"refused")}
+		refused := rapid.Bool().Draw(t, label+"refused")
+		build = func(name string) ratelimit.Rule {
+			return ratelimit.SlidingCounter{Limit: c, Window: w, Name: name, CountRefused: refused}
+		}
+	default:
+		k := rapid.SampledFrom([]int{1, 2, 5}).Draw(t, label+"buckets")
+		build = func(name string) ratelimit.Rule {
+			return ratelimit.SubWindow{Limit: c, Window: w, Buckets: k, Name: name}
+		}
 	}
-	k := rapid.SampledFrom([]int{1, 2, 5}).Draw(t, label+"buckets")
-	return ratelimit.SubWindow{Limit: c, Window: w, Buckets: k, Name: name}
+	if u := build(""); unnamedDrawn && !unnamed[fmt.Sprintf("%T%+v", u, u)] {
+		unnamed[fmt.Sprintf("%T%+v", u, u)] = true
+		return u // the plan's name then stands in for its name
+	}
+	return build(name)
 }
 
 // drawPlan draws a plan of one rule or of two layers (the second a shadow
-// at times).
+// at times), each layer keyed by the key itself, by a constant (a global
+// limit) or by the key's first letter (a customer's limit, shared by its
+// keys).
 func drawPlan(t *rapid.T, label string) ratelimit.Plan {
 	if rapid.IntRange(0, 3).Draw(t, label+"layers") > 0 {
 		return ratelimit.Plan{Rule: drawPlanRule(t, label)}
 	}
 	return ratelimit.Plan{Layers: []ratelimit.Layer{
-		{Rule: drawPlanRule(t, label+"0")},
-		{Rule: drawPlanRule(t, label+"1"), Shadow: rapid.IntRange(0, 3).Draw(t, label+"shadow") == 0},
+		{Rule: drawPlanRule(t, label+"0"), Key: drawLayerKey(t, label+"0")},
+		{Rule: drawPlanRule(t, label+"1"), Key: drawLayerKey(t, label+"1"), Shadow: rapid.IntRange(0, 3).Draw(t, label+"shadow") == 0},
 	}}
+}
+
+// drawLayerKey draws a layer's Key: nil (the key itself), a constant, or
+// the key's first letter.
+func drawLayerKey(t *rapid.T, label string) func(string) string {
+	switch rapid.IntRange(0, 3).Draw(t, label+"key") {
+	case 0:
+		return func(string) string { return "all" }
+	case 1:
+		return func(key string) string { return key[:1] }
+	}
+	return nil
 }
 
 var planNames = []string{"free", "pro", "team"}
 
 // drawPlanSet draws a set of two or three plans, each kept from old (if
-// any) or drawn anew.
-func drawPlanSet(t *rapid.T, old *ratelimit.PlanSet) ratelimit.PlanSet {
+// any) or drawn anew; shared notes the places of the layers with a Key of
+// every plan drawn (see unshare).
+func drawPlanSet(t *rapid.T, old *ratelimit.PlanSet, shared map[string]map[int]bool) ratelimit.PlanSet {
 	n := rapid.IntRange(2, 3).Draw(t, "plans")
 	set := ratelimit.PlanSet{Plans: map[string]ratelimit.Plan{}, Default: "free",
 		OnMove: ratelimit.Migration(rapid.IntRange(0, 2).Draw(t, "onMove"))}
@@ -78,15 +106,38 @@ func drawPlanSet(t *rapid.T, old *ratelimit.PlanSet) ratelimit.PlanSet {
 				continue
 			}
 		}
-		set.Plans[name] = drawPlan(t, name)
+		pl := drawPlan(t, name)
+		unshare(shared, name, pl)
+		set.Plans[name] = pl
 	}
 	return set
+}
+
+// unshare makes a layer of pl that has a Key where an earlier plan of the
+// same name had one a layer of the key's own, and notes where pl's layers
+// with a Key are. An Update that changes a shared layer's rule moves the
+// state it shares when a key whose record names the replaced plan is
+// checked first, and an in-process Plans' records and Redis's can name
+// different plans then (see [ratelimit.Migration]): the traces leave that
+// out.
+func unshare(shared map[string]map[int]bool, name string, pl ratelimit.Plan) {
+	if shared[name] == nil {
+		shared[name] = map[int]bool{}
+	}
+	for i := range pl.Layers {
+		if shared[name][i] {
+			pl.Layers[i].Key = nil
+		} else if pl.Layers[i].Key != nil {
+			shared[name][i] = true
+		}
+	}
 }
 
 // TestPlansSameDecisionsAsInProcess: Plans in Redis gives the in-process
 // Plans' Decisions, field for field, on the same traces at the same
 // instants (a client clock): random plan sets of every algorithm and of
-// layers, keys checked on the plan their plan function names or a context
+// layers (keyed by the key, by a constant or by a customer's part of the
+// key), keys checked on the plan their plan function names or a context
 // names, plans switched, and Updates of random policies that keep some
 // plans and replace others.
 func TestPlansSameDecisionsAsInProcess(t *testing.T) {
@@ -95,12 +146,13 @@ func TestPlansSameDecisionsAsInProcess(t *testing.T) {
 		clk := ratelimit.NewManualClock(unixNow + time.Duration(rapid.Int64Range(0, int64(time.Hour)).Draw(t, "start")))
 		on := map[string]string{}
 		planOf := func(key string) string { return on[key] }
-		set := drawPlanSet(t, nil)
+		shared := map[string]map[int]bool{}
+		set := drawPlanSet(t, nil, shared)
 		local, err := ratelimit.NewPlans(set, planOf, ratelimit.WithClock(clk), ratelimit.WithLogger(nil))
 		require.NoError(t, err)
 		remote, err := NewPlans(rdb, set, planOf, WithClock(clk), WithPrefix(testPrefix()), WithTimeout(10*time.Second), WithDenyCache(0))
 		require.NoError(t, err)
-		keys := []string{"a", "b"}
+		keys := []string{"a1", "a2", "b1"}
 		for i := range rapid.IntRange(1, 60).Draw(t, "steps") {
 			switch rapid.IntRange(0, 9).Draw(t, "action") {
 			case 0, 1:
@@ -110,7 +162,7 @@ func TestPlansSameDecisionsAsInProcess(t *testing.T) {
 				on[key] = rapid.SampledFrom(append(planNames, "none")).Draw(t, "plan")
 			case 3:
 				if rapid.IntRange(0, 2).Draw(t, "update") == 0 {
-					set = drawPlanSet(t, &set)
+					set = drawPlanSet(t, &set, shared)
 					m := ratelimit.Migration(rapid.IntRange(0, 3).Draw(t, "policy"))
 					require.NoError(t, local.Update(set, m))
 					require.NoError(t, remote.Update(set, m))

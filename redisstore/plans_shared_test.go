@@ -1,0 +1,88 @@
+package redisstore
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratelimit"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestPlansMoveLeavesSharedLayers: the in-process test of the same name,
+// in Redis, each check compared with the in-process Plans': a key that
+// moves to another plan leaves its plan's global layer (a constant Key)
+// where it is, to the keys still on it, and neither brings its count into
+// the new plan's nor gives it to a layer of the key's own; an Update that
+// changes the global layer's rule moves its state once, as a whole.
+func TestPlansMoveLeavesSharedLayers(t *testing.T) {
+	rdb := needRedis(t)
+	global := func(string) string { return "global" }
+	set := ratelimit.PlanSet{
+		Plans: map[string]ratelimit.Plan{
+			"a": {Layers: []ratelimit.Layer{
+				{Rule: ratelimit.FixedWindow{Limit: 100, Window: time.Hour, Name: "a"}},
+				{Rule: ratelimit.FixedWindow{Limit: 5, Window: time.Hour, Name: "a-all"}, Key: global},
+			}},
+			"b": {Layers: []ratelimit.Layer{
+				{Rule: ratelimit.FixedWindow{Limit: 200, Window: time.Hour, Name: "b"}},
+				{Rule: ratelimit.FixedWindow{Limit: 5, Window: time.Hour, Name: "b-all"}, Key: global},
+			}},
+			"c": {Layers: []ratelimit.Layer{
+				{Rule: ratelimit.FixedWindow{Limit: 300, Window: time.Hour, Name: "c"}},
+				{Rule: ratelimit.FixedWindow{Limit: 5, Window: time.Hour, Name: "c-own"}},
+			}},
+		},
+		Default: "a",
+	}
+	clk := ratelimit.NewManualClock(unixNow)
+	on := map[string]string{}
+	planOf := func(key string) string { return on[key] }
+	local, err := ratelimit.NewPlans(set, planOf, ratelimit.WithClock(clk), ratelimit.WithLogger(nil))
+	require.NoError(t, err)
+	remote, err := NewPlans(rdb, set, planOf, WithClock(clk), WithPrefix(testPrefix()), WithTimeout(10*time.Second))
+	require.NoError(t, err)
+	check := func(key string) ratelimit.Decision {
+		t.Helper()
+		want, err := local.Check(key, ratelimit.Unit)
+		require.NoError(t, err)
+		got, err := remote.Check(key, ratelimit.Unit)
+		require.NoError(t, err)
+		require.Equal(t, want, got, "key %s", key)
+		return got
+	}
+	for i := 1; i <= 5; i++ {
+		require.True(t, check("k"+strconv.Itoa(i)).Allowed)
+	}
+	require.False(t, check("k6").Allowed)
+
+	on["k1"] = "b"
+	assert.True(t, check("k1").Allowed, "b's global layer is b's, and fresh")
+	d := check("k2")
+	assert.False(t, d.Allowed, "a's global layer is still spent after k1 left")
+	assert.Equal(t, "a-all", d.Policy)
+	for i := range 4 {
+		key := "b" + strconv.Itoa(i)
+		on[key] = "b"
+		assert.True(t, check(key).Allowed, "b's global layer holds what b's keys spent")
+	}
+	assert.False(t, check("k1").Allowed, "b's global layer: 5 of 5 spent")
+
+	on["k3"] = "c"
+	assert.True(t, check("k3").Allowed, "c's second layer is k3's own")
+	assert.False(t, check("k4").Allowed, "a's global layer gave nothing to k3's own layer in c")
+	on["k1"] = "a"
+	assert.False(t, check("k1").Allowed, "back on a: its global layer is still spent")
+
+	set.Plans["a"].Layers[1].Rule = ratelimit.FixedWindow{Limit: 10, Window: time.Hour, Name: "a-all2"}
+	require.NoError(t, local.Update(set, ratelimit.MigrateProportional))
+	require.NoError(t, remote.Update(set, ratelimit.MigrateProportional))
+	for _, key := range []string{"k2", "k5", "k6", "new"} {
+		d := check(key)
+		assert.False(t, d.Allowed, "%s: 5 of 5 is 10 of 10 under a's new global rule", key)
+		assert.Equal(t, "a-all2", d.Policy)
+	}
+	st := remote.Stats()
+	assert.Zero(t, st.InvalidStates+st.Mismatches+st.Failures)
+}
