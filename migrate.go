@@ -63,6 +63,23 @@ import (
 // is tested on random traces and schedules, not proved; the second's
 // excess is shown by a test of that schedule (plans_migrate_test.go).
 //
+// What moves is the key's own: the state of each layer without a Key. A
+// layer with a Key ([Layer.Key]: a global limit, a customer's limit over
+// the keys of its routes) holds a state its plan's keys share, which is the
+// plan's, not the key's: a key that moves to another plan leaves it where
+// it is, counted for the keys still on the old plan, and finds the new
+// plan's layer as that plan's keys left it (each plan's layer is a limit of
+// its own, even with the same rule and Key). A layer that is a key's own on
+// one side and shared on the other moves nothing either way. Only an
+// Update that changes the rule of a plan's layer with a Key moves that
+// layer's state, once and whole, with the Update's policy, to the layer
+// with a Key at the same place in the plan that replaces it: when the
+// first of the plan's keys whose record names the replaced plan is checked
+// under the new rules. A key with no such record (new to the rule set, or
+// one whose first checks were all refused before it was spent anywhere)
+// that is checked first finds the new layer fresh; redisstore's records
+// differ from a Plans' for such keys.
+//
 // Policies round in the key's disfavour. MigrateAsIs keeps the units left,
 // so a key that moves to a plan whose capacity is at most what it has left
 // starts full there; MigrateReset starts it fresh: neither suits plans a

@@ -50,7 +50,10 @@ type PlanSet struct {
 // (see [Store]). When a key's plan changes (its plan function names
 // another), or its plan's rule is changed by an Update, the key's state
 // moves to its new store the next time it is checked, converted by a
-// [Migration] policy; there is no pass over all keys. Which plan holds a
+// [Migration] policy; there is no pass over all keys. A layer with a Key
+// (a global or a per-customer limit) holds state its plan's keys share: it
+// stays with the plan when one key moves to another (see [Migration]).
+// Which plan holds a
 // key is kept in a record of the key (64 bytes besides the key, in a table
 // of the rule set's own, bounded as a store is, with room for as many keys
 // as all the plans' stores when it is built), so that a key checked for the

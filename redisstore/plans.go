@@ -57,7 +57,10 @@ import (
 // onto them with (else the policy of its own latest Update), so that a key
 // moved back and forth loses nothing one way that the other gives back;
 // MigrateProportional stands in for MigrateReset there. A move between
-// different plans uses the set's OnMove, as in process.
+// different plans uses the set's OnMove, as in process, and leaves the
+// keys of the old plan's layers with a Key (shared by the plan's keys) as
+// they are; an Update's change of such a layer's rule moves its state once,
+// as in process (see [ratelimit.Migration]).
 //
 // Of the options, Plans reads [WithPrefix], [WithClock], [WithTimeout],
 // [WithExpiryMargin], [WithFailureMode], [WithFallback] (a local limiter,
