@@ -1,6 +1,8 @@
 package ratelimit_test
 
 import (
+	"encoding/json"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -11,30 +13,16 @@ import (
 	"github.com/ratekit/ratelimit"
 )
 
-// sharedPlans is a rule set whose plans a and b each have a per-key layer
-// and a global layer (a constant Key) of 5 per hour, and whose plan c has a
-// per-key layer where a and b have their global one: what
-// TestPlansMoveLeavesSharedLayers moves keys between, in process and (in
-// redisstore) in Redis.
-func sharedPlans() ratelimit.PlanSet {
-	global := func(string) string { return "global" }
-	return ratelimit.PlanSet{
-		Plans: map[string]ratelimit.Plan{
-			"a": {Layers: []ratelimit.Layer{
-				{Rule: ratelimit.FixedWindow{Limit: 100, Window: time.Hour, Name: "a"}},
-				{Rule: ratelimit.FixedWindow{Limit: 5, Window: time.Hour, Name: "a-all"}, Key: global},
-			}},
-			"b": {Layers: []ratelimit.Layer{
-				{Rule: ratelimit.FixedWindow{Limit: 200, Window: time.Hour, Name: "b"}},
-				{Rule: ratelimit.FixedWindow{Limit: 5, Window: time.Hour, Name: "b-all"}, Key: global},
-			}},
-			"c": {Layers: []ratelimit.Layer{
-				{Rule: ratelimit.FixedWindow{Limit: 300, Window: time.Hour, Name: "c"}},
-				{Rule: ratelimit.FixedWindow{Limit: 5, Window: time.Hour, Name: "c-own"}},
-			}},
-		},
-		Default: "a",
-	}
+// sharedPlans reads testdata/sharedplans.json: plans a and b each have a
+// per-key layer and a global layer (Key "global") of 5 per hour, and plan
+// c has a per-key layer where a and b have their global one. Redis's test
+// of the same name reads it too.
+func sharedPlans(t *testing.T) ratelimit.PlanSet {
+	b, err := os.ReadFile("testdata/sharedplans.json")
+	require.NoError(t, err)
+	var set ratelimit.PlanSet
+	require.NoError(t, json.Unmarshal(b, &set))
+	return set
 }
 
 // TestPlansMoveLeavesSharedLayers: five keys on plan a spend its global
@@ -49,7 +37,7 @@ func sharedPlans() ratelimit.PlanSet {
 func TestPlansMoveLeavesSharedLayers(t *testing.T) {
 	clk := ratelimit.NewManualClock(0)
 	var kp keyPlans
-	set := sharedPlans()
+	set := sharedPlans(t)
 	p, err := ratelimit.NewPlans(set, kp.of, ratelimit.WithClock(clk))
 	require.NoError(t, err)
 	check := func(key string) ratelimit.Decision {

@@ -1,6 +1,8 @@
 package redisstore
 
 import (
+	"encoding/json"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -18,24 +20,10 @@ import (
 // changes the global layer's rule moves its state once, as a whole.
 func TestPlansMoveLeavesSharedLayers(t *testing.T) {
 	rdb := needRedis(t)
-	global := func(string) string { return "global" }
-	set := ratelimit.PlanSet{
-		Plans: map[string]ratelimit.Plan{
-			"a": {Layers: []ratelimit.Layer{
-				{Rule: ratelimit.FixedWindow{Limit: 100, Window: time.Hour, Name: "a"}},
-				{Rule: ratelimit.FixedWindow{Limit: 5, Window: time.Hour, Name: "a-all"}, Key: global},
-			}},
-			"b": {Layers: []ratelimit.Layer{
-				{Rule: ratelimit.FixedWindow{Limit: 200, Window: time.Hour, Name: "b"}},
-				{Rule: ratelimit.FixedWindow{Limit: 5, Window: time.Hour, Name: "b-all"}, Key: global},
-			}},
-			"c": {Layers: []ratelimit.Layer{
-				{Rule: ratelimit.FixedWindow{Limit: 300, Window: time.Hour, Name: "c"}},
-				{Rule: ratelimit.FixedWindow{Limit: 5, Window: time.Hour, Name: "c-own"}},
-			}},
-		},
-		Default: "a",
-	}
+	b, err := os.ReadFile("../testdata/sharedplans.json") // the in-process test's plans
+	require.NoError(t, err)
+	var set ratelimit.PlanSet
+	require.NoError(t, json.Unmarshal(b, &set))
 	clk := ratelimit.NewManualClock(unixNow)
 	on := map[string]string{}
 	planOf := func(key string) string { return on[key] }
