@@ -104,6 +104,10 @@ type planGen struct {
 	byLineage map[uint64]*recordedPlan
 	// replaced are the plans of earlier sets in byID, newest first.
 	replaced []*recordedPlan
+	// shared is whether a plan of the set, or of a set before it, has a
+	// layer with a Key: a key's move may then have left an entry where the
+	// key's record no longer points (see lacking).
+	shared bool
 	// done ends when a later Update replaces this set, to wake waiters.
 	done   context.Context
 	cancel context.CancelFunc
@@ -320,6 +324,12 @@ func (p *Plans) build(set PlanSet, old *planGen, now int64, m Migration) (*planG
 		}
 		for _, r := range g.replaced {
 			g.byID[r.bp.id] = r
+		}
+	}
+	g.shared = old != nil && old.shared
+	for _, bp := range g.plans {
+		for _, l := range bp.comp.layers {
+			g.shared = g.shared || l.key != nil
 		}
 	}
 	g.done, g.cancel = context.WithCancel(context.Background())
@@ -708,7 +718,7 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 		unlockAll(locks)
 		return nil, 0, false
 	}
-	if !lacking(layers, turns, now) {
+	if !lacking(layers, turns, now, g.shared) {
 		return locks, now, true
 	}
 	// A key new to the rule set, the common case, has no record: if the
@@ -918,13 +928,16 @@ func layerKey(keyFn func(string) string, key string) string {
 }
 
 // lacking reports, with the layers' shards locked, whether a layer's store
-// holds nothing spent for the key at now: no entry, or one as good as
-// fresh, which says nothing of whether the key moved in (a check that
-// another layer refused leaves one, a layer with a Key shares its entry
-// with every key that maps to it) and which a backend lets expire.
-func lacking(layers []compositeLayer, turns []layerTurn, now int64) bool {
+// lacks the key. If shared (see planGen), it also lacks a key it holds
+// nothing spent for: an entry as good as fresh says nothing of whether the
+// key moved in (a check that a layer with a Key refused leaves one, a
+// layer with a Key shares its entry with every key that maps to it, and a
+// key that moved to a plan whose layer at that place has a Key left its
+// own behind), and a backend lets it expire.
+func lacking(layers []compositeLayer, turns []layerTurn, now int64, shared bool) bool {
 	for i := range turns {
-		if turns[i].err == nil && !layers[i].store.holdsSpent(turns[i].k, now) {
+		t, st := &turns[i], layers[i].store
+		if t.err == nil && (shared && !st.holdsSpent(t.k, now) || !st.has(t.k)) {
 			return true
 		}
 	}

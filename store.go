@@ -787,9 +787,9 @@ func (c *storeCore[S, A]) checkHeld(key string, k storeKey, cost int64, gen *ato
 		if c.obs != nil {
 			ev = sh.evictions()
 		}
-	} else if c.alg.fresh(s, now) && !recs.names(key, bp.id) {
-		// An entry that holds nothing spent says nothing of where the key
-		// is: its record may name another plan it must move from (see
+	} else if g.shared && c.alg.fresh(s, now) && !recs.names(key, bp.id) {
+		// An entry that holds nothing spent may be one a move left: the
+		// key's record may name another plan it must move from (see
 		// lacking).
 		sh.release()
 		return Decision{}, false

@@ -98,6 +98,10 @@ type plansGen struct {
 	replaced map[string]ratelimit.Migration
 	order    []string // replaced's keys, oldest first
 	last     ratelimit.Migration
+	// shared is whether a plan of the set, or of a set before it, has a
+	// layer with a Key, as in process: a state that holds nothing spent
+	// then counts as none when a key's record names other keys (see move).
+	shared bool
 	// done ends when an Update replaces this set, to wake waiters.
 	done   context.Context
 	cancel context.CancelFunc
@@ -232,6 +236,12 @@ func (p *Plans) build(set ratelimit.PlanSet, old *plansGen, m ratelimit.Migratio
 	}
 	g.def = g.plans[set.Default]
 	g.done, g.cancel = context.WithCancel(context.Background())
+	g.shared = old != nil && old.shared
+	for _, pl := range set.Plans {
+		for _, l := range pl.Layers {
+			g.shared = g.shared || l.Key != nil
+		}
+	}
 	if old != nil {
 		for _, k := range old.order {
 			g.remember(k, old.replaced[k])
@@ -737,7 +747,7 @@ func (p *Plans) move(g *plansGen, rp *redisPlan, key string, keys []string, id s
 		}
 		if news[i] == "" {
 			lacking = true
-		} else {
+		} else if g.shared {
 			// A state that holds nothing spent says nothing of whether
 			// the key moved in (a layer with a Key shares it), as in
 			// process (see lacking there).
