@@ -215,7 +215,7 @@ func (p *Plans) Update(set PlanSet, m Migration) error {
 }
 
 // Set returns the rule set in force.
-func (p *Plans) Set() PlanSet { return copySet(p.gen.Load().set) }
+func (p *Plans) Set() PlanSet { return p.gen.Load().set.Clone() }
 
 // Stats returns each plan's store counters, in layer order, by plan name.
 func (p *Plans) Stats() map[string][]StoreStats {
@@ -230,9 +230,10 @@ func (p *Plans) Stats() map[string][]StoreStats {
 // Clock returns the clock every plan reads, and that Wait sleeps on.
 func (p *Plans) Clock() Clock { return p.clock }
 
-// copySet copies a set's map, so that the caller's set and the one kept
-// never share it.
-func copySet(set PlanSet) PlanSet {
+// Clone returns a copy of set that shares no map or slice with it: a
+// backend that keeps a rule set (as [NewPlans] does) keeps its clone, so
+// that its caller's later changes to the set affect nothing.
+func (set PlanSet) Clone() PlanSet {
 	plans := make(map[string]Plan, len(set.Plans))
 	for name, pl := range set.Plans {
 		pl.Layers = append([]Layer(nil), pl.Layers...)
@@ -245,7 +246,7 @@ func copySet(set PlanSet) PlanSet {
 // build validates set and builds its generation, keeping from old the
 // stores whose plan and layer keep the same rule.
 func (p *Plans) build(set PlanSet, old *planGen, now int64, m Migration) (*planGen, error) {
-	set = copySet(set)
+	set = set.Clone()
 	if len(set.Plans) == 0 {
 		return nil, &RuleError{Rule: "PlanSet", Field: "Plans", Reason: "is empty"}
 	}

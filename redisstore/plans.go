@@ -173,7 +173,7 @@ func (p *Plans) Update(set ratelimit.PlanSet, m ratelimit.Migration) error {
 }
 
 // Set returns the rule set in force.
-func (p *Plans) Set() ratelimit.PlanSet { return copyPlanSet(p.gen.Load().set) }
+func (p *Plans) Set() ratelimit.PlanSet { return p.gen.Load().set.Clone() }
 
 // Clock returns the time base of the decisions: the client clock, or Unix
 // time when the server's clock decides.
@@ -203,20 +203,10 @@ func (p *Plans) Stats() PlansStats {
 	return st
 }
 
-func copyPlanSet(set ratelimit.PlanSet) ratelimit.PlanSet {
-	plans := make(map[string]ratelimit.Plan, len(set.Plans))
-	for name, pl := range set.Plans {
-		pl.Layers = append([]ratelimit.Layer(nil), pl.Layers...)
-		plans[name] = pl
-	}
-	set.Plans = plans
-	return set
-}
-
 // build validates set and builds its generation after old (nil for the
 // first), replaced by an Update with policy m.
 func (p *Plans) build(set ratelimit.PlanSet, old *plansGen, m ratelimit.Migration) (*plansGen, error) {
-	set = copyPlanSet(set)
+	set = set.Clone()
 	if len(set.Plans) == 0 {
 		return nil, &ratelimit.RuleError{Rule: "PlanSet", Field: "Plans", Reason: "is empty"}
 	}
