@@ -72,8 +72,8 @@ import (
 // record or state refuses with an error matching
 // [ratelimit.ErrInvalidState], whatever the policy. Plans is safe for
 // concurrent use, starts no goroutines of its own and has nothing to
-// close. It has Check, CheckContext and Wait; it has no CheckWithin,
-// Peek, Refund, Settle or Reset.
+// close. It has Check, CheckContext, Wait, Peek, Refund, Settle and Reset
+// (see [Plans.PeekContext]); it has no CheckWithin.
 type Plans struct {
 	r        *remote
 	planOf   func(string) string
