@@ -86,11 +86,15 @@ func resetLayers(layers []compositeLayer, clock Clock, key string) {
 }
 
 // Reset makes key start again as a fresh key under its plan, as
-// [Composite.Reset] does over the plan's layers, and drops whatever the
-// rule set still holds of it elsewhere (the stores of the plan it was last
-// checked under, which may be a plan an Update replaced, and its record),
-// so that no earlier state of the key can move back to it later. It is
-// atomic with the key's checks and with Update.
+// [Composite.Reset] does over the plan's layers (a layer with a Key, such
+// as a global limit, included: its shared entry is reset for every key
+// that maps to it), and drops what the rule set still holds of the key's
+// own elsewhere: its entries in the layers without a Key of the plan it
+// was last checked under (which may be a plan an Update replaced), and its
+// record, so that no earlier state of the key can move back to it later.
+// The layers with a Key of that earlier plan are left as they are: other
+// keys still on it share them. It is atomic with the key's checks and with
+// Update.
 func (p *Plans) Reset(key string) {
 	rk := p.records.prepare(key)
 	rs := &p.records.shards[rk.h&p.records.mask]
@@ -117,7 +121,9 @@ func (p *Plans) Reset(key string) {
 		if rec := rs.t.Lookup(rk.key, rk.tag); rec != nil {
 			if from := g.recorded(rec); from != nil {
 				for _, l := range from.bp.comp.layers {
-					add(l)
+					if l.key == nil {
+						add(l)
+					}
 				}
 			}
 		}

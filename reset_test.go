@@ -108,6 +108,41 @@ func TestResetPlansForgetsMovedKey(t *testing.T) {
 	assert.True(t, d.Allowed)
 }
 
+// TestResetPlansKeepsOldPlansSharedLayers checks that Plans.Reset of a key
+// whose record names another plan than its own resets that plan's layers
+// of the key's own, but not its layers with a Key, which the keys still on
+// it share: resetting one key gives no other key a fresh global limit.
+func TestResetPlansKeepsOldPlansSharedLayers(t *testing.T) {
+	clk := ratelimit.NewManualClock(0)
+	on := map[string]string{"a": "team", "b": "team"}
+	set := ratelimit.PlanSet{Default: "free", Plans: map[string]ratelimit.Plan{
+		"free": {Rule: ratelimit.FixedWindow{Limit: 5, Window: time.Hour}},
+		"team": {Layers: []ratelimit.Layer{
+			{Rule: ratelimit.FixedWindow{Limit: 5, Window: time.Hour}},
+			{Rule: ratelimit.FixedWindow{Limit: 4, Window: time.Hour, Name: "global"}, Key: func(string) string { return "all" }},
+		}},
+	}}
+	p, err := ratelimit.NewPlans(set, func(k string) string { return on[k] }, ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	d, err := p.Check("a", 2*ratelimit.Unit)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	d, err = p.Check("b", 2*ratelimit.Unit)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+
+	on["a"] = "free" // a's record still names team
+	p.Reset("a")
+	d, err = p.Check("b", ratelimit.Unit)
+	require.NoError(t, err)
+	assert.False(t, d.Allowed, "team's global limit, spent by a and b, is still spent")
+	assert.Equal(t, "global", d.Policy)
+
+	d, err = p.Check("a", 5*ratelimit.Unit)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed, "a is fresh on its new plan: nothing of its own moved")
+}
+
 func TestResetUnsupported(t *testing.T) {
 	lim, err := ratelimit.New(ratelimit.GCRA{Rate: ratelimit.PerSecond(1), Burst: 1})
 	require.NoError(t, err)

@@ -175,9 +175,12 @@
 // own), else the check is refused with [ErrCrossSlot].
 // [Plans.Wait] waits as [Store.Wait] does, its checks going to Redis, not
 // to the deny cache, and a waiter asleep when an Update changes the rules
-// wakes and asks again under the new rules. Plans has no CheckWithin: on
-// a leaky bucket plan, an admission whose Delay outlasts the deadline is
-// spent as a check's.
+// wakes and asks again under the new rules. [Plans.Peek], [Plans.Refund],
+// [Plans.Settle] and [Plans.Reset] are the in-process Plans' (see
+// [ratelimit.Plans.Reset]), each one script call on the keys of the key's
+// plan after moving the key there as a check would. Plans has no
+// CheckWithin: on a leaky bucket plan, an admission whose Delay outlasts
+// the deadline is spent as a check's.
 //
 // # After the fact
 //

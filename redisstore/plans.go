@@ -72,8 +72,8 @@ import (
 // record or state refuses with an error matching
 // [ratelimit.ErrInvalidState], whatever the policy. Plans is safe for
 // concurrent use, starts no goroutines of its own and has nothing to
-// close. It has Check, CheckContext and Wait; it has no CheckWithin,
-// Peek, Refund, Settle or Reset.
+// close. It has Check, CheckContext, Wait, Peek, Refund, Settle and Reset
+// (see [Plans.PeekContext]); it has no CheckWithin.
 type Plans struct {
 	r        *remote
 	planOf   func(string) string
@@ -198,6 +198,9 @@ func (p *Plans) Stats() PlansStats {
 			st.LocalDenials += rp.single.localDenials.Load()
 			st.Mismatches += rp.single.mismatches.Load()
 			st.InvalidStates += rp.single.invalid.Load()
+		} else {
+			st.Mismatches += rp.comp.mismatches.Load()
+			st.InvalidStates += rp.comp.invalid.Load()
 		}
 	}
 	return st
@@ -513,47 +516,92 @@ func (p *Plans) decide(ctx context.Context, g *plansGen, rp *redisPlan, key stri
 	look := rp.looks(wait)
 	ctx, cancel := p.r.bounded(ctx)
 	defer cancel()
+	reply, sent, err := p.run(ctx, g, rp, key, keys, line, planOp{kind: rp.kind(), cost: cost, floor: floor, args: func(now string) []any {
+		return p.checkArgs(rp, now, cost, look)
+	}})
+	var ce *callError
+	switch {
+	case errors.As(err, &ce):
+		return p.failed(ctx, rp, key, cost, ce.err)
+	case err != nil:
+		return rp.refused(), err
+	}
+	return p.verified(rp, key, keys[0], cost, reply, look, deny, gen, sent)
+}
+
+// planOp is an operation of a Plans on a key's plan: plans.lua's ARGV[2]
+// (kind), the cost whose layers take part, which decides which layers a
+// move moves, the latest instant the plan used for the key without telling
+// Redis (see Store.args), and the operation's arguments at the instant now
+// (empty for the server's TIME).
+type planOp struct {
+	kind  string
+	cost  ratelimit.Units
+	floor int64
+	args  func(now string) []any
+	// keeps is true for an operation that adds no key to Redis (a refund,
+	// a peek): a move of its key that takes nothing leaves the key's
+	// record as it is, as in process.
+	keeps bool
+}
+
+// callError is a script call's error, which a Plans' operation answers
+// with its failure policy (see Plans.failed).
+type callError struct{ err error }
+
+func (e *callError) Error() string { return e.err.Error() }
+func (e *callError) Unwrap() error { return e.err }
+
+// run runs op on key's plan rp of g, whose keys are keys (line, the
+// record's first line): in one script call if the key's record names
+// rp's keys or there is none; else the script returns the record and the
+// states, the move is computed in Go (see move), and a second call writes
+// it and runs op, starting over if another check moved the key first. It
+// returns op's reply and when the call that made it was sent. An error of
+// a call is a *callError; a record or state that cannot be moved, an
+// error matching [ratelimit.ErrInvalidState] (counted).
+func (p *Plans) run(ctx context.Context, g *plansGen, rp *redisPlan, key string, keys []string, line string, op planOp) ([]any, time.Time, error) {
 	id := line + "\n" + rp.json
 	all := append([]string{p.RecordKey(key)}, keys...)
 	for range maxMoves {
 		now := ""
 		if t, ok := p.r.now(); ok {
-			now = strconv.FormatInt(max(t, floor), 10)
+			now = strconv.FormatInt(max(t, op.floor), 10)
 		}
-		check := p.checkArgs(rp, now, cost, look)
-		args := append([]any{"c", rp.kind(), id, strconv.Itoa(len(keys)), p.r.o.prefix, now, "8"}, check...)
+		opArgs := op.args(now)
+		args := append([]any{"c", op.kind, id, strconv.Itoa(len(keys)), p.r.o.prefix, now, "8"}, opArgs...)
 		sent := time.Now()
 		reply, err := p.call(ctx, all, args)
 		if err != nil {
-			return p.failed(ctx, rp, key, cost, err)
+			return nil, sent, &callError{err}
 		}
 		if tag, _ := reply[0].(string); tag == "c" {
-			return p.verified(rp, key, keys[0], cost, reply[1:], look, deny, gen, sent)
+			return reply[1:], sent, nil
 		}
-		mv, err := p.move(g, rp, key, keys, id, reply, cost)
+		mv, err := p.move(g, rp, key, keys, id, reply, op.cost, !op.keeps)
 		if err != nil {
 			p.r.invalid.Add(1)
-			return rp.refused(), fmt.Errorf("%w: key %q: %w", ratelimit.ErrInvalidState, clipKey(key), err)
+			return nil, sent, fmt.Errorf("%w: key %q: %w", ratelimit.ErrInvalidState, clipKey(key), err)
 		}
-		args = append([]any{"m", rp.kind(), id, strconv.Itoa(len(keys)), p.r.o.prefix, now, strconv.Itoa(12 + len(mv.args))}, mv.head...)
-		args = append(append(args, mv.args...), check...)
+		args = append([]any{"m", op.kind, id, strconv.Itoa(len(keys)), p.r.o.prefix, now, strconv.Itoa(12 + len(mv.args))}, mv.head...)
+		args = append(append(args, mv.args...), opArgs...)
 		sent = time.Now()
 		reply, err = p.call(ctx, append(all[:1+len(keys):1+len(keys)], mv.old...), args)
 		if err != nil {
-			return p.failed(ctx, rp, key, cost, err)
+			return nil, sent, &callError{err}
 		}
 		if tag, _ := reply[0].(string); tag == "c" {
 			if mv.moves {
 				p.moves.Add(1)
 			}
-			return p.verified(rp, key, keys[0], cost, reply[1:], look, deny, gen, sent)
+			return reply[1:], sent, nil
 		}
 		p.conflicts.Add(1)
 	}
 	// Not Redis failing but checks racing: refused, whatever the policy,
 	// since failing open would admit past the limit the racing checks
 	// enforce.
-	return rp.refused(), fmt.Errorf("%w: key %q: moved by other checks %d times in a row", ErrUnavailable, clipKey(key), maxMoves)
+	return nil, time.Time{}, fmt.Errorf("%w: key %q: moved by other checks %d times in a row", ErrUnavailable, clipKey(key), maxMoves)
 }
 
 // kind is plans.lua's ARGV[2] for the plan.
@@ -597,18 +645,29 @@ func (p *Plans) call(ctx context.Context, keys []string, args []any) ([]any, err
 // state, or keys in different slots, refuse; Redis failing is the failure
 // policy's.
 func (p *Plans) failed(ctx context.Context, rp *redisPlan, key string, cost ratelimit.Units, err error) (ratelimit.Decision, error) {
+	if err, ok := p.unanswered(key, err); ok {
+		return rp.refused(), err
+	}
+	return p.degraded(ctx, rp, key, cost, err)
+}
+
+// unanswered returns, with ok true, the error of a script call for key
+// that no failure policy answers: a corrupted record or state (counted),
+// keys in different slots, a reply not understood; ok is false for Redis
+// failing, and err is returned as it is.
+func (p *Plans) unanswered(key string, err error) (error, bool) {
 	switch {
 	case isStateError(err):
 		// plans.lua reads the keys a record names with pcall: a Cluster
 		// node's refusal of one in another slot is such an error too.
 		p.r.invalid.Add(1)
-		return rp.refused(), fmt.Errorf("%w: key %q: %v", ratelimit.ErrInvalidState, clipKey(key), err)
+		return fmt.Errorf("%w: key %q: %v", ratelimit.ErrInvalidState, clipKey(key), err), true
 	case isCrossSlot(err):
-		return rp.refused(), fmt.Errorf("%w: key %q: %v", ErrCrossSlot, clipKey(key), err)
+		return fmt.Errorf("%w: key %q: %v", ErrCrossSlot, clipKey(key), err), true
 	case errors.Is(err, ErrMismatch):
-		return rp.refused(), err
+		return err, true
 	}
-	return p.degraded(ctx, rp, key, cost, err)
+	return err, false
 }
 
 // verified turns the check's reply, to a call sent at sent, into the
@@ -654,19 +713,27 @@ func (p *Plans) degraded(ctx context.Context, rp *redisPlan, key string, cost ra
 		}
 		return d, cause
 	}
-	if o.mode == FailClosed {
-		d := rp.refused()
-		d.RetryAfter = o.pause
-		return d, cause
+	return p.failureMode(rp)(cost), cause
+}
+
+// failureMode returns the failure mode's Decision for a request of cost
+// on plan rp that Redis did not decide.
+func (p *Plans) failureMode(rp *redisPlan) func(cost ratelimit.Units) ratelimit.Decision {
+	return func(cost ratelimit.Units) ratelimit.Decision {
+		if p.r.o.mode == FailClosed {
+			d := rp.refused()
+			d.RetryAfter = p.r.o.pause
+			return d
+		}
+		// As if the key were fresh: what losing its state would give.
+		now := time.Duration(clamp(p.r.clock().Now()))
+		if rp.single != nil {
+			d, _, _ := rp.single.m.Step(nil, now, cost, false)
+			return d
+		}
+		d, _, _, _ := rp.comp.lm.Step(make([][]byte, rp.comp.lm.Len()), now, cost, false)
+		return d
 	}
-	// As if the key were fresh: what losing its state would give.
-	now := time.Duration(clamp(p.r.clock().Now()))
-	if rp.single != nil {
-		d, _, _ := rp.single.m.Step(nil, now, cost, false)
-		return d, cause
-	}
-	d, _, _, _ := rp.comp.lm.Step(make([][]byte, rp.comp.lm.Len()), now, cost, false)
-	return d, cause
 }
 
 // plannedMove is what the move script writes: its arguments after the
@@ -685,7 +752,7 @@ type plannedMove struct {
 // of the k keys it names, the states of rp's keys}. The record's plan is
 // read from the record itself, so that a replica on another rule set
 // moves it alike.
-func (p *Plans) move(g *plansGen, rp *redisPlan, key string, keys []string, id string, reply []any, cost ratelimit.Units) (plannedMove, error) {
+func (p *Plans) move(g *plansGen, rp *redisPlan, key string, keys []string, id string, reply []any, cost ratelimit.Units, adds bool) (plannedMove, error) {
 	var mv plannedMove
 	if len(reply) < 4 {
 		return mv, fmt.Errorf("%w: unexpected reply %v", ErrMismatch, reply)
@@ -748,14 +815,19 @@ func (p *Plans) move(g *plansGen, rp *redisPlan, key string, keys []string, id s
 			lacking = lacking || fresh
 		}
 	}
-	if !lacking {
-		mv.head = []any{rec, rec, "", "0"}
+	// stay leaves the record as it is, and writes nothing.
+	stay := func() (plannedMove, error) {
+		mv := plannedMove{head: []any{rec, rec, "", "0"}}
 		for i := range keys {
 			mv.args = append(mv.args, news[i], "", "")
 		}
 		return mv, nil
 	}
+	if !lacking {
+		return stay()
+	}
 	mv.moves = true
+	took := false // a layer took the key's state from a key that held one
 	record := []byte(nil)
 	recMs := p.marginMs
 	writes := make([]string, len(keys))
@@ -788,6 +860,7 @@ func (p *Plans) move(g *plansGen, rp *redisPlan, key string, keys []string, id s
 			return mv, err
 		}
 		del[i] = true
+		took = took || olds[i] != ""
 		if len(m.State) > 0 {
 			writes[i] = string(m.State)
 			ms[i] = ceilMs(m.Whole-m.At) + p.marginMs
@@ -799,6 +872,11 @@ func (p *Plans) move(g *plansGen, rp *redisPlan, key string, keys []string, id s
 				recMs = max(recMs, ceilMs(time.Duration(until)-m.At)+p.marginMs)
 			}
 		}
+	}
+	if !adds && !took {
+		// As in process, an operation that adds no key (a refund, a peek)
+		// and moved nothing leaves the record naming where the key was.
+		return stay()
 	}
 	newRec := id + "\n" + strconv.Itoa(int(policy))
 	if len(record) > 0 {
@@ -929,15 +1007,18 @@ func (r *recordedPlans) parse(rec string, k int) (recordedPlan, []byte, error) {
 }
 
 // The plans' script (plans.lua) runs the single-key step (step.lua's
-// script) or the layers' step (layers.lua's) as functions of their own,
-// whose KEYS, ARGV and redis are its parameters.
+// script), the layers' step (layers.lua's), the refunds and settlements
+// (settle.lua's) or the reads and resets (ops.lua's) as functions of their
+// own, whose KEYS, ARGV and redis are its parameters.
 //
 //go:embed plans.lua
 var plansLua string
 
 var (
 	plansSource = "local function single(KEYS, ARGV, redis)\n" + stepSource +
-		"\nend\nlocal function layered(KEYS, ARGV, redis)\n" + layersScriptSource + "\nend\n" + plansLua
+		"\nend\nlocal function layered(KEYS, ARGV, redis)\n" + layersScriptSource +
+		"\nend\nlocal function settled(KEYS, ARGV, redis)\n" + settleSource +
+		"\nend\nlocal function ops(KEYS, ARGV, redis)\n" + opsLua + "\nend\n" + plansLua
 	plansScript = redis.NewScript(plansSource)
 )
 

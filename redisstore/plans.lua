@@ -12,16 +12,21 @@
 -- KEYS[1]        the key's record
 -- KEYS[2..n+1]   the plan's keys, in layer order
 -- 'm': KEYS[n+2..n+k+1] the keys the record named that are not the plan's
--- ARGV[1]  'c' check; 'm' move, then check
--- ARGV[2]  's' a plan of one rule; 'l' a plan of layers
+-- ARGV[1]  'c' check; 'm' move, then check; 'z' reset (see below)
+-- ARGV[2]  the operation once the record names the plan's keys: 's' a
+--          check of a plan of one rule; 'l' a check of a plan of layers;
+--          'x' a refund or settlement (settle.lua's); 'o' a read (ops.lua's)
 -- ARGV[3]  the plan's record but for its last line: the plan's keys,
 --          separated by single spaces, a newline and the plan as JSON
 -- ARGV[4]  n, the number of the plan's keys
 -- ARGV[5]  the prefix that every key a record names starts with
 -- ARGV[6]  now in ns since the Unix epoch, or '' for the server's TIME,
 --          as the check's own arguments say it
--- ARGV[7]  the index of the check's first argument: step.lua's arguments
---          for 's', layers.lua's for 'l', from there to the end
+-- ARGV[7]  the index of the operation's first argument: step.lua's
+--          arguments for 's', layers.lua's for 'l', from there to the end;
+--          for 'x' and 'o', a mask of the plan's keys the operation takes
+--          ('1' or '0' per key, in layer order), then settle.lua's or
+--          ops.lua's arguments
 -- 'm':     ARGV[8] the record as read ('' none), ARGV[9] the record to
 --          write (the same to leave it), ARGV[10] its expiry in ms, ARGV[11]
 --          k; then per plan's
@@ -29,12 +34,18 @@
 --          its expiry in ms; then per old key: its state as read, '1' to
 --          delete it ('' to leave it).
 --
+-- 'z':     ARGV[8] the part of a key's name after a plan's layer's head
+--          that the key's own keys end with (a layer without a Key). Every
+--          plan's key, every key the record names that is the key's own,
+--          and the record are deleted, as in process a reset drops the
+--          key's entries; returns {'z'}.
+--
 -- A record is three lines: the keys of the plan that holds the key's
 -- state, the plan as JSON, and what the key's last move carried into the
 -- plan's first layer (see ratelimit.MoveState), or an empty last line.
 --
--- Returns {'c', then the check's reply as step.lua or layers.lua returns
--- it}; {'m', the instant (before clamping), the record, the number of keys
+-- Returns {'c', then the operation's reply as step.lua, layers.lua,
+-- settle.lua or ops.lua returns it}; {'m', the instant (before clamping), the record, the number of keys
 -- it names, their states, then the plan's keys' states} (a state '' for
 -- none); {'a'} for a move whose keys no longer hold what was read. A
 -- record or state of another type than a string, or a record that is not
@@ -50,6 +61,23 @@ local n, prefix = tonumber(ARGV[4]), ARGV[5]
 local id = ARGV[3] .. '\n'
 local rec, err = get(KEYS[1])
 if err then return redis.error_reply('RATELIMIT invalid record: ' .. err) end
+
+if ARGV[1] == 'z' then
+  -- The plan's keys, and the key's own keys the record names (a layer
+  -- with a Key shares its key with other keys: it stays as it is).
+  for i = 1, n do redis.call('DEL', KEYS[i + 1]) end
+  local own = ARGV[8]
+  local nl = string.find(rec, '\n', 1, true)
+  if nl then
+    for w in string.gmatch(string.sub(rec, 1, nl - 1), '[^ ]+') do
+      if #w > #own and string.sub(w, 1, #prefix) == prefix and string.sub(w, -#own) == own then
+        redis.call('DEL', w)
+      end
+    end
+  end
+  redis.call('DEL', KEYS[1])
+  return {'z'}
+end
 
 if ARGV[1] == 'm' then
   local k = tonumber(ARGV[11])
@@ -119,13 +147,27 @@ local noting = setmetatable({call = function(cmd, ...)
   return real.call(cmd, ...)
 end}, {__index = real})
 local keys, args = {}, {}
-for i = 1, n do keys[i] = KEYS[i + 1] end
-for j = tonumber(ARGV[7]), #ARGV do args[#args + 1] = ARGV[j] end
-local r
-if ARGV[2] == 's' then
-  r = single(keys, args, noting)
+local first, kind = tonumber(ARGV[7]), ARGV[2]
+if kind == 'x' or kind == 'o' then
+  -- The keys the mask names.
+  local mask = ARGV[first]
+  for i = 1, n do
+    if string.sub(mask, i, i) == '1' then keys[#keys + 1] = KEYS[i + 1] end
+  end
+  first = first + 1
 else
+  for i = 1, n do keys[i] = KEYS[i + 1] end
+end
+for j = first, #ARGV do args[#args + 1] = ARGV[j] end
+local r
+if kind == 's' then
+  r = single(keys, args, noting)
+elseif kind == 'l' then
   r = layered(keys, args, noting)
+elseif kind == 'x' then
+  r = settled(keys, args, noting)
+else
+  r = ops(keys, args, noting)
 end
 if type(r) == 'table' and r.err then return r end
 if longest then

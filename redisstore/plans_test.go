@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -153,8 +154,53 @@ func TestPlansSameDecisionsAsInProcess(t *testing.T) {
 		remote, err := NewPlans(rdb, set, planOf, WithClock(clk), WithPrefix(testPrefix()), WithTimeout(10*time.Second), WithDenyCache(0))
 		require.NoError(t, err)
 		keys := []string{"a1", "a2", "b1"}
+		ats := map[string][]time.Duration{}
+		// sameErr requires Redis's error to be the in-process one: none,
+		// or the same cost error.
+		sameErr := func(i int, werr, gerr error) {
+			if werr == nil {
+				require.NoError(t, gerr, "step %d", i)
+				return
+			}
+			for _, e := range []error{ratelimit.ErrInvalidCost, ratelimit.ErrCostExceedsCapacity} {
+				if errors.Is(werr, e) {
+					require.ErrorIs(t, gerr, e, "step %d", i)
+					return
+				}
+			}
+			t.Fatalf("step %d: in process %v", i, werr)
+		}
 		for i := range rapid.IntRange(1, 60).Draw(t, "steps") {
-			switch rapid.IntRange(0, 9).Draw(t, "action") {
+			switch rapid.IntRange(0, 15).Draw(t, "action") {
+			case 10:
+				key := rapid.SampledFrom(keys).Draw(t, "key")
+				cost := ratelimit.Units(rapid.Int64Range(0, 3).Draw(t, "units")) * ratelimit.Unit
+				want, werr := local.Peek(key, cost)
+				got, gerr := remote.Peek(key, cost)
+				sameErr(i, werr, gerr)
+				require.Equal(t, want, got, "step %d: peek %s cost %d at %v", i, key, cost, clk.Now()-unixNow)
+			case 11, 12:
+				key := rapid.SampledFrom(keys).Draw(t, "key")
+				cost := ratelimit.Units(rapid.Int64Range(-1, 4000).Draw(t, "refund"))
+				at := drawAt(t, ats[key])
+				want, werr := local.Refund(key, cost, at)
+				got, gerr := remote.Refund(key, cost, at)
+				sameErr(i, werr, gerr)
+				require.Equal(t, want, got, "step %d: refund %s %d at %v", i, key, cost, at-unixNow)
+			case 13, 14:
+				key := rapid.SampledFrom(keys).Draw(t, "key")
+				charged := ratelimit.Units(rapid.Int64Range(0, 3).Draw(t, "charged")) * ratelimit.Unit
+				actual := ratelimit.Units(rapid.Int64Range(-1, 8000).Draw(t, "actual"))
+				at := drawAt(t, ats[key])
+				want, wx, werr := local.Settle(key, charged, actual, at)
+				got, gx, gerr := remote.Settle(key, charged, actual, at)
+				sameErr(i, werr, gerr)
+				require.Equal(t, want, got, "step %d: settle %s %d %d at %v", i, key, charged, actual, at-unixNow)
+				require.Equal(t, wx, gx, "step %d: settled", i)
+			case 15:
+				key := rapid.SampledFrom(keys).Draw(t, "key")
+				local.Reset(key)
+				require.NoError(t, remote.Reset(key), "step %d", i)
 			case 0, 1:
 				clk.Advance(time.Duration(rapid.Int64Range(0, int64(5*time.Second)).Draw(t, "advance")))
 			case 2:
@@ -182,6 +228,9 @@ func TestPlansSameDecisionsAsInProcess(t *testing.T) {
 				}
 				require.NoError(t, gerr, "step %d", i)
 				require.Equal(t, want, got, "step %d: key %s cost %d at %v", i, key, cost, clk.Now()-unixNow)
+				if want.Allowed {
+					ats[key] = append(ats[key], want.At)
+				}
 			}
 		}
 		st := remote.Stats()

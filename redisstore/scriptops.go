@@ -148,13 +148,25 @@ func parseSettle(reply []any, keys int) (int64, []scriptReply, bool) {
 // with the costs a and b (b for a settlement only) and the admitting
 // instant at.
 func (s *Store) scriptOp(ctx context.Context, rk, mode string, a, b ratelimit.Units, at time.Duration) (scriptReply, error) {
-	args := settleHead(1, "", mode, a, b, at, s.marginMs)
-	settleKey(args, 0, s.alg, s.m, mode, a, false)
+	args := s.settleArgs("", mode, a, b, at)
 	// runOn sends the instant first, as settleNow.
 	reply, err := s.runOn(ctx, rk, s.floor(rk), settleScript, args[settleNow.at+1:]...)
 	if err != nil {
 		return scriptReply{}, err
 	}
+	return s.settleReply(reply)
+}
+
+// settleArgs are settle.lua's arguments for the store's key at now (empty
+// for the server's TIME), as scriptOp describes them.
+func (s *Store) settleArgs(now, mode string, a, b ratelimit.Units, at time.Duration) []any {
+	args := settleHead(1, now, mode, a, b, at, s.marginMs)
+	settleKey(args, 0, s.alg, s.m, mode, a, false)
+	return args
+}
+
+// settleReply reads settle.lua's reply for the store's key.
+func (s *Store) settleReply(reply []any) (scriptReply, error) {
 	_, rs, ok := parseSettle(reply, 1)
 	if !ok {
 		s.mismatches.Add(1)
@@ -186,6 +198,12 @@ func (s *Store) refundInScript(ctx context.Context, key, rk string, cost ratelim
 	if err != nil {
 		return 0, err
 	}
+	return s.refunded(key, rk, r, cost, at)
+}
+
+// refunded checks the refund settle.lua made on the store's key rk (for
+// key) against the Machine, and returns the amount given back.
+func (s *Store) refunded(key, rk string, r scriptReply, cost ratelimit.Units, at time.Duration) (ratelimit.Units, error) {
 	g, next, err := s.m.Refund(r.old, time.Duration(r.instant), at, cost)
 	if err != nil {
 		s.mismatches.Add(1)
@@ -208,6 +226,13 @@ func (s *Store) settleInScript(ctx context.Context, key, rk string, charged, act
 	if err != nil {
 		return s.refused(), 0, err
 	}
+	return s.settled(key, rk, r, charged, actual, at, sent, recv)
+}
+
+// settled checks the settlement settle.lua made on the store's key rk (for
+// key), in a call sent at sent whose reply came back at recv, against the
+// Machine, and returns its Decision and the settled cost.
+func (s *Store) settled(key, rk string, r scriptReply, charged, actual ratelimit.Units, at time.Duration, sent, recv time.Time) (ratelimit.Decision, ratelimit.Units, error) {
 	d, settled, next, err := s.m.Settle(r.old, time.Duration(r.instant), at, charged, actual)
 	if err != nil {
 		s.mismatches.Add(1)
@@ -244,8 +269,19 @@ func (c *Composite) scriptOp(ctx context.Context, key, mode string, a, b ratelim
 	if err != nil {
 		return nil, 0, err
 	}
+	reply, err := c.run(ctx, key, settleScript, send, c.settleArgs(now, mode, a, b, at, part))
+	if err != nil {
+		return nil, 0, err
+	}
+	return c.settleReplies(key, reply, part)
+}
+
+// settleArgs are settle.lua's arguments for the keys of the layers that
+// take part in a request of part, at now (empty for the server's TIME), as
+// scriptOp describes them.
+func (c *Composite) settleArgs(now, mode string, a, b ratelimit.Units, at time.Duration, part ratelimit.Units) []any {
 	n := c.lm.Len()
-	args := settleHead(len(send), now, mode, a, b, at, c.marginMs)
+	args := settleHead(c.takers(part), now, mode, a, b, at, c.marginMs)
 	j := 0
 	for i := range n {
 		if !c.lm.Takes(i, part) {
@@ -254,18 +290,33 @@ func (c *Composite) scriptOp(ctx context.Context, key, mode string, a, b ratelim
 		settleKey(args, j, c.layers[i].alg, c.lm.Machine(i), mode, a, c.layers[i].Shadow)
 		j++
 	}
-	reply, err := c.run(ctx, key, settleScript, send, args)
-	if err != nil {
-		return nil, 0, err
+	return args
+}
+
+// takers is the number of layers that take part in a request of part.
+func (c *Composite) takers(part ratelimit.Units) int {
+	k := 0
+	for i := range c.lm.Len() {
+		if c.lm.Takes(i, part) {
+			k++
+		}
 	}
-	reading, sent, ok := parseSettle(reply, len(send))
+	return k
+}
+
+// settleReplies reads settle.lua's reply for the keys of the layers that
+// take part in a request of part: every layer's reply (a layer that does
+// not take part reads as a fresh key) and the layers' one instant.
+func (c *Composite) settleReplies(key string, reply []any, part ratelimit.Units) ([]scriptReply, time.Duration, error) {
+	n := c.lm.Len()
+	reading, sent, ok := parseSettle(reply, c.takers(part))
 	if !ok {
 		c.mismatches.Add(1)
 		return nil, 0, fmt.Errorf("%w: unexpected reply %v", ErrMismatch, reply)
 	}
 	rs := make([]scriptReply, n)
 	states := make([][]byte, n)
-	j = 0
+	j := 0
 	for i := range n {
 		if c.lm.Takes(i, part) {
 			rs[i], states[i] = sent[j], sent[j].old
@@ -289,6 +340,13 @@ func (c *Composite) refundInScript(ctx context.Context, key string, cost ratelim
 	if err != nil {
 		return 0, err
 	}
+	return c.refunded(key, rs, now, cost, at)
+}
+
+// refunded checks the refunds settle.lua made in every layer at the
+// instant now against the layers' Machines, and returns the least amount
+// an enforced layer gave back.
+func (c *Composite) refunded(key string, rs []scriptReply, now time.Duration, cost ratelimit.Units, at time.Duration) (ratelimit.Units, error) {
 	least := ratelimit.Units(-1)
 	for i := range rs {
 		if c.layers[i].Shadow {
@@ -320,6 +378,13 @@ func (c *Composite) settleInScript(ctx context.Context, key string, charged, act
 	if err != nil {
 		return c.refused(), 0, err
 	}
+	return c.settled(key, rs, now, charged, actual, at)
+}
+
+// settled checks the settlements settle.lua made in every layer at the
+// instant now against the layers' Machines, and returns the Decision for
+// cost charged just after and the settled cost furthest from actual.
+func (c *Composite) settled(key string, rs []scriptReply, now time.Duration, charged, actual ratelimit.Units, at time.Duration) (ratelimit.Decision, ratelimit.Units, error) {
 	settled, first := charged, true
 	after := make([][]byte, len(rs))
 	for i := range rs {

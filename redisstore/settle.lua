@@ -42,7 +42,9 @@
 -- (settle), the expiry set in ms or ''}. A state that is not well formed,
 -- more than twice the capacity's span in debt, or (a window) counting more
 -- than twice the capacity (in a count, an entry, or a window but with
--- CountRefused) or a window, bucket or entry later than now, is an error
+-- CountRefused) or a window, bucket or entry later than now (but for a
+-- fixed window's count in the window after now's, which a Plans' move
+-- writes), is an error
 -- reply and nothing is written to any key: the states the Machine
 -- refuses. A key Redis does not hold gives nothing back and is not
 -- created, but for a settlement that charges.
@@ -213,7 +215,14 @@ local function settle(i, now)
     if not f or cmp(f[2], add(cap, cap)) > 0 then return fail('invalid state') end
     local sw, sc = f[1], f[2]
     local win, e = divmod(now, n)
-    if cmp(sw, win) > 0 then return fail('invalid state') end
+    local left = sub(n, e)
+    if cmp(sw, add(win, ONE)) == 0 then
+      -- A count in the window after now's (a key a Plans moved in) holds
+      -- from now on, until that window ends, as the Machine's does.
+      win, left = sw, add(left, n)
+    elseif cmp(sw, win) > 0 then
+      return fail('invalid state')
+    end
     local count = Z
     if cmp(sw, win) == 0 then count = sc end
     -- frefund gives back up to cost of what was admitted at at, in this window.
@@ -228,7 +237,7 @@ local function settle(i, now)
       local g = room(extra, count)
       if not iszero(g) then sw, sc = win, add(count, g) end
       -- The Decision's ResetAfter is the time left in the window.
-      return g, sub(n, e)
+      return g, left
     end)
     local new = S(now) .. ' ' .. S(sw) .. ' ' .. S(sc)
     return finish(new, x, px)

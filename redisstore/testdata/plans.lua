@@ -2270,6 +2270,982 @@ end
 return out
 
 end
+local function settled(KEYS, ARGV, redis)
+-- Exact integer arithmetic for Redis Lua, whose numbers are doubles (exact
+-- only up to 2^53). A number is an array of limbs in base 10^7, least
+-- significant first, with no zero limbs on top (zero is {0}). A product of
+-- two limbs is below 10^14 and a limb-by-limb row with its carries stays
+-- below 2^53, so every operation below is exact.
+--
+-- A library (functions.go) runs this file once, when it loads, where the
+-- string and math libraries cannot be read: they are named inside the
+-- functions, not captured. Zero and one are shared by every call there,
+-- so nothing may write to a number it did not make (trim writes only to
+-- results of its own).
+
+local B = 10000000
+local Z, ONE = {0}, {1}
+
+-- parse reads a canonical decimal string (digits only, no leading zeros)
+-- of at most maxd digits; nil if s is not one. digits says s is known to
+-- hold digits only. Each limb is one tonumber of
+-- a substring of seven digits, which costs about half of reading the
+-- digits one byte at a time in Lua.
+local function parse(s, maxd, digits)
+  local n = #s
+  if n == 0 or n > maxd or (n > 1 and string.byte(s, 1) == 48) or (not digits and string.find(s, '%D')) then
+    return nil
+  end
+  if n <= 7 then return {tonumber(s)} end
+  if n <= 14 then return {tonumber(string.sub(s, n - 6)), tonumber(string.sub(s, 1, n - 7))} end
+  if n <= 21 then
+    return {tonumber(string.sub(s, n - 6)), tonumber(string.sub(s, n - 13, n - 7)), tonumber(string.sub(s, 1, n - 14))}
+  end
+  local a, k = {}, 1
+  for i = n, 1, -7 do
+    a[k], k = tonumber(string.sub(s, i > 7 and i - 6 or 1, i)), k + 1
+  end
+  return a
+end
+
+-- N parses a field of a state or an argument: a canonical decimal below
+-- 2^63 (an int64 that is not negative); digits as for parse.
+local function N(s, digits)
+  if type(s) ~= 'string' or (#s == 19 and s > '9223372036854775807') then
+    return nil
+  end
+  return parse(s, 19, digits)
+end
+
+-- NA reads an argument as N does, false if it is not one. A library
+-- (functions.go) sets limbCache to a table once, when it loads, and NA
+-- then keeps what it read for each argument's text, as fast.lua's farg
+-- does: a rule's arguments are the same on every check. The numbers it
+-- keeps are shared by every later call, which reads them and never writes
+-- to them (see above); it holds at most 256 texts, then starts afresh. A
+-- script keeps nothing.
+local limbCache, limbCached = false, 0
+local function NA(s)
+  if limbCache then
+    local v = limbCache[s]
+    if v ~= nil then return v end
+  end
+  local v = N(s) or false
+  if limbCache and s then
+    if limbCached >= 256 then limbCache, limbCached = {}, 0 end
+    limbCache[s], limbCached = v, limbCached + 1
+  end
+  return v
+end
+
+local function S(a)
+  local n = #a
+  if n == 1 then return string.format('%d', a[1]) end
+  if n == 2 then return string.format('%d%07d', a[2], a[1]) end
+  if n == 3 then return string.format('%d%07d%07d', a[3], a[2], a[1]) end
+  local t = {string.format('%d', a[n])}
+  for i = n - 1, 1, -1 do
+    t[#t + 1] = string.format('%07d', a[i])
+  end
+  return table.concat(t)
+end
+
+local function trim(a)
+  local n = #a
+  while n > 1 and a[n] == 0 do
+    a[n] = nil
+    n = n - 1
+  end
+  return a
+end
+
+local function cmp(a, b)
+  local n, m = #a, #b
+  if n ~= m then
+    return n < m and -1 or 1
+  end
+  for i = n, 1, -1 do
+    local x, y = a[i], b[i]
+    if x ~= y then
+      return x < y and -1 or 1
+    end
+  end
+  return 0
+end
+
+local function iszero(a)
+  return #a == 1 and a[1] == 0
+end
+
+local function add(a, b)
+  local r, c = {}, 0
+  local n = #a
+  if #b > n then n = #b end
+  for i = 1, n do
+    local s = (a[i] or 0) + (b[i] or 0) + c
+    if s >= B then
+      r[i], c = s - B, 1
+    else
+      r[i], c = s, 0
+    end
+  end
+  if c > 0 then r[n + 1] = c end
+  return r
+end
+
+-- sub returns a - b for a >= b.
+local function sub(a, b)
+  local r, c = {}, 0
+  for i = 1, #a do
+    local s = a[i] - (b[i] or 0) - c
+    if s < 0 then
+      r[i], c = s + B, 1
+    else
+      r[i], c = s, 0
+    end
+  end
+  return trim(r)
+end
+
+local function mul(a, b)
+  local n, m = #a, #b
+  local r = {}
+  for i = 1, n + m do r[i] = 0 end
+  for i = 1, n do
+    local x, c = a[i], 0
+    if x ~= 0 then
+      for j = 1, m do
+        local s = r[i + j - 1] + x * b[j] + c -- < 2^53
+        c = math.floor(s / B)
+        r[i + j - 1] = s - c * B
+      end
+      r[i + m] = c -- untouched by earlier rows
+    end
+  end
+  return trim(r)
+end
+
+-- muls returns a * k for a whole 0 <= k < B.
+local function muls(a, k)
+  local r, c = {}, 0
+  for i = 1, #a do
+    local s = a[i] * k + c
+    c = math.floor(s / B)
+    r[i] = s - c * B
+  end
+  if c > 0 then r[#a + 1] = c end
+  return trim(r)
+end
+
+-- approx is a close double for a, used only to guess quotient limbs.
+local function approx(a)
+  local x = 0
+  for i = #a, 1, -1 do x = x * B + a[i] end
+  return x
+end
+
+-- shl returns a * B^k.
+local function shl(a, k)
+  if k == 0 or iszero(a) then return a end
+  local r = {}
+  for i = 1, k do r[i] = 0 end
+  for i = 1, #a do r[k + i] = a[i] end
+  return r
+end
+
+-- fromnum returns a whole 0 <= x < 2^53 in limbs.
+local function fromnum(x)
+  if x < B then return {x} end
+  local l1 = math.fmod(x, B)
+  local y = (x - l1) / B
+  if y < B then return {l1, y} end
+  local l2 = math.fmod(y, B)
+  return {l1, l2, (y - l2) / B}
+end
+
+-- divmod returns floor(a/d) and a mod d, for d > 0: in doubles when a is
+-- below 10^14 (fmod is exact, and so is the quotient of a - r, a multiple
+-- of d), else by long division with one limb of the quotient per step.
+-- Each limb is guessed from doubles (off by at most one or two) and then
+-- corrected exactly.
+local function divmod(a, d)
+  if cmp(a, d) < 0 then return Z, a end
+  if #a <= 2 then
+    local x, y = approx(a), approx(d)
+    local r = math.fmod(x, y)
+    return fromnum((x - r) / y), fromnum(r)
+  end
+  local q, r, dd = {}, a, approx(d)
+  for k = #a - #d, 0, -1 do
+    local dk = shl(d, k)
+    local g = math.floor(approx(r) / (dd * B ^ k))
+    if g > B - 1 then g = B - 1 elseif g < 0 then g = 0 end
+    local t = muls(dk, g)
+    while cmp(t, r) > 0 do
+      g = g - 1
+      t = sub(t, dk)
+    end
+    r = sub(r, t)
+    while cmp(r, dk) >= 0 do
+      g = g + 1
+      r = sub(r, dk)
+    end
+    q[k + 1] = g
+  end
+  return trim(q), r
+end
+
+-- divtime returns divmod(a, d) for an instant a (at most MaxTime, 2^62
+-- ns) and a span d > 0: the index of the window of length d that holds a,
+-- and how far into it a is. As fast.lua's fwindow, it works in doubles
+-- where that is exact, for d below 2^51 of whole microseconds or dividing
+-- a second: a is split into H s and L ns, and a in microseconds is below
+-- 2^53.
+local function divtime(a, d)
+  if #a == 3 and #d <= 3 then
+    local w = approx(d)
+    local l2 = a[2]
+    local r2 = math.fmod(l2, 100)
+    local H, L = a[3] * 100000 + (l2 - r2) / 100, r2 * B + a[1]
+    if w >= 1 and w < 2251799813685248 and H <= 4611686018 then
+      if math.fmod(w, 1000) == 0 then
+        local k = w / 1000
+        local lr = math.fmod(L, 1000)
+        local us = H * 1000000 + (L - lr) / 1000
+        local r = math.fmod(us, k)
+        return fromnum((us - r) / k), fromnum(r * 1000 + lr)
+      elseif math.fmod(1000000000, w) == 0 then
+        local m = 1000000000 / w
+        if H * m < 2251799813685248 then
+          local r = math.fmod(L, w)
+          return fromnum(H * m + (L - r) / w), fromnum(r)
+        end
+      end
+    end
+  end
+  return divmod(a, d)
+end
+
+-- fromtime returns the instant TIME replied, sec*10^9 + usec*10^3 ns, in
+-- limbs: usec*10^3 = lo + hi*10^7 with lo = (usec mod 10^4)*10^3 and hi <
+-- 100, and sec*100 + hi is below 2^53 (for sec below 9e13).
+local function fromtime(secs, usecs)
+  local sec, usec = tonumber(secs), tonumber(usecs)
+  local lo = (usec % 10000) * 1000
+  local c = sec * 100 + (usec - usec % 10000) / 10000
+  local l2 = math.fmod(c, B)
+  return trim({lo, l2, (c - l2) / B})
+end
+
+-- ceilms returns ceil(a / 10^6), for a below 2^63, as a decimal string:
+-- a nanosecond span in whole milliseconds, rounded up.
+local function ceilms(a)
+  local l1, l2, l3 = a[1], a[2] or 0, a[3] or 0
+  local r = l1 % 1000000
+  local ms = l3 * 100000000 + l2 * 10 + (l1 - r) / 1000000 -- < 2^53
+  if r ~= 0 then ms = ms + 1 end
+  return ms
+end
+
+local function max(a, b)
+  if cmp(a, b) < 0 then return b end
+  return a
+end
+
+-- Refund and Settle of any rule on one key, or on several keys at once (a
+-- composite's layers, which share a slot), each of a bucket rule (token
+-- bucket, GCRA, leaky bucket), a fixed window, a sliding log, a sliding
+-- counter or a sub-window, computed here and written in the same script,
+-- so that checks running at the same time never make it retry: the
+-- arithmetic of each rule's Machine (Refund, Settle) in exact limbs
+-- (arith.lua, which the script defines before this file). Every key is
+-- read first, and settled at one instant: now raised to the latest
+-- instant any key holds. The Go side runs each key's Machine on the state
+-- this script read, at that instant, and checks that it gives back,
+-- charges and writes exactly what this script did.
+--
+-- KEYS     the keys' states, "last ..." (see the Machine's encoding)
+-- ARGV[1]   now in ns since the Unix epoch, or '' for the server's TIME
+-- ARGV[2]   'r' refund, 's' settle
+-- ARGV[3]   refund: the cost to give back (each key gives back at
+--           most its capacity); settle: the cost charged, from 1 to each
+--           key's capacity (milli-units)
+-- ARGV[4]   settle: the actual cost, above 0 (milli-units)
+-- ARGV[5]   at: the admitting Decision's At, at least 0 (ns)
+-- ARGV[6]   expiry margin in ms
+-- Then a block of arguments per key, in the keys' order; key i's
+-- ARGV[SARG_x + PER * (i - 1)], PER the block's length:
+-- ARGV[7], ARGV[8] the pace, n milli-units per p ns;
+--           ARGV[9], ARGV[10] the capacity's span tau
+--           (ns, frac/n); ARGV[11] the capacity (milli-units).
+--           For a window rule, ARGV[7] (in the pace's place) is
+--           the window (ns), ARGV[8] (in the period's) '1' if
+--           it has CountRefused, and the capacity's span is unused
+-- ARGV[15]  a sub-window's buckets, from 1 to 60
+-- ARGV[12], ARGV[13] settle: the span of the cost
+--           charged (ns, frac/n)
+-- ARGV[14]  the rule's step (algorithms.go): 'm' a bucket
+--           rule, 'f' a fixed window, 'l' a sliding log,
+--           'c' a sliding counter, 's' a sub-window
+-- ARGV[16]  '1' for a key that is only read (a shadow layer's):
+--           its latest instant counts, its state must be one its rule
+--           could have written, and it is left as it is, giving back 0
+--
+-- Returns {now used before clamping, then for each key: its old state or
+-- '', the state written or '', given back (refund) or the cost as settled
+-- (settle), the expiry set in ms or ''}. A state that is not well formed,
+-- more than twice the capacity's span in debt, or (a window) counting more
+-- than twice the capacity (in a count, an entry, or a window but with
+-- CountRefused) or a window, bucket or entry later than now (but for a
+-- fixed window's count in the window after now's, which a Plans' move
+-- writes), is an error
+-- reply and nothing is written to any key: the states the Machine
+-- refuses. A key Redis does not hold gives nothing back and is not
+-- created, but for a settlement that charges.
+
+local function fail(why)
+  return redis.error_reply('RATELIMIT ' .. why)
+end
+
+-- Each key's arguments are a block of PER, from 7 on.
+local PER = 16 - 7 + 1
+local mode = ARGV[2]
+local c0, act, at, margin = N(ARGV[3]), N(ARGV[4]), N(ARGV[5]), N(ARGV[6])
+if not (c0 and at and margin) or iszero(c0) or (mode == 's' and not (act and not iszero(act)))
+    or (mode ~= 's' and mode ~= 'r') or #ARGV ~= 7 - 1 + PER * #KEYS then
+  return fail('invalid argument')
+end
+
+local MAXT = {7387904, 8601842, 46116} -- 2^62 ns: MaxTime
+local MAXTAT = N('9223372036854775807')
+local now
+if ARGV[1] == '' then
+  local tm = redis.call('TIME')
+  now = fromtime(tm[1], tm[2])
+else
+  now = N(ARGV[1])
+  if not now then return fail('invalid argument') end
+end
+if cmp(now, MAXT) > 0 then now = MAXT end
+local reading = S(now)
+
+-- parse reads a state as space-separated canonical decimals, the latest
+-- instant first, no later than MaxTime: their values and their strings;
+-- nil for anything else, and two empty lists for no state.
+local function parse(old)
+  local f, fs = {}, {}
+  if old == '' then return f, fs end
+  if old:find('[^ 0-9]') or old:find('  ') or old:byte(1) == 32 or old:byte(-1) == 32 then return nil end
+  for w in old:gmatch('%d+') do
+    local v = N(w, true)
+    if not v then return nil end
+    f[#f + 1], fs[#fs + 1] = v, w
+  end
+  if cmp(f[1], MAXT) > 0 then return nil end
+  return f, fs
+end
+
+-- Every key's state, read first, and one instant for all of them: now
+-- raised to the latest instant any of them holds.
+local olds, parsed = {}, {}
+for i = 1, #KEYS do
+  local v = redis.pcall('GET', KEYS[i])
+  if type(v) == 'table' then return fail('invalid state: ' .. tostring(v.err)) end
+  olds[i] = v or ''
+  local f, fs = parse(olds[i])
+  if f then
+    parsed[i] = {f, fs}
+    if f[1] and cmp(f[1], now) > 0 then now = f[1] end
+  end
+end
+
+-- settle runs the mode on key i at now, writing nothing: it returns the
+-- key's reply, {state read, state to write or '', given back or the cost
+-- as settled, the expiry to set in ms or ''}, or an error reply.
+local function settle(i, now)
+  local old = olds[i]
+  local function arg(s) return ARGV[s + PER * (i - 1)] end
+  local alg = arg(14)
+  local c = c0
+  local n, p, tau, tauf, cap = N(arg(7)), N(arg(8)), N(arg(9)), N(arg(10)), N(arg(11))
+  local window = alg == 'f' or alg == 'c' or alg == 'l' or alg == 's'
+  local counts = (alg == 'c' or alg == 's') and arg(8) == '1'
+  if window then p, tau, tauf = ONE, Z, Z end
+  if not (n and p and tau and tauf and cap) or iszero(n) or iszero(p) or (alg ~= 'm' and not window) then
+    return fail('invalid argument')
+  end
+  -- A refund gives back at most the key's capacity.
+  if mode == 'r' and cmp(c, cap) > 0 then c = cap end
+
+  -- A fresh key: nothing to give back.
+  local charging = mode == 's' and cmp(act, c) > 0
+  if old == '' and not charging then
+    local x = '0'
+    if mode == 's' then x = S(c) end
+    return {'', '', x, ''}
+  end
+
+  -- state reads the state read as "last" and k fields more, or "last" alone
+  -- (a reset key's), raising now to last, and returns the k fields, as many
+  -- zeros for "last" alone; nil for anything else.
+  local function state(k)
+    local f = {}
+    if old ~= '' then
+      f = {string.match(old, '^(%d+)' .. string.rep(' (%d+)', k) .. '$')}
+      if #f == 0 then f = {string.match(old, '^(%d+)$')} end
+      local last = f[1] and N(f[1], true)
+      if not last or cmp(last, MAXT) > 0 then return nil end
+      if cmp(last, now) > 0 then now = last end
+    end
+    local out = {}
+    for i = 1, k do
+      out[i] = Z
+      if f[i + 1] then
+        out[i] = N(f[i + 1], true)
+        if not out[i] then return nil end
+      end
+    end
+    return out
+  end
+
+  -- finish returns the reply for the state new, written with the expiry
+  -- px ms, or keeping the key's if px is '', unless it is the state read,
+  -- and the amount x.
+  local function finish(new, x, px)
+    if new == old then return {old, '', S(x), ''} end
+    return {old, new, S(x), px}
+  end
+
+  -- fields reads the state read as parse does (nil for a state that is
+  -- not well formed). The state() above cannot read a sub-window's, which
+  -- holds more numbers than a Lua pattern can capture.
+  local function fields()
+    local pf = parsed[i]
+    if not pf then return nil end
+    return pf[1], pf[2]
+  end
+
+  -- expiry is the expiry in ms for a Decision's ResetAfter reset (ns).
+  local function expiry(reset)
+    local ms = add(N(string.format('%d', ceilms(reset))), margin)
+    if cmp(ms, MAXTAT) > 0 then ms = MAXTAT end
+    return S(ms)
+  end
+
+  -- atnow is at, no later than now.
+  local function atnow()
+    if cmp(at, now) > 0 then return now end
+    return at
+  end
+
+  -- room is up to extra of what twice the capacity leaves beside used.
+  local function room(extra, used)
+    local c2 = add(cap, cap)
+    if cmp(used, c2) >= 0 then return Z end
+    local g = sub(c2, used)
+    if cmp(extra, g) < 0 then g = extra end
+    return g
+  end
+
+  -- settled runs the mode on a window rule, with its refund(cost), which
+  -- gives back up to cost of what was admitted at at, and its
+  -- charge(extra), which spends up to extra at now and returns what it
+  -- spent and the Decision's ResetAfter after it (a peek of the cost
+  -- charged). It returns what was given back or the cost as settled, and
+  -- the expiry to set ('' keeps the key's).
+  local function settled(refund, charge)
+    if mode == 'r' then return refund(c), '' end
+    if charging then
+      local g, reset = charge(sub(act, c))
+      return add(c, g), expiry(reset)
+    end
+    if cmp(act, c) == 0 then return c, '' end
+    return sub(c, refund(sub(c, act))), ''
+  end
+
+  -- A fixed window: "last win count", n the window.
+  if alg == 'f' then
+    local f = state(2)
+    if not f or cmp(f[2], add(cap, cap)) > 0 then return fail('invalid state') end
+    local sw, sc = f[1], f[2]
+    local win, e = divmod(now, n)
+    local left = sub(n, e)
+    if cmp(sw, add(win, ONE)) == 0 then
+      -- A count in the window after now's (a key a Plans moved in) holds
+      -- from now on, until that window ends, as the Machine's does.
+      win, left = sw, add(left, n)
+    elseif cmp(sw, win) > 0 then
+      return fail('invalid state')
+    end
+    local count = Z
+    if cmp(sw, win) == 0 then count = sc end
+    -- frefund gives back up to cost of what was admitted at at, in this window.
+    local function frefund(cost)
+      if iszero(count) or cmp(divmod(atnow(), n), win) ~= 0 then return Z end
+      local g = cost
+      if cmp(count, g) < 0 then g = count end
+      sw, sc = win, sub(count, g)
+      return g
+    end
+    local x, px = settled(frefund, function(extra)
+      local g = room(extra, count)
+      if not iszero(g) then sw, sc = win, add(count, g) end
+      -- The Decision's ResetAfter is the time left in the window.
+      return g, left
+    end)
+    local new = S(now) .. ' ' .. S(sw) .. ' ' .. S(sc)
+    return finish(new, x, px)
+  end
+
+  -- A sliding counter: "last win prev cur", n the window.
+  if alg == 'c' then
+    local f = state(3)
+    if not f or cmp(f[2], add(cap, cap)) > 0 or cmp(f[3], add(cap, cap)) > 0 then return fail('invalid state') end
+    local sw, sp, sc = f[1], f[2], f[3]
+    local win, e = divmod(now, n)
+    if cmp(sw, win) > 0 then return fail('invalid state') end
+    local prev, cur = Z, Z
+    if cmp(sw, win) == 0 then
+      prev, cur = sp, sc
+    elseif cmp(add(sw, ONE), win) == 0 then
+      prev = sc
+    end
+    local left = sub(n, e)
+    -- crefund gives back up to cost of what was admitted at at, in this
+    -- window or the one before.
+    local function crefund(cost)
+      local aw = divmod(atnow(), n)
+      local g = cost
+      if cmp(aw, win) == 0 then
+        if cmp(cur, g) < 0 then g = cur end
+        cur = sub(cur, g)
+      elseif cmp(add(aw, ONE), win) == 0 then
+        if cmp(prev, g) < 0 then g = prev end
+        prev = sub(prev, g)
+      else
+        g = Z
+      end
+      if not iszero(g) then sw, sp, sc = win, prev, cur end
+      return g
+    end
+    local x, px = settled(crefund, function(extra)
+      -- In use: the estimate at now, rounded up.
+      local q, r = divmod(mul(prev, left), n)
+      if not iszero(r) then q = add(q, ONE) end
+      local g = room(extra, add(q, cur))
+      if not iszero(g) then
+        cur = add(cur, g)
+        sw, sp, sc = win, prev, cur
+      end
+      -- The Decision's ResetAfter: a peek of the cost charged, after.
+      local reset = Z
+      if not iszero(cur) or counts then
+        reset = add(left, n)
+      elseif not iszero(prev) then
+        reset = left
+        if cmp(c, cap) <= 0 and cmp(mul(prev, left), mul(sub(cap, c), n)) <= 0 then reset = add(left, n) end
+      else
+        reset = add(left, n)
+      end
+      return g, reset
+    end)
+    local new = S(now) .. ' ' .. S(sw) .. ' ' .. S(sp) .. ' ' .. S(sc)
+    return finish(new, x, px)
+  end
+
+  -- A sliding log: "last t c t c ...", entries oldest first at strictly
+  -- increasing instants no later than now; n the window. An entry with
+  -- t + n <= now has expired.
+  if alg == 'l' then
+    local f, fs = fields()
+    if not f or (#f > 0 and #f % 2 == 0) then return fail('invalid state') end
+    local c2 = add(cap, cap)
+    -- An entry is live iff t > lo = now - n (every entry if now < n). k is
+    -- the first live entry's index (m + 1 for none), inside the cost the
+    -- live entries hold.
+    local lo = nil
+    if cmp(now, n) >= 0 then lo = sub(now, n) end
+    local m, k, inside = #f, #f + 1, Z
+    for i = 2, m, 2 do
+      local t, tc = f[i], f[i + 1]
+      if cmp(t, now) > 0 or (i > 2 and cmp(f[i - 2], t) >= 0) or iszero(tc) or cmp(tc, c2) > 0 then
+        return fail('invalid state')
+      end
+      -- The entries after a live one are live.
+      if k <= m or not lo or cmp(t, lo) > 0 then
+        if k > m then k = i end
+        inside = add(inside, tc)
+        if cmp(inside, c2) > 0 then return fail('invalid state') end
+      end
+    end
+    -- The entries written, as "t c" strings; nil: those read, as they were.
+    local parts = nil
+    -- lrefund gives back up to cost of the entry at at, if it is live; the
+    -- state then keeps the live entries only, and that one only if
+    -- something is left of it.
+    local function lrefund(cost)
+      local a = atnow()
+      if lo and cmp(a, lo) <= 0 then return Z end
+      for i = k, m, 2 do
+        local o = cmp(f[i], a)
+        if o > 0 then break end
+        if o == 0 then
+          local g = cost
+          if cmp(f[i + 1], g) < 0 then g = f[i + 1] end
+          parts = {}
+          for j = k, m, 2 do
+            if j ~= i then
+              parts[#parts + 1] = fs[j] .. ' ' .. fs[j + 1]
+            elseif cmp(f[j + 1], g) > 0 then
+              parts[#parts + 1] = fs[j] .. ' ' .. S(sub(f[j + 1], g))
+            end
+          end
+          return g
+        end
+      end
+      return Z
+    end
+    local x, px = settled(lrefund, function(extra)
+      -- An entry of what twice the capacity leaves room for at now, merged
+      -- into the newest if that is at now; the state then keeps the live
+      -- entries only.
+      local g = room(extra, inside)
+      if not iszero(g) then
+        parts = {}
+        local merge = k < m and cmp(f[m - 1], now) == 0
+        for j = k, m, 2 do
+          if merge and j == m - 1 then
+            parts[#parts + 1] = fs[j] .. ' ' .. S(add(f[j + 1], g))
+          else
+            parts[#parts + 1] = fs[j] .. ' ' .. fs[j + 1]
+          end
+        end
+        if not merge then parts[#parts + 1] = S(now) .. ' ' .. S(g) end
+      end
+      -- The Decision's ResetAfter, a peek of the cost charged: a window
+      -- from now if it is admitted or the charge made an entry at now,
+      -- else until the newest entry leaves the window.
+      if iszero(g) and cmp(add(inside, c), cap) > 0 then return g, sub(add(f[m - 1], n), now) end
+      return g, n
+    end)
+    local out = {S(now)}
+    if parts then
+      for i = 1, #parts do out[i + 1] = parts[i] end
+    else
+      for i = 2, m do out[i] = fs[i] end
+    end
+    return finish(table.concat(out, ' '), x, px)
+  end
+
+  -- A sub-window: "last sc n...", the latest bucket's index sc and the
+  -- counts of buckets sc-k+1 to sc, oldest first, in buckets of g = n/k ns;
+  -- a bucket before the origin holds nothing.
+  if alg == 's' then
+    local kk = N(arg(15))
+    if not kk or iszero(kk) or #kk > 1 or kk[1] > 60 then return fail('invalid argument') end
+    local k = kk[1]
+    local g, gr = divmod(n, kk)
+    if not iszero(gr) then return fail('invalid argument') end
+    local f = fields()
+    if not f or (#f > 1 and #f ~= k + 2) then return fail('invalid state') end
+    local c2 = add(cap, cap)
+    local win = divmod(now, g)
+    local sc, a, sum = Z, {}, Z
+    for i = 1, k do a[i] = Z end
+    if #f > 1 then
+      sc = f[2]
+      if cmp(sc, win) > 0 then return fail('invalid state') end
+      for i = 1, k do
+        local v = f[i + 2]
+        if cmp(v, c2) > 0 or (not iszero(v) and cmp(add(sc, {i}), kk) < 0) then return fail('invalid state') end
+        sum = add(sum, v)
+        if not counts and cmp(sum, c2) > 0 then return fail('invalid state') end
+        a[i] = v
+      end
+    end
+    -- d buckets from sc to win: bucket sc-k+i is in the window iff i > d.
+    local d = sub(win, sc)
+    -- srefund gives back up to cost of what bucket at/g holds, if it is in
+    -- the window.
+    local function srefund(cost)
+      local j = divmod(atnow(), g)
+      local jk = add(j, kk)
+      if cmp(j, sc) > 0 or cmp(jk, sc) <= 0 or cmp(jk, win) <= 0 then return Z end
+      local i = sub(jk, sc)[1]
+      local v = a[i]
+      if iszero(v) then return Z end
+      local x = cost
+      if cmp(v, x) < 0 then x = v end
+      a[i] = sub(v, x)
+      return x
+    end
+    local x, px = settled(srefund, function(extra)
+      -- Into bucket win, while the window holds less than twice the
+      -- capacity; the state moves on to bucket win.
+      local total = Z
+      for i = 1, k do
+        if cmp({i}, d) > 0 then total = add(total, a[i]) end
+      end
+      local ex = room(extra, total)
+      if not iszero(ex) then
+        local b = {}
+        for i = 1, k do
+          b[i] = Z
+          if cmp(d, kk) < 0 then b[i] = a[i + d[1]] or Z end
+        end
+        b[k] = add(b[k], ex)
+        a, sc, d = b, win, Z
+      end
+      -- The Decision's ResetAfter, a peek's of the cost charged: until
+      -- bucket win leaves the window if the peek admits the cost or counts
+      -- it refused (into bucket win, below the capacity), else until the
+      -- newest bucket in the window that holds anything leaves it, 0 for
+      -- none.
+      local cur = Z
+      if iszero(d) then cur = a[k] end
+      if cmp(add(add(total, ex), c), cap) <= 0 or (counts and cmp(cur, cap) < 0) then
+        return ex, sub(mul(add(win, kk), g), now)
+      end
+      for i = k, 1, -1 do
+        if cmp({i}, d) <= 0 then break end
+        if not iszero(a[i]) then return ex, sub(mul(add(sc, {i}), g), now) end
+      end
+      return ex, Z
+    end)
+    local out = {S(now), S(sc)}
+    for i = 1, k do out[i + 2] = S(a[i]) end
+    return finish(table.concat(out, ' '), x, px)
+  end
+
+  -- A bucket rule: "last t f".
+  local f = state(2)
+  if not f or cmp(f[2], n) >= 0 then return fail('invalid state') end
+  local ts, fr = f[1], f[2]
+
+  -- The debt: how far the schedule runs ahead of now, at most 2 tau.
+  local dn, df = Z, Z
+  if cmp(ts, now) >= 0 then
+    dn, df = sub(ts, now), fr
+    local t2, f2 = add(tau, tau), add(tauf, tauf)
+    if cmp(f2, n) >= 0 then t2, f2 = add(t2, ONE), sub(f2, n) end
+    local k = cmp(dn, t2)
+    if k > 0 or (k == 0 and cmp(df, f2) > 0) then return fail('invalid state') end
+  end
+
+  -- milli(ns, frac) is (ns*n + frac)/p, rounded down, and whether it is exact.
+  local function milli(ns, frac)
+    local q, r = divmod(add(mul(ns, n), frac), p)
+    return q, iszero(r)
+  end
+
+  -- span(g) is the time g milli-units take: (g*p)/n ns plus frac/n.
+  local function span(g)
+    return divmod(mul(g, p), n)
+  end
+
+  -- refund gives back up to cost milli-units of what was admitted at at.
+  local function refund(cost)
+    local g, a = cost, atnow()
+    local held = milli(dn, df)
+    if cmp(held, g) < 0 then g = held end
+    local e = sub(now, a)
+    if not iszero(e) then
+      if cmp(e, tau) > 0 then return Z end
+      local q, exact = milli(e, Z)
+      if not exact then q = add(q, ONE) end
+      if cmp(q, cost) >= 0 then return Z end
+      local left = sub(cost, q)
+      if cmp(left, g) < 0 then g = left end
+    end
+    if iszero(g) then return Z end
+    local sn, sf = span(g)
+    if cmp(fr, sf) < 0 then
+      ts, fr = sub(ts, add(sn, ONE)), sub(add(fr, n), sf)
+    else
+      ts, fr = sub(ts, sn), sub(fr, sf)
+    end
+    return g
+  end
+
+  -- charge spends up to extra milli-units at now, into a debt of at most
+  -- twice the capacity in use, never moving the schedule past MAXTAT.
+  local function charge(extra)
+    local spent, exact = milli(dn, df)
+    if not exact then spent = add(spent, ONE) end
+    local g = room(extra, spent)
+    if iszero(g) then return Z end
+    if cmp(ts, now) < 0 then ts, fr = now, Z end
+    local room
+    if cmp(ts, MAXTAT) == 0 then
+      room = Z
+    elseif iszero(fr) then
+      room = milli(sub(MAXTAT, ts), Z)
+    else
+      room = milli(sub(sub(MAXTAT, ts), ONE), sub(n, fr))
+    end
+    if cmp(room, g) < 0 then
+      g = room
+      if iszero(g) then return Z end
+    end
+    local sn, sf = span(g)
+    ts, fr = add(ts, sn), add(fr, sf)
+    if cmp(fr, n) >= 0 then ts, fr = add(ts, ONE), sub(fr, n) end
+    return g
+  end
+
+  local x, px = nil, ''
+  if mode == 'r' then
+    x = refund(c)
+  elseif charging then
+    x = add(c, charge(sub(act, c)))
+    -- The expiry is the Decision's ResetAfter (a peek of the cost charged
+    -- after the charge) plus the margin, as a check sets it.
+    local dn2, df2 = Z, Z
+    if cmp(ts, now) >= 0 then dn2, df2 = sub(ts, now), fr end
+    local cn, cf = N(arg(12)), N(arg(13))
+    if not (cn and cf) then return fail('invalid argument') end
+    local nn, nf = add(dn2, cn), add(df2, cf)
+    if cmp(nf, n) >= 0 then nn, nf = add(nn, ONE), sub(nf, n) end
+    local k = cmp(nn, tau)
+    if k < 0 or (k == 0 and cmp(nf, tauf) <= 0) then dn2, df2 = nn, nf end
+    if not iszero(df2) then dn2 = add(dn2, ONE) end
+    px = expiry(dn2)
+  elseif cmp(act, c) == 0 then
+    x = c
+  else
+    x = sub(c, refund(sub(c, act)))
+  end
+
+  local new = S(now) .. ' ' .. S(ts) .. ' ' .. S(fr)
+  return finish(new, x, px)
+end
+
+local out, writes = {reading}, {}
+for i = 1, #KEYS do
+  local r = settle(i, now)
+  if r.err then return r end
+  -- A key kept as it is was settled only to check its state.
+  if ARGV[16 + PER * (i - 1)] == '1' then r = {r[1], '', '0', ''} end
+  writes[i] = r
+end
+-- Every key computed: write them together.
+for i = 1, #KEYS do
+  local r = writes[i]
+  if r[2] ~= '' then
+    if r[4] ~= '' then
+      redis.call('SET', KEYS[i], r[2], 'PX', r[4])
+    else
+      redis.call('SET', KEYS[i], r[2], 'KEEPTTL')
+    end
+  end
+  for k = 1, 4 do out[#out + 1] = r[k] end
+end
+return out
+
+end
+local function ops(KEYS, ARGV, redis)
+-- The after-the-fact operations (Peek, Refund, Settle, Reset) on one key or on a
+-- composite's layer keys, which share a slot: read the keys' states and
+-- the instant, compare and set them, or reset them. The arithmetic is done
+-- in Go by the rules' Machines; this script only reads and writes whole
+-- states, atomically.
+--
+-- KEYS     the keys
+-- ARGV[1]  now in ns since the Unix epoch, or '' for the server's TIME
+-- ARGV[2]  'r' read; 'w' compare and set; 'p' compare and set with
+--          expiries; 'z' reset
+-- 'w':     ARGV[2 + 2i - 1], ARGV[2 + 2i]: key i's state as it was read
+--          ('' for none) and the state to write ('' to leave the key
+--          alone). Every key is written only if every key still holds
+--          what was read. A written key keeps its expiry: a refund only
+--          brings the instant its state is as good as a fresh key's
+--          nearer, so the expiry the last check set still covers it. A key
+--          that no longer exists is never written (SET KEEPTTL would make
+--          it a key without expiry).
+-- 'p':     as 'w', with a third argument per key after those two, at
+--          ARGV[2 + 3i]: the expiry in ms to set with the new state (a
+--          settlement's charge brings the instant its state is as good as
+--          a fresh key's later, so the expiry must move with it), or '' to
+--          keep the key's expiry as 'w' does. A key with an expiry given
+--          is written even if it did not exist (read as '', a fresh key).
+-- 'z':     ARGV[3] the expiry margin in ms. Every key that exists is
+--          replaced by the state of a fresh key that keeps the key's clamp
+--          on time, its latest instant and nothing else, expiring after the
+--          margin (a check on such a state would set that expiry too); a
+--          key whose state is not well formed, or of another type than a
+--          string, has no clamp to keep, and is deleted. ARGV[4] is an
+--          instant the store used for the keys without telling Redis (its
+--          deny cache's), '0' if none: the clamp kept is at least that.
+--
+-- Returns {1 if done else 0, the instant (before clamping), then each
+-- key's state or '' as read}; 'w' done and 'z' return no states. A key
+-- of another type than a string is, but for 'z', an error reply. A 'w'
+-- that was not done returns what a read would, for the next attempt.
+
+local function later(a, b)
+  return #a > #b or (#a == #b and a > b)
+end
+
+local now = ARGV[1]
+if now == '' then
+  local tm = redis.call('TIME')
+  now = string.format('%d%09d', tonumber(tm[1]), tonumber(tm[2]) * 1000)
+end
+local mode = ARGV[2]
+-- A key that holds another type than a string (a hash, a list, ...) is a
+-- corrupted state: a reset deletes it, anything else is refused.
+local cur, wrong = {}, {}
+for i = 1, #KEYS do
+  local v = redis.pcall('GET', KEYS[i])
+  if type(v) == 'table' then
+    if mode ~= 'z' then return redis.error_reply('RATELIMIT invalid state: ' .. tostring(v.err)) end
+    v, wrong[i] = '', true
+  end
+  cur[i] = v
+end
+
+if mode == 'w' or mode == 'p' then
+  local k = mode == 'p' and 3 or 2
+  local same = true
+  for i = 1, #KEYS do
+    if (cur[i] or '') ~= ARGV[3 + k * (i - 1)] then same = false end
+  end
+  if same then
+    for i = 1, #KEYS do
+      local new, px = ARGV[4 + k * (i - 1)], ''
+      if k == 3 then px = ARGV[5 + 3 * (i - 1)] end
+      if new ~= '' then
+        if px ~= '' then
+          redis.call('SET', KEYS[i], new, 'PX', px)
+        elseif cur[i] then
+          redis.call('SET', KEYS[i], new, 'KEEPTTL')
+        end
+      end
+    end
+    return {1, now}
+  end
+elseif mode == 'z' then
+  for i = 1, #KEYS do
+    if cur[i] then
+      -- The latest instant, if it is a canonical decimal within MaxTime;
+      -- a state that is not well formed keeps no clamp.
+      local last = not wrong[i] and string.match(cur[i], '^%d+')
+      if last and (#last == 1 or string.byte(last, 1) ~= 48) and not later(last, '4611686018427387904') then
+        if later(ARGV[4], last) then last = ARGV[4] end
+        redis.call('SET', KEYS[i], last, 'PX', ARGV[3])
+      else
+        redis.call('DEL', KEYS[i])
+      end
+    end
+  end
+  return {1, now}
+end
+
+local out = {mode == 'r' and 1 or 0, now}
+for i = 1, #KEYS do out[#out + 1] = cur[i] or '' end
+return out
+
+end
 -- A check of one key of a rule set of plans (see Plans), atomically: read
 -- the key's record, which names the keys that hold its state. If it names
 -- the keys of the plan the check is under, or the key has none, run that
@@ -2284,16 +3260,21 @@ end
 -- KEYS[1]        the key's record
 -- KEYS[2..n+1]   the plan's keys, in layer order
 -- 'm': KEYS[n+2..n+k+1] the keys the record named that are not the plan's
--- ARGV[1]  'c' check; 'm' move, then check
--- ARGV[2]  's' a plan of one rule; 'l' a plan of layers
+-- ARGV[1]  'c' check; 'm' move, then check; 'z' reset (see below)
+-- ARGV[2]  the operation once the record names the plan's keys: 's' a
+--          check of a plan of one rule; 'l' a check of a plan of layers;
+--          'x' a refund or settlement (settle.lua's); 'o' a read (ops.lua's)
 -- ARGV[3]  the plan's record but for its last line: the plan's keys,
 --          separated by single spaces, a newline and the plan as JSON
 -- ARGV[4]  n, the number of the plan's keys
 -- ARGV[5]  the prefix that every key a record names starts with
 -- ARGV[6]  now in ns since the Unix epoch, or '' for the server's TIME,
 --          as the check's own arguments say it
--- ARGV[7]  the index of the check's first argument: step.lua's arguments
---          for 's', layers.lua's for 'l', from there to the end
+-- ARGV[7]  the index of the operation's first argument: step.lua's
+--          arguments for 's', layers.lua's for 'l', from there to the end;
+--          for 'x' and 'o', a mask of the plan's keys the operation takes
+--          ('1' or '0' per key, in layer order), then settle.lua's or
+--          ops.lua's arguments
 -- 'm':     ARGV[8] the record as read ('' none), ARGV[9] the record to
 --          write (the same to leave it), ARGV[10] its expiry in ms, ARGV[11]
 --          k; then per plan's
@@ -2301,12 +3282,18 @@ end
 --          its expiry in ms; then per old key: its state as read, '1' to
 --          delete it ('' to leave it).
 --
+-- 'z':     ARGV[8] the part of a key's name after a plan's layer's head
+--          that the key's own keys end with (a layer without a Key). Every
+--          plan's key, every key the record names that is the key's own,
+--          and the record are deleted, as in process a reset drops the
+--          key's entries; returns {'z'}.
+--
 -- A record is three lines: the keys of the plan that holds the key's
 -- state, the plan as JSON, and what the key's last move carried into the
 -- plan's first layer (see ratelimit.MoveState), or an empty last line.
 --
--- Returns {'c', then the check's reply as step.lua or layers.lua returns
--- it}; {'m', the instant (before clamping), the record, the number of keys
+-- Returns {'c', then the operation's reply as step.lua, layers.lua,
+-- settle.lua or ops.lua returns it}; {'m', the instant (before clamping), the record, the number of keys
 -- it names, their states, then the plan's keys' states} (a state '' for
 -- none); {'a'} for a move whose keys no longer hold what was read. A
 -- record or state of another type than a string, or a record that is not
@@ -2322,6 +3309,23 @@ local n, prefix = tonumber(ARGV[4]), ARGV[5]
 local id = ARGV[3] .. '\n'
 local rec, err = get(KEYS[1])
 if err then return redis.error_reply('RATELIMIT invalid record: ' .. err) end
+
+if ARGV[1] == 'z' then
+  -- The plan's keys, and the key's own keys the record names (a layer
+  -- with a Key shares its key with other keys: it stays as it is).
+  for i = 1, n do redis.call('DEL', KEYS[i + 1]) end
+  local own = ARGV[8]
+  local nl = string.find(rec, '\n', 1, true)
+  if nl then
+    for w in string.gmatch(string.sub(rec, 1, nl - 1), '[^ ]+') do
+      if #w > #own and string.sub(w, 1, #prefix) == prefix and string.sub(w, -#own) == own then
+        redis.call('DEL', w)
+      end
+    end
+  end
+  redis.call('DEL', KEYS[1])
+  return {'z'}
+end
 
 if ARGV[1] == 'm' then
   local k = tonumber(ARGV[11])
@@ -2391,13 +3395,27 @@ local noting = setmetatable({call = function(cmd, ...)
   return real.call(cmd, ...)
 end}, {__index = real})
 local keys, args = {}, {}
-for i = 1, n do keys[i] = KEYS[i + 1] end
-for j = tonumber(ARGV[7]), #ARGV do args[#args + 1] = ARGV[j] end
-local r
-if ARGV[2] == 's' then
-  r = single(keys, args, noting)
+local first, kind = tonumber(ARGV[7]), ARGV[2]
+if kind == 'x' or kind == 'o' then
+  -- The keys the mask names.
+  local mask = ARGV[first]
+  for i = 1, n do
+    if string.sub(mask, i, i) == '1' then keys[#keys + 1] = KEYS[i + 1] end
+  end
+  first = first + 1
 else
+  for i = 1, n do keys[i] = KEYS[i + 1] end
+end
+for j = first, #ARGV do args[#args + 1] = ARGV[j] end
+local r
+if kind == 's' then
+  r = single(keys, args, noting)
+elseif kind == 'l' then
   r = layered(keys, args, noting)
+elseif kind == 'x' then
+  r = settled(keys, args, noting)
+else
+  r = ops(keys, args, noting)
 end
 if type(r) == 'table' and r.err then return r end
 if longest then
