@@ -13,19 +13,19 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrConflict means an operation computed in Go and written with a
-// compare-and-set found its keys changed by other requests between
-// reading and writing them on every one of its attempts; nothing was
-// spent. Only the CheckWithin and Wait of a leaky bucket (see
-// [Store.CheckWithinContext]) and of a [Composite] with a leaky bucket
-// layer return it: every check writes its keys, so a key checked by many
-// processes at once (more often than once per round trip) can refuse most
-// of those this way. Refunds and settlements, a [Store]'s and a
-// [Composite]'s, of every rule, run in one script and never return it.
+// ErrConflict was returned by a leaky bucket's CheckWithin and Wait (a
+// [Store]'s, and a [Composite]'s with a leaky bucket layer) when they were
+// computed in Go and written with a compare-and-set that concurrent
+// requests kept changing under them. They now run in one script, as every
+// check, refund and settlement of a Store and a Composite does, and no
+// operation of this package returns it.
+//
+// Deprecated: nothing returns it; errors.Is(err, ErrConflict) is always
+// false.
 var ErrConflict = errors.New("redisstore: compare-and-set conflicted with concurrent requests on every attempt")
 
 // casAttempts bounds the attempts of an operation written with a
-// compare-and-set (a leaky bucket's CheckWithin).
+// compare-and-set.
 const casAttempts = 8
 
 // opsScript reads, compares and sets, and resets keys (see ops.lua).

@@ -2,7 +2,11 @@ package redisstore
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +15,122 @@ import (
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 )
+
+// withinChecks is what a hot-key round calls: a Store's or a Composite's
+// CheckWithinContext.
+type withinChecks func(ctx context.Context, key string, cost ratelimit.Units, maxDelay time.Duration) (ratelimit.Decision, error)
+
+// TestLeakyCheckWithinHotKey: 64 goroutines call CheckWithin on one leaky
+// bucket key at once, with small caps on the Delay, through a Store and
+// through a Composite with a leaky bucket layer. None may fail (a
+// leaky bucket's CheckWithin is one script call, which has nothing to
+// conflict with), and each round, all at one instant of the client clock
+// with one cap, must give the in-process Decisions: costs of one unit at
+// one instant queue up one after another until the cap or the capacity
+// refuses, and from then on every request is refused alike, so the
+// Decisions, in whatever order the calls ran, are the in-process ones for
+// the same calls made one by one.
+func TestLeakyCheckWithinHotKey(t *testing.T) {
+	rdb := needRedis(t)
+	const goroutines, perGoroutine = 64, 8
+	leaky := ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(1000), Capacity: 400, Delay: 20, Name: "leaky"}
+	global := ratelimit.GCRA{Rate: ratelimit.PerSecond(100_000), Burst: 100_000, Name: "global"}
+	caps := []time.Duration{0, time.Millisecond, 50 * time.Millisecond, 250*time.Millisecond + 1, time.Second}
+	kinds := []struct {
+		name string
+		make func(t *testing.T, clk *ratelimit.ManualClock) (want, got withinChecks)
+	}{
+		{"store", func(t *testing.T, clk *ratelimit.ManualClock) (withinChecks, withinChecks) {
+			local, err := ratelimit.NewStore(leaky, ratelimit.WithClock(clk))
+			require.NoError(t, err)
+			s, err := New(rdb, leaky, WithClock(clk), WithPrefix(testPrefix()), WithTimeout(10*time.Second))
+			require.NoError(t, err)
+			return func(_ context.Context, key string, cost ratelimit.Units, maxDelay time.Duration) (ratelimit.Decision, error) {
+				return local.CheckWithin(key, cost, maxDelay)
+			}, s.CheckWithinContext
+		}},
+		{"composite", func(t *testing.T, clk *ratelimit.ManualClock) (withinChecks, withinChecks) {
+			layers := []ratelimit.Layer{{Rule: leaky}, {Rule: global, Key: func(string) string { return "all" }}}
+			local, err := ratelimit.Compose(layers, ratelimit.WithClock(clk))
+			require.NoError(t, err)
+			c, err := NewComposite(rdb, []Layer{{Layer: layers[0]}, {Layer: layers[1]}}, WithClock(clk), WithPrefix(testPrefix()), WithTimeout(10*time.Second))
+			require.NoError(t, err)
+			return func(_ context.Context, key string, cost ratelimit.Units, maxDelay time.Duration) (ratelimit.Decision, error) {
+				return local.CheckWithin(key, cost, maxDelay)
+			}, c.CheckWithinContext
+		}},
+	}
+	for _, kind := range kinds {
+		t.Run(kind.name, func(t *testing.T) {
+			clk := ratelimit.NewManualClock(unixNow)
+			want, got := kind.make(t, clk)
+			var conflicts, failures, admitted int
+			for round, maxDelay := range caps {
+				clk.Advance(time.Duration(round) * 300 * time.Millisecond)
+				out := make([]ratelimit.Decision, 0, goroutines*perGoroutine)
+				var errs []error
+				var mu sync.Mutex
+				var wg sync.WaitGroup
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				for range goroutines {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for range perGoroutine {
+							d, err := got(ctx, "hot", ratelimit.Unit, maxDelay)
+							mu.Lock()
+							if err != nil {
+								errs = append(errs, err)
+							} else {
+								out = append(out, d)
+							}
+							mu.Unlock()
+						}
+					}()
+				}
+				done := make(chan struct{})
+				go func() { wg.Wait(); close(done) }()
+				select {
+				case <-done:
+				case <-time.After(30 * time.Second):
+					t.Fatalf("round %d: the checks did not return within 30 s", round)
+				}
+				cancel()
+				for _, err := range errs {
+					failures++
+					if errors.Is(err, ErrConflict) {
+						conflicts++
+					}
+				}
+				if failures > 0 {
+					t.Fatalf("round %d (cap %v): %d of %d calls failed, %d with ErrConflict; the first: %v",
+						round, maxDelay, failures, goroutines*perGoroutine, conflicts, errs[0])
+				}
+				var local []ratelimit.Decision
+				for range goroutines * perGoroutine {
+					d, err := want(context.Background(), "hot", ratelimit.Unit, maxDelay)
+					require.NoError(t, err)
+					local = append(local, d)
+					if d.Allowed {
+						admitted++
+					}
+				}
+				require.Equal(t, sortedDecisions(local), sortedDecisions(out), "round %d (cap %v)", round, maxDelay)
+			}
+			require.Positive(t, admitted)
+		})
+	}
+}
+
+// sortedDecisions returns ds as sorted text, to compare as a multiset.
+func sortedDecisions(ds []ratelimit.Decision) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = fmt.Sprintf("%+v", d)
+	}
+	slices.Sort(out)
+	return out
+}
 
 // withinModel is ratelimit.Store.CheckWithin for the one key of l, a leaky
 // bucket's single-key limiter, made of its Peek and Check: a request the
