@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/ratekit/ratelimit"
 )
@@ -15,9 +16,11 @@ import (
 var algorithms = []algorithm{
 	{name: "token_bucket", step: &meterStep, lease: &leasing{meter: true}},
 	{name: "gcra", step: &meterStep, lease: &leasing{meter: true}},
-	// A leaky bucket's Delay is only the Decision's, which the Machine
-	// computes in Go: its state, and so its step, are the token bucket's.
-	// It cannot lease: each admission has its own Delay.
+	// A leaky bucket's state, and so its step, are the token bucket's; its
+	// Delay is the Decision's, which the Machine computes in Go, but for a
+	// check bounded on it (CheckWithin, Wait), which sends the step the
+	// bound (argMaxDelay). It cannot lease: each admission has its own
+	// Delay.
 	{name: "leaky_bucket", step: &meterStep, delays: true},
 	{name: "fixed_window", step: &fixedStep, lease: &leasing{span: windowSpan, spans: oneSpan}},
 	// It cannot lease: an admission counts from the instant it is
@@ -33,7 +36,8 @@ type algorithm struct {
 	step  *scriptStep // the step of the check's script it runs
 	lease *leasing    // how it leases (see NewLeased); nil: it cannot
 	// delays says its admissions may carry a Delay (see
-	// Composite.CheckLayers).
+	// Composite.CheckLayers): a check bounded on it sends its step the
+	// step's bound arguments (see appendBound).
 	delays bool
 }
 
@@ -51,6 +55,11 @@ type scriptStep struct {
 	// that the script's exact function calls for it; "" for the limbs
 	// (limbs.lua), which the exact function runs last.
 	exact string
+	// bound are the arguments that a check bounded on its Delay sends
+	// after slots (see appendBound), and a check without a bound does not
+	// send (the step reads them as nil); none for a step whose algorithms
+	// never delay.
+	bound []*slot
 }
 
 // slot is one argument of the check's step: its index in the arguments
@@ -86,6 +95,17 @@ var (
 	argCostFrac = &slot{at: 8, name: "COST_FRAC"}                                                               // and frac/n
 )
 
+// A bucket's check bounded on its Delay (a leaky bucket's CheckWithin, and
+// each attempt of its Wait with a deadline) sends these two more: the
+// least queue ahead of the request, ns and frac/n, at which its Delay would
+// be over the bound (see appendBound). The step then refuses an admission
+// that finds at least that much queued ahead, and writes nothing for a
+// request it does not admit.
+var (
+	argMaxDelay     = &slot{at: 9, name: "MAX_DELAY"}
+	argMaxDelayFrac = &slot{at: 10, name: "MAX_DELAY_FRAC"}
+)
+
 // A window rule's arguments.
 var (
 	argWindow   = &slot{at: 4, name: "WINDOW", rule: func(p ratelimit.Params) string { return strconv.FormatInt(p.WindowNanos, 10) }}
@@ -109,7 +129,8 @@ const refusedLook = "2"
 
 // The steps.
 var (
-	meterStep   = scriptStep{code: "m", lua: "METER", exact: "pmeter", slots: []*slot{argPace, argTau, argTauFrac, argCostSpan, argCostFrac}}
+	meterStep = scriptStep{code: "m", lua: "METER", exact: "pmeter", slots: []*slot{argPace, argTau, argTauFrac, argCostSpan, argCostFrac},
+		bound: []*slot{argMaxDelay, argMaxDelayFrac}}
 	fixedStep   = scriptStep{code: "f", lua: "FIXED", slots: []*slot{argWindow, argCapacity}}
 	logStep     = scriptStep{code: "l", lua: "LOG", slots: []*slot{argWindow, argCapacity}}
 	counterStep = scriptStep{code: "c", lua: "COUNTER", slots: []*slot{argWindow, argCapacity, argRefused}}
@@ -200,4 +221,33 @@ func (a stepArgs) appendCheck(dst []any, st *scriptStep, m *ratelimit.Machine, n
 		args[argCostSpan.at], args[argCostFrac.at] = u(ns), u(frac)
 	}
 	return dst
+}
+
+// appendBound appends to dst, a check's arguments for the meter step of
+// rule p, a leaky bucket's, the arguments that bound its Delay (the step's
+// bound, see argMaxDelay) for a request that may wait at most budget. An
+// admission goes on once the queue ahead of it beyond the rule's Delay
+// span has drained, so its Delay is over budget exactly when the queue
+// ahead is at least budget plus that span plus 1/n. Every admission finds
+// less than the capacity's span queued ahead (its own cost must fit too),
+// so a longer bound is sent as that span, which keeps it in the fast
+// path's range whenever the rule is; a negative budget, which no request
+// fits, is sent as 0.
+func appendBound(dst []any, p ratelimit.Params, budget time.Duration) []any {
+	ns, frac := p.TauNanos, p.TauFrac
+	switch {
+	case budget < 0:
+		ns, frac = 0, 0
+	case uint64(budget) <= p.TauNanos:
+		// Below 2^63 each, so the sum cannot overflow. A longer budget
+		// is at least a whole ns beyond the capacity's span.
+		bn, bf := p.DelayNanos+uint64(budget), p.DelayFrac+1
+		if bf == p.RateUnits {
+			bn, bf = bn+1, 0
+		}
+		if bn < ns || (bn == ns && bf < frac) {
+			ns, frac = bn, bf
+		}
+	}
+	return append(dst, u(ns), u(frac)) // argMaxDelay, argMaxDelayFrac
 }

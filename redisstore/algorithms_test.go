@@ -28,7 +28,8 @@ func coreAlgorithms(t *testing.T) []string {
 // TestAlgorithmTable checks the table of algorithms against the core and
 // against itself: one entry for each of the core's algorithms and no
 // other, benchRules (one rule per algorithm) covering them all, each
-// step's arguments in order from argRule with no gap, one code and one
+// step's arguments in order from argRule with no gap and its bound after
+// them (appendBound's order for an algorithm that delays), one code and one
 // Lua name per step, one index per argument name, a lease that either
 // decays (a bucket) or has a span and a count of them, each step named in
 // settle.lua (its refunds and settlements), and settle.lua's arguments in
@@ -77,6 +78,16 @@ func TestAlgorithmTable(t *testing.T) {
 				assert.Same(t, o, sl, "%s: ARG_%s names two arguments", a.name, sl.name)
 			}
 			slots[sl.name] = sl
+		}
+		for i, sl := range st.bound {
+			assert.Equal(t, argRule+len(st.slots)+i, sl.at, "%s: bound argument %s", a.name, sl.name)
+			if o, ok := slots[sl.name]; ok {
+				assert.Same(t, o, sl, "%s: ARG_%s names two arguments", a.name, sl.name)
+			}
+			slots[sl.name] = sl
+		}
+		if a.delays {
+			assert.Equal(t, []*slot{argMaxDelay, argMaxDelayFrac}, st.bound, "%s: its step's bound, in appendBound's order", a.name)
 		}
 		assert.Equal(t, st.takes(argCostSpan), st.takes(argCostFrac), a.name)
 		assert.Contains(t, settleLua, "ALG_"+st.lua, "%s: settle.lua has no refund or settlement for it", a.name)
@@ -140,6 +151,16 @@ func TestStepArgs(t *testing.T) {
 			assert.Equal(t, want, s.args(3000, 0, true), "a look")
 			assert.Equal(t, want, s.lookArgs.appendCheck(nil, s.alg.step, s.m, "5", 3000), "a composite's layer")
 			assert.Equal(t, "7", s.args(3000, 7, false)[argNow.at], "the floor")
+			if s.alg.delays {
+				bound := func(budget time.Duration) []any { return s.withinArgs(3000, 0, budget)[len(want):] }
+				assert.Equal(t, []any{"0", "0"}, bound(-1), "a negative budget: every queue is too long")
+				assert.Equal(t, []any{u(p.TauNanos), u(p.TauFrac)}, bound(time.Duration(p.TauNanos)+1), "at most the capacity's span")
+				bn, bf := p.DelayNanos+1000, p.DelayFrac+1
+				if bf == p.RateUnits {
+					bn, bf = bn+1, 0
+				}
+				assert.Equal(t, []any{u(bn), u(bf)}, bound(1000), "the budget, the Delay span and 1/n")
+			}
 		})
 	}
 }
@@ -163,5 +184,34 @@ func TestCheckLayersDelays(t *testing.T) {
 		} else {
 			assert.Len(t, layers, 1, name)
 		}
+	}
+}
+
+// TestAppendBound pins the bound a check on its Delay sends (see
+// appendBound) where the capacity's span has a fraction of a ns: a budget
+// of the span's whole ns is still below the span.
+func TestAppendBound(t *testing.T) {
+	tests := []struct {
+		name   string
+		rule   ratelimit.LeakyBucket
+		budget time.Duration
+		want   []any
+	}{
+		// 7 per ns: n = 7000, a unit is 1000/7000 ns, the capacity's span 2000/7000 ns.
+		{"no budget, a span below a ns", ratelimit.LeakyBucket{Rate: ratelimit.Rate{Count: 7, Per: 1}, Capacity: 2}, 0, []any{"0", "1"}},
+		{"a budget beyond the span", ratelimit.LeakyBucket{Rate: ratelimit.Rate{Count: 7, Per: 1}, Capacity: 2}, 1, []any{"0", "2000"}},
+		{"a Delay span and no budget", ratelimit.LeakyBucket{Rate: ratelimit.Rate{Count: 7, Per: 1}, Capacity: 2, Delay: 1}, 0, []any{"0", "1001"}},
+		{"a negative budget", ratelimit.LeakyBucket{Rate: ratelimit.Rate{Count: 7, Per: 1}, Capacity: 2, Delay: 2}, -1, []any{"0", "0"}},
+		// 1 per 3 s: n = 1 (a milli-unit every 3 ms), the capacity's span 6 s.
+		{"whole ns", ratelimit.LeakyBucket{Rate: ratelimit.Every(3 * time.Second), Capacity: 2, Delay: 1}, time.Second, []any{"4000000001", "0"}},
+		{"the span's whole ns", ratelimit.LeakyBucket{Rate: ratelimit.Every(3 * time.Second), Capacity: 2}, 6 * time.Second, []any{"6000000000", "0"}},
+		{"the longest budget", ratelimit.LeakyBucket{Rate: ratelimit.Every(3 * time.Second), Capacity: 2, Delay: 2}, maxBudget, []any{"6000000000", "0"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := ratelimit.NewMachine(tc.rule)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, appendBound(nil, m.Params(), tc.budget))
+		})
 	}
 }

@@ -360,11 +360,7 @@ func (c *Composite) decide(ctx context.Context, key string, cost ratelimit.Units
 			}
 		}
 	}
-	now := ""
-	if c.clock != nil {
-		now = strconv.FormatInt(clamp(c.clock.Now()), 10)
-	}
-	args := c.args(now, cost)
+	args := c.args(c.reading(), cost)
 	ctx, cancel := withTimeout(ctx, c.o.timeout)
 	defer cancel()
 	sent := time.Now()
@@ -385,9 +381,25 @@ func (c *Composite) decide(ctx context.Context, key string, cost ratelimit.Units
 	return v.d, v.shadow, err
 }
 
+// reading is the client clock's reading to send a script, clamped, or
+// empty for the server's TIME.
+func (c *Composite) reading() string {
+	if c.clock == nil {
+		return ""
+	}
+	return strconv.FormatInt(clamp(c.clock.Now()), 10)
+}
+
 // args are layers.lua's arguments for a request of cost at now (the
 // client clock's reading, or empty for the server's TIME).
 func (c *Composite) args(now string, cost ratelimit.Units) []any {
+	return c.boundedArgs(now, cost, false, 0)
+}
+
+// boundedArgs are args, and with bounded, for a request that may wait at
+// most budget: every enforced layer whose admissions may carry a Delay (a
+// leaky bucket's) is sent the bound on it too (see appendBound).
+func (c *Composite) boundedArgs(now string, cost ratelimit.Units, bounded bool, budget time.Duration) []any {
 	n := len(c.layers)
 	args := make([]any, 0, 2+n*11)
 	args = append(args, now, strconv.Itoa(n))
@@ -400,9 +412,17 @@ func (c *Composite) args(now string, cost ratelimit.Units) []any {
 		case l.Shadow:
 			flag = "s"
 		}
+		bound := bounded && flag == "e" && l.alg.delays
+		k := len(l.args)
+		if bound {
+			k += len(l.alg.step.bound)
+		}
 		// The step's now is set in the script, to the layers' one instant.
-		args = append(args, flag, strconv.Itoa(len(l.args)))
+		args = append(args, flag, strconv.Itoa(k))
 		args = l.args.appendCheck(args, l.alg.step, l.m, "", cost)
+		if bound {
+			args = appendBound(args, l.p, budget)
+		}
 	}
 	return args
 }
@@ -470,30 +490,10 @@ type verified struct {
 // exactly the states the machine computes. out, if not nil, gets the
 // enforced layers' Decisions appended once all is verified.
 func (c *Composite) verify(key string, cost ratelimit.Units, reply []any, out *[]ratelimit.Decision) (verified, error) {
-	n := c.lm.Len()
 	refused := verified{d: c.refused()}
-	bad := func() (verified, error) {
-		c.mismatches.Add(1)
-		return refused, fmt.Errorf("%w: unexpected reply %v", ErrMismatch, reply)
-	}
-	if len(reply) != 2+2*n {
-		return bad()
-	}
-	reading, ok := reply[0].(string)
-	at, err := strconv.ParseInt(reading, 10, 64)
-	admitted, ok2 := reply[1].(int64)
-	if !ok || !ok2 || err != nil {
-		return bad()
-	}
-	old := make([][]byte, n)
-	written := make([]string, n)
-	for i := range n {
-		o, ok1 := reply[2+2*i].(string)
-		w, ok2 := reply[3+2*i].(string)
-		if !ok1 || !ok2 {
-			return bad()
-		}
-		old[i], written[i] = []byte(o), w
+	at, admitted, old, written, err := c.parse(reply)
+	if err != nil {
+		return refused, err
 	}
 	var layers []ratelimit.Decision
 	if out != nil {
@@ -510,7 +510,54 @@ func (c *Composite) verify(key string, cost ratelimit.Units, reply []any, out *[
 		c.mismatches.Add(1)
 		return refused, fmt.Errorf("%w: key %q at %d: script admitted %d, machine %v", ErrMismatch, clipKey(key), at, admitted, d.Allowed)
 	}
+	if err := c.sameWritten(key, at, old, next, written); err != nil {
+		return refused, err
+	}
+	if out != nil {
+		*out = layers
+	}
+	shadow := c.report(key, reports)
+	return verified{d: d, shadow: shadow, at: at, old: old}, nil
+}
+
+// parse reads the layers' script's reply (see layers.lua): the instant,
+// whether every enforced layer admitted, and per layer the state read and
+// the state written; a reply of another shape is an error wrapping
+// ErrMismatch (counted).
+func (c *Composite) parse(reply []any) (at, admitted int64, old [][]byte, written []string, err error) {
+	n := c.lm.Len()
+	bad := func() (int64, int64, [][]byte, []string, error) {
+		c.mismatches.Add(1)
+		return 0, 0, nil, nil, fmt.Errorf("%w: unexpected reply %v", ErrMismatch, reply)
+	}
+	if len(reply) != 2+2*n {
+		return bad()
+	}
+	reading, ok := reply[0].(string)
+	at, err = strconv.ParseInt(reading, 10, 64)
+	admitted, ok2 := reply[1].(int64)
+	if !ok || !ok2 || err != nil {
+		return bad()
+	}
+	old = make([][]byte, n)
+	written = make([]string, n)
 	for i := range n {
+		o, ok1 := reply[2+2*i].(string)
+		w, ok2 := reply[3+2*i].(string)
+		if !ok1 || !ok2 {
+			return bad()
+		}
+		old[i], written[i] = []byte(o), w
+	}
+	return at, admitted, old, written, nil
+}
+
+// sameWritten checks that the script wrote in each layer the state next
+// the machine computes from old (an empty string, for nothing written,
+// where the state is unchanged); a difference is an error wrapping
+// ErrMismatch (counted).
+func (c *Composite) sameWritten(key string, at int64, old, next [][]byte, written []string) error {
+	for i := range written {
 		want := string(next[i])
 		if written[i] == "" {
 			want = ""
@@ -520,14 +567,10 @@ func (c *Composite) verify(key string, cost ratelimit.Units, reply []any, out *[
 		}
 		if written[i] != want {
 			c.mismatches.Add(1)
-			return refused, fmt.Errorf("%w: key %q layer %d at %d: script wrote %q, machine %q", ErrMismatch, clipKey(key), i, at, clipKey(written[i]), clipKey(want))
+			return fmt.Errorf("%w: key %q layer %d at %d: script wrote %q, machine %q", ErrMismatch, clipKey(key), i, at, clipKey(written[i]), clipKey(want))
 		}
 	}
-	if out != nil {
-		*out = layers
-	}
-	shadow := c.report(key, reports)
-	return verified{d: d, shadow: shadow, at: at, old: old}, nil
+	return nil
 }
 
 // report gives each shadow layer's report of a request on key to its

@@ -98,7 +98,8 @@ func drawActual(t *rapid.T, charged, capacity ratelimit.Units) ratelimit.Units {
 // against an in-process single-key limiter per key, on one ManualClock, and
 // requires every Decision, and every amount a refund gives back, to be the
 // same (a refusal the deny cache answers instead of Redis: refused alike,
-// with a wait never shorter; see requireCachedRefusal): checks, peeks, refunds (at instants checks admitted at, and at
+// with a wait never shorter; see requireCachedRefusal): checks, a leaky
+// bucket's CheckWithin (held to withinModel), peeks, refunds (at instants checks admitted at, and at
 // others), settlements (charging into debt, past its bound, or refunding)
 // and resets; the checks after a settlement are what show that the
 // scripts accept a debt and decide on it exactly. Times run from 0 to MaxTime with leaps of years and
@@ -168,6 +169,27 @@ func TestSameDecisionsAsInProcess(t *testing.T) {
 			"check": func(t *rapid.T) {
 				for range rapid.IntRange(1, 10).Draw(t, "checks") {
 					check(t)
+				}
+			},
+			// A leaky bucket's CheckWithin: one script, which refuses an
+			// admission whose Delay is over the cap and then writes nothing.
+			"within": func(t *rapid.T) {
+				if p.Algorithm != "leaky_bucket" {
+					return
+				}
+				key := rapid.SampledFrom(keys).Draw(t, "key")
+				cost := drawCost(t, p.Capacity)
+				maxDelay := drawMaxDelay(t, max(time.Duration(p.TauNanos), 2))
+				want, werr := withinModel(limiter(key, true), cost, p.Capacity, maxDelay)
+				got, gerr := s.CheckWithin(key, cost, maxDelay)
+				require.NoError(t, werr)
+				require.NoError(t, gerr)
+				checks++
+				if want != got {
+					t.Fatalf("check %d within %d at %d, key %q, cost %d:\n in-process %+v\n redis      %+v", checks, maxDelay, clk.Now(), key, cost, want, got)
+				}
+				if got.Allowed {
+					ats = append(ats, got.At)
 				}
 			},
 			"peek": func(t *rapid.T) {

@@ -141,16 +141,17 @@
 // does; their Decisions are the in-process ones. Only a leaky bucket has
 // a Delay: on every other rule these are checks as [Store.CheckContext]
 // makes them. On a leaky bucket (a Composite with an enforced leaky bucket
-// layer) the Delay must be known to fit before anything is spent, which
-// the check script cannot tell: CheckWithin, and each attempt of a Wait
-// with a deadline, reads the states and the instant, decides in Go
-// ([ratelimit.LayeredMachine.StepWithin]) and writes the new states with a
-// compare-and-set. That is two round trips for an
-// admission (one for a refusal), and on a key that other checks write
-// between the two it reads again, a bounded number of times, then refuses
-// with [ErrConflict], having spent nothing. Wait's checks go to Redis, not
-// to the deny cache, whose longer RetryAfter would make it sleep longer
-// than it need, or give up on a deadline it could meet.
+// layer) the Delay must be known to fit before anything is spent: the
+// script is sent the cap (the time left until the deadline, for a Wait)
+// with the rule's arguments and itself refuses, writing nothing, an
+// admission whose Delay would exceed it. So CheckWithin, and each attempt
+// of a Wait with a deadline, is one script call, one round trip, atomic
+// with the key's other checks, that never conflicts with them however hot
+// the key; its Decision is computed in Go
+// ([ratelimit.LayeredMachine.StepWithin]) and checked against what the
+// script did, as a check's is. Wait's checks go to Redis, not to the deny
+// cache, whose longer RetryAfter would make it sleep longer than it need,
+// or give up on a deadline it could meet.
 //
 // # Plans
 //
@@ -218,9 +219,10 @@
 // key, the layers settled at one instant and every enforced layer's new
 // state written, all or none, atomic with the checks around it, so it
 // never conflicts either; the Composite checks each layer against its
-// rule's Machine as a Store does. The only operations computed in Go and
-// written with a compare-and-set, which can fail with [ErrConflict] on a
-// hot key, are a leaky bucket's CheckWithin and Wait (above).
+// rule's Machine as a Store does. No operation of a Store or a Composite
+// is computed in Go and written with a compare-and-set, so none can
+// conflict with other requests on a hot key ([ErrConflict] is never
+// returned).
 //
 // debt). A refund, a settlement's refund or
 // a reset drops the key from this store's deny cache, and a settlement's

@@ -151,9 +151,18 @@ local function fast(key, alg, old, tm)
   if not cost or cost == 0 or not margin then return nil end
   -- The rule's constants first, so that a rule beyond range declines at once.
   local n, tau, tauf, cn, cf, w, cap, k
+  local qn, qf = false, false
   if alg == ALG_METER then
     n, tau, tauf, cn, cf = farg(ARGV[ARG_PACE]), farg(ARGV[ARG_TAU]), farg(ARGV[ARG_TAU_FRAC]), farg(ARGV[ARG_COST_SPAN]), farg(ARGV[ARG_COST_FRAC])
     if not (n and tau and tauf and cn and cf) then return nil end
+    -- A check bounded on its Delay: the least queue ahead that is too long.
+    -- It is only compared with a debt below 2^52, so any number reads
+    -- exactly enough (one beyond 2^53 rounds, but stays beyond every
+    -- debt); it changes from check to check, so farg does not keep it.
+    if ARGV[ARG_MAX_DELAY] then
+      qn, qf = tonumber(ARGV[ARG_MAX_DELAY]), tonumber(ARGV[ARG_MAX_DELAY_FRAC])
+      if not (qn and qf) then return nil end
+    end
   elseif alg == ALG_FIXED or alg == ALG_COUNTER or alg == ALG_LOG or alg == ALG_SUB then
     w, cap = farg(ARGV[ARG_WINDOW]), farg(ARGV[ARG_CAPACITY])
     if not (w and cap) or w == 0 then return nil end
@@ -236,8 +245,14 @@ local function fast(key, alg, old, tm)
     local nn, nr = dn + cn, df + cf
     if nr >= n then nn, nr = nn + 1, nr - n end
     if nn < tau or (nn == tau and nr <= tauf) then
-      admitted, ts, frs, dn, df = 1, fabs(H, L, nn), (nr == 0 and '0' or string.format('%d', nr)), nn, nr
+      if qn and (dn > qn or (dn == qn and df >= qf)) then
+        admitted = 2
+      else
+        admitted, ts, frs, dn, df = 1, fabs(H, L, nn), (nr == 0 and '0' or string.format('%d', nr)), nn, nr
+      end
     end
+    -- A bounded check writes only what it admits.
+    if qn and admitted ~= 1 then return {old or '', reading, '', admitted} end
     ttl = dn
     if df ~= 0 then ttl = ttl + 1 end
     new = now .. ' ' .. ts .. ' ' .. frs

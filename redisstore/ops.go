@@ -13,32 +13,27 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrConflict means an operation computed in Go and written with a
-// compare-and-set found its keys changed by other requests between
-// reading and writing them on every one of its attempts; nothing was
-// spent. Only the CheckWithin and Wait of a leaky bucket (see
-// [Store.CheckWithinContext]) and of a [Composite] with a leaky bucket
-// layer return it: every check writes its keys, so a key checked by many
-// processes at once (more often than once per round trip) can refuse most
-// of those this way. Refunds and settlements, a [Store]'s and a
-// [Composite]'s, of every rule, run in one script and never return it.
+// ErrConflict was returned by a leaky bucket's CheckWithin and Wait (a
+// [Store]'s, and a [Composite]'s with a leaky bucket layer) when they were
+// computed in Go and written with a compare-and-set that concurrent
+// requests kept changing under them. They now run in one script, as every
+// check, refund and settlement of a Store and a Composite does, and no
+// operation of this package returns it.
+//
+// Deprecated: nothing returns it; errors.Is(err, ErrConflict) is always
+// false.
 var ErrConflict = errors.New("redisstore: compare-and-set conflicted with concurrent requests on every attempt")
 
-// casAttempts bounds the attempts of an operation written with a
-// compare-and-set (a leaky bucket's CheckWithin).
-const casAttempts = 8
-
-// opsScript reads, compares and sets, and resets keys (see ops.lua).
+// opsScript reads and resets keys (see ops.lua).
 //
 //go:embed ops.lua
 var opsLua string
 
 var opsScript = redis.NewScript(opsLua)
 
-// opReply is the ops script's reply: whether it was done, the instant it
-// read, and the states it read (none when done writing).
+// opReply is the ops script's reply: the instant it read, and the states
+// it read (none for a reset).
 type opReply struct {
-	done    bool
 	instant int64
 	states  [][]byte
 }
@@ -49,10 +44,10 @@ func parseOp(reply []any, n int) (opReply, error) {
 	status, ok1 := reply0(reply)
 	reading, ok2 := str(reply, 1)
 	at, err := strconv.ParseInt(reading, 10, 64)
-	if !ok1 || !ok2 || err != nil || (len(reply) != 2 && len(reply) != 2+n) {
+	if !ok1 || status != 1 || !ok2 || err != nil || (len(reply) != 2 && len(reply) != 2+n) {
 		return r, fmt.Errorf("%w: unexpected reply %v", ErrMismatch, reply)
 	}
-	r.done, r.instant = status == 1, at
+	r.instant = at
 	if len(reply) == 2 {
 		return r, nil
 	}
@@ -246,64 +241,6 @@ func (s *Store) RefundContext(ctx context.Context, key string, cost ratelimit.Un
 	return s.refundInScript(ctx, key, rk, cost, at)
 }
 
-// update reads the store's key rk (for key) and the store's instant, has
-// compute work out the key's next state from the state read and that
-// instant, and writes it only if rk still holds the state it was computed
-// from: with the expiry px ms if px > 0, else keeping the key's. When
-// checks change the key in between, it reads again and computes again, at
-// most casAttempts times in all; then it writes nothing and returns
-// ErrConflict. compute returns its state unchanged when there is nothing
-// to write. The write made, if any, is returned; on an error none was
-// made, but for a failure after the write was sent, which leaves it
-// unknown.
-func (s *Store) update(ctx context.Context, key, rk string, compute func(state []byte, now time.Duration) (next []byte, px int64, err error)) (written, error) {
-	sent := time.Now()
-	r, err := s.op(ctx, rk, s.floor(rk), "r")
-	recv := time.Now()
-	for attempt := 0; ; attempt++ {
-		var state []byte
-		if err == nil {
-			state, err = s.oneState(r)
-		}
-		switch {
-		case err != nil:
-			return written{}, err
-		case attempt == casAttempts:
-			return written{}, fmt.Errorf("%w: key %q", ErrConflict, clipKey(key))
-		}
-		next, px, cerr := compute(state, time.Duration(r.instant))
-		if cerr != nil {
-			if errors.Is(cerr, ratelimit.ErrInvalidState) {
-				s.invalid.Add(1)
-			}
-			return written{}, fmt.Errorf("key %q: %w", clipKey(key), cerr)
-		}
-		if string(next) == string(state) {
-			return written{}, nil // nothing to write
-		}
-		w := written{state: next, at: r.instant, sent: sent, recv: recv}
-		sent = time.Now()
-		if px > 0 {
-			r, err = s.op(ctx, rk, s.floor(rk), "p", string(state), string(next), strconv.FormatInt(px, 10))
-		} else {
-			r, err = s.op(ctx, rk, s.floor(rk), "w", string(state), string(next))
-		}
-		recv = time.Now()
-		if err == nil && r.done {
-			return w, nil
-		}
-	}
-}
-
-// written is the state an update wrote (nil for none), computed at the
-// instant at that Redis read, for a request sent at sent whose reply came
-// back at recv, by the local monotonic clock.
-type written struct {
-	state      []byte
-	at         int64
-	sent, recv time.Time
-}
-
 // Settle is SettleContext with a background context.
 func (s *Store) Settle(key string, charged, actual ratelimit.Units, at time.Duration) (ratelimit.Decision, ratelimit.Units, error) {
 	return s.SettleContext(context.Background(), key, charged, actual, at)
@@ -454,10 +391,7 @@ func (c *Composite) taking(key string, cost ratelimit.Units) (keys, send []strin
 			send = append(send, keys[i])
 		}
 	}
-	if c.clock != nil {
-		now = strconv.FormatInt(clamp(c.clock.Now()), 10)
-	}
-	return keys, send, now, nil
+	return keys, send, c.reading(), nil
 }
 
 // Peek is PeekContext with a background context.
@@ -527,59 +461,6 @@ func (c *Composite) RefundContext(ctx context.Context, key string, cost ratelimi
 		return 0, err
 	}
 	return least, nil
-}
-
-// update reads every layer's key for key and the instant, agrees on one
-// instant for all of them, has compute work out the layers' next states
-// (nil, or the state read, leaves a layer alone) and their expiries in ms
-// (none, or 0, keeps a key's), and writes the new states together, all or
-// none, only if every layer's key still holds what was read: Store.update
-// over the layers' keys, with its retries and ErrConflict.
-func (c *Composite) update(ctx context.Context, key string, compute func(states [][]byte, now time.Duration) (nexts [][]byte, px []int64, err error)) error {
-	// Every layer takes part, as in process (the least cost takes all).
-	const all = 1
-	_, r, err := c.op(ctx, key, all, "r")
-	n := c.lm.Len()
-	for attempt := 0; ; attempt++ {
-		switch {
-		case err != nil:
-			return err
-		case len(r.states) != n:
-			return fmt.Errorf("%w: no states in the reply", ErrMismatch)
-		case attempt == casAttempts:
-			return fmt.Errorf("%w: key %q", ErrConflict, clipKey(key))
-		}
-		now, ierr := c.lm.Instant(r.states, time.Duration(r.instant), all)
-		if ierr != nil {
-			return fmt.Errorf("key %q: %w", clipKey(key), ierr)
-		}
-		nexts, px, cerr := compute(r.states, now)
-		if cerr != nil {
-			return fmt.Errorf("key %q: %w", clipKey(key), cerr)
-		}
-		args := make([]any, 0, 1+3*n)
-		args = append(args, "p")
-		changed := false
-		for i := range n {
-			next, pxs := nexts[i], ""
-			if string(next) == string(r.states[i]) {
-				next = nil
-			} else {
-				changed = true
-				if i < len(px) && px[i] > 0 {
-					pxs = strconv.FormatInt(px[i], 10)
-				}
-			}
-			args = append(args, string(r.states[i]), string(next), pxs)
-		}
-		if !changed {
-			return nil
-		}
-		_, r, err = c.op(ctx, key, all, args...)
-		if err == nil && r.done {
-			return nil
-		}
-	}
 }
 
 // Settle is SettleContext with a background context.

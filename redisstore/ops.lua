@@ -1,27 +1,12 @@
--- The after-the-fact operations (Peek, Refund, Settle, Reset) on one key or on a
--- composite's layer keys, which share a slot: read the keys' states and
--- the instant, compare and set them, or reset them. The arithmetic is done
--- in Go by the rules' Machines; this script only reads and writes whole
--- states, atomically.
+-- The after-the-fact operations that need no arithmetic in Redis (Peek and
+-- Reset) on one key or on a composite's layer keys, which share a slot:
+-- read the keys' states and the instant, or reset the keys. A peek's
+-- arithmetic is done in Go by the rules' Machines; this script only reads
+-- and writes whole states, atomically.
 --
 -- KEYS     the keys
 -- ARGV[1]  now in ns since the Unix epoch, or '' for the server's TIME
--- ARGV[2]  'r' read; 'w' compare and set; 'p' compare and set with
---          expiries; 'z' reset
--- 'w':     ARGV[2 + 2i - 1], ARGV[2 + 2i]: key i's state as it was read
---          ('' for none) and the state to write ('' to leave the key
---          alone). Every key is written only if every key still holds
---          what was read. A written key keeps its expiry: a refund only
---          brings the instant its state is as good as a fresh key's
---          nearer, so the expiry the last check set still covers it. A key
---          that no longer exists is never written (SET KEEPTTL would make
---          it a key without expiry).
--- 'p':     as 'w', with a third argument per key after those two, at
---          ARGV[2 + 3i]: the expiry in ms to set with the new state (a
---          settlement's charge brings the instant its state is as good as
---          a fresh key's later, so the expiry must move with it), or '' to
---          keep the key's expiry as 'w' does. A key with an expiry given
---          is written even if it did not exist (read as '', a fresh key).
+-- ARGV[2]  'r' read; 'z' reset
 -- 'z':     ARGV[3] the expiry margin in ms. Every key that exists is
 --          replaced by the state of a fresh key that keeps the key's clamp
 --          on time, its latest instant and nothing else, expiring after the
@@ -31,10 +16,9 @@
 --          instant the store used for the keys without telling Redis (its
 --          deny cache's), '0' if none: the clamp kept is at least that.
 --
--- Returns {1 if done else 0, the instant (before clamping), then each
--- key's state or '' as read}; 'w' done and 'z' return no states. A key
--- of another type than a string is, but for 'z', an error reply. A 'w'
--- that was not done returns what a read would, for the next attempt.
+-- Returns {1, the instant (before clamping), then for 'r' each key's state
+-- or '' as read}. A key of another type than a string is, but for 'z', an
+-- error reply.
 
 local function later(a, b)
   return #a > #b or (#a == #b and a > b)
@@ -58,27 +42,7 @@ for i = 1, #KEYS do
   cur[i] = v
 end
 
-if mode == 'w' or mode == 'p' then
-  local k = mode == 'p' and 3 or 2
-  local same = true
-  for i = 1, #KEYS do
-    if (cur[i] or '') ~= ARGV[3 + k * (i - 1)] then same = false end
-  end
-  if same then
-    for i = 1, #KEYS do
-      local new, px = ARGV[4 + k * (i - 1)], ''
-      if k == 3 then px = ARGV[5 + 3 * (i - 1)] end
-      if new ~= '' then
-        if px ~= '' then
-          redis.call('SET', KEYS[i], new, 'PX', px)
-        elseif cur[i] then
-          redis.call('SET', KEYS[i], new, 'KEEPTTL')
-        end
-      end
-    end
-    return {1, now}
-  end
-elseif mode == 'z' then
+if mode == 'z' then
   for i = 1, #KEYS do
     if cur[i] then
       -- The latest instant, if it is a canonical decimal within MaxTime;
@@ -95,6 +59,6 @@ elseif mode == 'z' then
   return {1, now}
 end
 
-local out = {mode == 'r' and 1 or 0, now}
+local out = {1, now}
 for i = 1, #KEYS do out[#out + 1] = cur[i] or '' end
 return out

@@ -84,11 +84,6 @@ func TestRefundKeepsExpiry(t *testing.T) {
 	assert.Equal(t, d, again, "check then refund leaves the key as it was")
 	assert.Equal(t, first.Remaining-2, again.Remaining)
 
-	// The compare-and-set never writes a key that is gone.
-	_, err = opsScript.Run(ctx, rdb, []string{s.Key("gone")}, "", "w", "", "1 2 3").Result()
-	require.NoError(t, err)
-	assert.Zero(t, rdb.Exists(ctx, s.Key("gone")).Val())
-
 	_, err = s.Refund("k", 0, d.At)
 	assert.ErrorIs(t, err, ratelimit.ErrInvalidCost)
 }

@@ -79,6 +79,14 @@ local function pmeter(key, old, tm)
   if not (ch and mh and nh and th and fh and kh and gh) or (ch == 0 and cl == 0) then
     return fail('invalid argument')
   end
+  -- A check bounded on its Delay: the least queue ahead that is too long
+  -- (read with pp: it changes from check to check, so ppa does not keep it).
+  local qh, ql, qfh, qfl = false, 0, 0, 0
+  if ARGV[ARG_MAX_DELAY] then
+    qh, ql = pp(ARGV[ARG_MAX_DELAY])
+    qfh, qfl = pp(ARGV[ARG_MAX_DELAY_FRAC])
+    if not (qh and qfh) then return fail('invalid argument') end
+  end
 
   -- now, clamped to MaxTime (2^62 ns), as the limbs read it.
   local wh, wl
@@ -136,10 +144,17 @@ local function pmeter(key, old, tm)
   local admitted = 0
   local c = pcmp(xh, xl, th, tl)
   if c < 0 or (c == 0 and pcmp(yh, yl, fh, fl) <= 0) then
-    admitted = 1
-    sh, sl = padd(wh, wl, xh, xl)
-    rh, rl, dh, dl, eh, el = yh, yl, xh, xl, yh, yl
+    local q = qh and pcmp(dh, dl, qh, ql)
+    if q and (q > 0 or (q == 0 and pcmp(eh, el, qfh, qfl) >= 0)) then
+      admitted = 2
+    else
+      admitted = 1
+      sh, sl = padd(wh, wl, xh, xl)
+      rh, rl, dh, dl, eh, el = yh, yl, xh, xl, yh, yl
+    end
   end
+  -- A bounded check writes only what it admits.
+  if qh and admitted ~= 1 then return {old, reading, '', admitted} end
   if eh ~= 0 or el ~= 0 then dh, dl = padd(dh, dl, 0, 1) end
   local new = pstr(wh, wl) .. ' ' .. pstr(sh, sl) .. ' ' .. pstr(rh, rl)
 

@@ -64,10 +64,22 @@ func (p pathStores) check(key string, cost ratelimit.Units) (ratelimit.Decision,
 	return d, false, err
 }
 
+// within is check for a leaky bucket's CheckWithin.
+func (p pathStores) within(key string, cost ratelimit.Units, maxDelay time.Duration) (ratelimit.Decision, bool, error) {
+	d, err := p.fast.CheckWithin(key, cost, maxDelay)
+	if err == nil || !strings.Contains(err.Error(), declined) {
+		p.onFast.Add(1)
+		return d, true, err
+	}
+	p.onExact.Add(1)
+	d, err = p.exact.CheckWithin(key, cost, maxDelay)
+	return d, false, err
+}
+
 // TestBothPathsSameDecisions is TestSameDecisionsAsInProcess with each
-// check decided by an explicit path (the fast one wherever its range check
-// passes, else the exact one) and, on a store of its own, by the exact path
-// alone, as a script or as the library runs it: both must give the
+// check (a leaky bucket's CheckWithin too) decided by an explicit path (the
+// fast one wherever its range check passes, else the exact one) and, on a
+// store of its own, by the exact path alone, as a script or as the library runs it: both must give the
 // in-process Decision, also on the states that refunds, settlements (debts
 // included) and resets write. The draws reach both sides of every range
 // check; the test requires that both paths decided some checks.
@@ -132,6 +144,35 @@ func TestBothPathsSameDecisions(t *testing.T) {
 				checks++
 				if want != got || want != alone {
 					t.Fatalf("check %d at %d, key %q, cost %d (fast path %v):\n in-process %+v\n redis      %+v\n exact      %+v", checks, clk.Now(), key, cost, fast, want, got, alone)
+				}
+				if want.Allowed {
+					ats = append(ats, want.At)
+				}
+			},
+			// A leaky bucket's CheckWithin refuses, in the script of either
+			// path, an admission whose Delay is over the cap.
+			"within": func(t *rapid.T) {
+				if p.Algorithm != "leaky_bucket" {
+					return
+				}
+				key := rapid.SampledFrom([]string{"a", "b"}).Draw(t, "key")
+				cost := drawCost(t, p.Capacity)
+				maxDelay := drawMaxDelay(t, span)
+				l, ok := local[key]
+				if !ok {
+					l, err = ratelimit.New(rule, ratelimit.WithClock(clk))
+					require.NoError(t, err)
+					local[key] = l
+				}
+				want, werr := withinModel(l, cost, p.Capacity, maxDelay)
+				require.NoError(t, werr)
+				got, fast, gerr := paths.within(key, cost, maxDelay)
+				require.NoError(t, gerr)
+				alone, aerr := exact.CheckWithin(key, cost, maxDelay)
+				require.NoError(t, aerr)
+				checks++
+				if want != got || want != alone {
+					t.Fatalf("check %d within %d at %d, key %q, cost %d (fast path %v):\n in-process %+v\n redis      %+v\n exact      %+v", checks, maxDelay, clk.Now(), key, cost, fast, want, got, alone)
 				}
 				if want.Allowed {
 					ats = append(ats, want.At)

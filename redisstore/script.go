@@ -3,6 +3,7 @@ package redisstore
 import (
 	_ "embed"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -133,7 +134,7 @@ func expandLua(src string) string {
 	names := map[string]string{}
 	for _, st := range scriptSteps() {
 		names["ALG_"+st.lua] = "'" + st.code + "'"
-		for _, sl := range st.slots {
+		for _, sl := range slices.Concat(st.slots, st.bound) {
 			names["ARG_"+sl.name] = strconv.Itoa(sl.at + 1)
 		}
 	}

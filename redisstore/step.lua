@@ -26,8 +26,15 @@
 --          A composite's step passes '2' for a rule with CountRefused: it
 --          never spends a refusal (see layers.lua)
 --
+-- bounded: a meter's check bounded on its Delay (a leaky bucket's
+--          CheckWithin) adds ARGV[ARG_MAX_DELAY] and ARGV[ARG_MAX_DELAY_FRAC],
+--          the least queue ahead (ns, frac/n) at which an admission's Delay
+--          is over the bound; a check without a bound does not send them.
+--
 -- Returns {old state or '', now used before clamping, new state, 1 if
--- admitted else 0}. A state that is not well formed, or that no sequence of
+-- admitted else 0}. A bounded check refuses an admission that finds that
+-- much queued ahead, with 2 for it, and writes nothing for a request it
+-- does not admit: its new state is then ''. A state that is not well formed, or that no sequence of
 -- checks and settlements under the rule could have produced (a settlement
 -- leaves at most twice the capacity in use), is an error reply and nothing
 -- is written: the same states the Go side's decoder refuses. An empty

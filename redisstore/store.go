@@ -301,28 +301,15 @@ func (s *Store) decide(ctx context.Context, key string, cost ratelimit.Units, lo
 	now := time.Now()
 	ctx, cancel := s.bound(ctx, now)
 	defer cancel()
-	br := s.br.forKey(ctx, rk)
-	probe, ok := br.allow(now, s.o.pause)
-	if !ok {
-		s.circuitRefusals.Add(1)
-		s.failures.Add(1)
-		return s.degraded(ctx, key, cost, ErrCircuitOpen)
-	}
 	look = look && s.p.CountRefused
-	reply, err := s.run(ctx, rk, cost, floor, look)
+	reply, err := s.call(ctx, key, rk, now, s.args(cost, floor, look))
 	recv := time.Now()
-	if err != nil {
-		if isStateError(err) {
-			// The server answered: it is up, but the key cannot be used.
-			br.success(probe)
-			s.invalid.Add(1)
-			return s.refused(), fmt.Errorf("%w: key %q: %v", ratelimit.ErrInvalidState, clipKey(key), err)
-		}
-		s.failures.Add(1)
-		br.failure(time.Now(), probe, s.o.failures, s.o.pause)
-		return s.degraded(ctx, key, cost, fmt.Errorf("%w: %w", ErrUnavailable, err))
+	switch {
+	case errors.Is(err, ErrUnavailable):
+		return s.degraded(ctx, key, cost, err)
+	case err != nil:
+		return s.refused(), err
 	}
-	br.success(probe)
 	d, at, state, err := s.verify(key, cost, reply, look)
 	if s.deny != nil && err == nil {
 		if d.Allowed {
@@ -332,6 +319,35 @@ func (s *Store) decide(ctx context.Context, key string, cost ratelimit.Units, lo
 		}
 	}
 	return d, err
+}
+
+// call runs the check's script with args on the store's key rk (for key)
+// through the circuit breaker, at now by the local clock. A failure is
+// counted, and wraps [ErrUnavailable] (or is [ErrCircuitOpen], Redis not
+// tried); a state the script refuses, a corrupted one, is counted and
+// matches [ratelimit.ErrInvalidState].
+func (s *Store) call(ctx context.Context, key, rk string, now time.Time, args []any) ([]any, error) {
+	br := s.br.forKey(ctx, rk)
+	probe, ok := br.allow(now, s.o.pause)
+	if !ok {
+		s.failed(ErrCircuitOpen)
+		return nil, ErrCircuitOpen
+	}
+	reply, err := runScript(ctx, s.rdb, s.script, s.guard, []string{rk}, args)
+	if err != nil {
+		if isStateError(err) {
+			// The server answered: it is up, but the key cannot be used.
+			br.success(probe)
+			s.invalid.Add(1)
+			return nil, fmt.Errorf("%w: key %q: %v", ratelimit.ErrInvalidState, clipKey(key), err)
+		}
+		err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+		s.failed(err)
+		br.failure(time.Now(), probe, s.o.failures, s.o.pause)
+		return nil, err
+	}
+	br.success(probe)
+	return reply, nil
 }
 
 // bound gives ctx, if it has no deadline, the store's timeout from now:
@@ -368,14 +384,6 @@ func (s *Store) sharedDeadline(now time.Time) context.Context {
 	ctx, cancel := context.WithDeadline(context.Background(), now.Add(s.o.timeout))
 	s.dl.Store(&deadline{ctx: ctx, cancel: cancel, renew: now.Add(s.o.timeout / 10)})
 	return ctx
-}
-
-// run sends the script, on a goroutine of its own when the client might
-// not stop at ctx's deadline.
-func (s *Store) run(ctx context.Context, rk string, cost ratelimit.Units, floor int64, look bool) ([]any, error) {
-	args := s.args(cost, floor, look)
-	keys := []string{rk}
-	return runScript(ctx, s.rdb, s.script, s.guard, keys, args)
 }
 
 // runScript runs script on rdb, on a goroutine of its own when guard says
@@ -422,6 +430,13 @@ func (s *Store) args(cost ratelimit.Units, floor int64, look bool) []any {
 	return a.appendCheck(make([]any, 0, len(a)), s.alg.step, s.m, now, cost)
 }
 
+// withinArgs are the script's arguments for one check of a leaky bucket
+// bounded on its Delay: args, and the bound for a request that may wait at
+// most budget (see appendBound).
+func (s *Store) withinArgs(cost ratelimit.Units, floor int64, budget time.Duration) []any {
+	return appendBound(s.args(cost, floor, false), s.p, budget)
+}
+
 // clamp maps a clock reading into [0, MaxTime], as the core does.
 func clamp(t time.Duration) int64 {
 	return int64(min(max(t, 0), ratelimit.MaxTime))
@@ -434,15 +449,10 @@ func clamp(t time.Duration) int64 {
 // A look (see args) that the script refused wrote the old state at the
 // check's instant: the Decision is the Machine's Look, which counts nothing.
 func (s *Store) verify(key string, cost ratelimit.Units, reply []any, look bool) (d ratelimit.Decision, at int64, state string, err error) {
-	old, okOld := str(reply, 0)
-	reading, okNow := str(reply, 1)
-	written, okNew := str(reply, 2)
-	at, err = strconv.ParseInt(reading, 10, 64)
-	if !okOld || !okNow || !okNew || len(reply) != 4 || err != nil {
-		s.mismatches.Add(1)
-		return s.refused(), 0, "", fmt.Errorf("%w: unexpected reply %v", ErrMismatch, reply)
+	old, at, written, admitted, err := s.parseStep(reply)
+	if err != nil {
+		return s.refused(), 0, "", err
 	}
-	admitted, _ := reply[3].(int64)
 	look = look && admitted != 1
 	var next []byte
 	if look {
@@ -473,6 +483,22 @@ func (s *Store) verify(key string, cost ratelimit.Units, reply []any, look bool)
 		return s.refused(), 0, "", fmt.Errorf("%w: key %q at %d: script wrote %q, machine %q", ErrMismatch, clipKey(key), at, clipKey(written), clipKey(string(next)))
 	}
 	return d, at, written, nil
+}
+
+// parseStep reads the check script's reply (see step.lua): the old state,
+// the instant, the state written and the admission's code; a reply of
+// another shape is an error wrapping ErrMismatch (counted).
+func (s *Store) parseStep(reply []any) (old string, at int64, written string, admitted int64, err error) {
+	old, okOld := str(reply, 0)
+	reading, okNow := str(reply, 1)
+	written, okNew := str(reply, 2)
+	at, err = strconv.ParseInt(reading, 10, 64)
+	if !okOld || !okNow || !okNew || len(reply) != 4 || err != nil {
+		s.mismatches.Add(1)
+		return "", 0, "", 0, fmt.Errorf("%w: unexpected reply %v", ErrMismatch, reply)
+	}
+	admitted, _ = reply[3].(int64)
+	return old, at, written, admitted, nil
 }
 
 func str(reply []any, i int) (string, bool) {

@@ -151,14 +151,17 @@ func (s *Store) CheckWithin(key string, cost ratelimit.Units, maxDelay time.Dura
 // CheckContext does, whatever maxDelay is, but that, as in process, a
 // refusal spends nothing even for a rule with CountRefused.
 //
-// On a leaky bucket it reads the key's state, decides in Go with the
-// rule's [ratelimit.Machine], and writes the new state back only if the
-// key still holds the state read (a compare-and-set): two round trips for
-// an admission, one for a refusal, and when other requests change the key
-// in between it reads again and retries, at most a few times, then refuses
-// with [ErrConflict] (matching [ratelimit.ErrDegraded]), having spent
-// nothing. Its other errors, and the failure policy, are CheckContext's;
-// a fallback that has CheckWithin is asked with maxDelay.
+// On a leaky bucket it is one script call, one round trip, as CheckContext
+// is, atomic with the key's other checks, so that it never conflicts with
+// them however hot the key: the check's script is sent the cap and admits
+// the request only if its Delay fits it, and for a request it does not
+// admit writes nothing. The Decision is computed in Go by the rule's
+// [ratelimit.LayeredMachine] (StepWithin) from the state and the instant
+// the script read, and the script must have done what it computes (else
+// the request is refused with [ErrMismatch]). The deny cache is not asked;
+// an admission drops the key's refusal from it. Its errors, and the
+// failure policy, are CheckContext's; a fallback that has CheckWithin is
+// asked with maxDelay.
 func (s *Store) CheckWithinContext(ctx context.Context, key string, cost ratelimit.Units, maxDelay time.Duration) (ratelimit.Decision, error) {
 	if !s.alg.delays {
 		// As in process, a refusal spends nothing even under CountRefused

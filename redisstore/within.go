@@ -3,45 +3,21 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/ratekit/ratelimit"
 )
 
-// stepWithin decides, with lm, one attempt of a request of cost that may
-// wait at most budget, on the states Redis read at now, as the in-process
-// limiters decide each attempt of Wait and CheckWithin. It returns the
-// attempt, the states to write (those read where nothing changes) and,
-// for each state that changes, its expiry in ms: until the state is as
-// good as a fresh key's, plus marginMs.
-func stepWithin(lm *ratelimit.LayeredMachine, states [][]byte, now time.Duration, cost ratelimit.Units, budget time.Duration, marginMs int64) (attempt, [][]byte, []int64, []ratelimit.ShadowReport, error) {
-	w, next, reports, err := lm.StepWithin(states, now, cost, budget)
-	a := attempt{d: w.Decision, committed: w.Committed, goOn: w.GoOn, tooSlow: w.TooSlow}
-	if err != nil || !a.committed {
-		return a, states, nil, reports, err
-	}
-	px := make([]int64, len(next))
-	for i := range next {
-		if string(next[i]) == string(states[i]) {
-			continue
-		}
-		// A look of one unit (within every capacity) reports when the
-		// state is fresh again: its own ResetAfter if it refuses, and if
-		// it admits one counting that unit, so never earlier.
-		d, _, err := lm.Machine(i).Step(next[i], a.d.At, ratelimit.Unit, false)
-		if err != nil {
-			return a, states, nil, reports, err
-		}
-		px[i] = expiryMs(d.ResetAfter, marginMs)
-	}
-	return a, next, px, reports, nil
+// fromAttempt is the attempt a LayeredMachine's StepWithin made.
+func fromAttempt(w ratelimit.Attempt) attempt {
+	return attempt{d: w.Decision, committed: w.Committed, goOn: w.GoOn, tooSlow: w.TooSlow}
 }
 
 // tryWithin is one attempt of a request of cost for key that may wait at
-// most budget, on a leaky bucket: the key's state read, the attempt
-// decided in Go, and the new state written only if the key still holds
-// the state read (see Store.update). The observer is told of the
-// attempt's Decision as CheckWithin reports it.
+// most budget, on a leaky bucket: one script call that admits the request
+// only if its Delay is at most budget (see Store.within). The observer is
+// told of the attempt's Decision as CheckWithin reports it.
 func (s *Store) tryWithin(ctx context.Context, key string, cost ratelimit.Units, budget time.Duration) (attempt, error) {
 	a, err := s.within(ctx, key, cost, budget)
 	err = degradedError(err)
@@ -49,38 +25,66 @@ func (s *Store) tryWithin(ctx context.Context, key string, cost ratelimit.Units,
 	return a, err
 }
 
-// within is tryWithin without the observer, its errors unmarked.
+// within is tryWithin without the observer, its errors unmarked: the check
+// script, sent the bound on the Delay (see appendBound), admits and writes
+// the request only if it would go on within budget, and else writes
+// nothing; the attempt is then the rule's StepWithin on the state and at
+// the instant the script read, which must have made the same choice and
+// written the same state. The deny cache is not asked; an admission drops
+// the key's refusal from it.
 func (s *Store) within(ctx context.Context, key string, cost ratelimit.Units, budget time.Duration) (attempt, error) {
 	if cost <= 0 || cost > s.p.Capacity {
 		d, _, err := s.m.Step(nil, 0, cost, false)
 		return attempt{d: d}, err
 	}
 	rk := s.Key(key)
-	ctx, cancel := s.bound(ctx, time.Now())
+	now := time.Now()
+	ctx, cancel := s.bound(ctx, now)
 	defer cancel()
-	var a attempt
-	_, err := s.update(ctx, key, rk, func(state []byte, now time.Duration) ([]byte, int64, error) {
-		var next [][]byte
-		var px []int64
-		var err error
-		a, next, px, _, err = stepWithin(s.layered, [][]byte{state}, now, cost, budget, s.marginMs)
-		if err != nil || !a.committed {
-			return state, 0, err
-		}
-		return next[0], px[0], nil
-	})
+	reply, err := s.call(ctx, key, rk, now, s.withinArgs(cost, s.floor(rk), budget))
 	switch {
-	case err == nil:
-		if a.committed && s.deny != nil {
-			s.deny.forget(rk)
-		}
-		return a, nil
 	case errors.Is(err, ErrUnavailable):
-		s.failed(err)
 		d, err := s.degradedWithin(ctx, key, cost, budget, err)
 		return checked(d), err
+	case err != nil:
+		return attempt{d: s.refused()}, err
 	}
-	return attempt{d: s.refused()}, err
+	a, err := s.verifyWithin(key, cost, budget, reply)
+	if err == nil && a.committed && s.deny != nil {
+		s.deny.forget(rk)
+	}
+	return a, err
+}
+
+// verifyWithin is verify for a check bounded on its Delay by budget: the
+// attempt is the rule's StepWithin on the old state at the instant the
+// script read, and the script must have made the same choice (1 for a
+// commit, 2 for an admission too slow, 0 for a refusal) and written the
+// state StepWithin computes, or nothing if it did not commit.
+func (s *Store) verifyWithin(key string, cost ratelimit.Units, budget time.Duration, reply []any) (attempt, error) {
+	old, at, written, admitted, err := s.parseStep(reply)
+	if err != nil {
+		return attempt{d: s.refused()}, err
+	}
+	w, next, _, err := s.layered.StepWithin([][]byte{[]byte(old)}, time.Duration(at), cost, budget)
+	if err != nil {
+		if errors.Is(err, ratelimit.ErrInvalidState) {
+			s.invalid.Add(1)
+		}
+		return attempt{d: s.refused()}, fmt.Errorf("key %q: %w", clipKey(key), err)
+	}
+	want, code := string(next[0]), int64(1)
+	if !w.Committed {
+		want, code = "", 0
+		if w.Decision.Allowed {
+			code = 2
+		}
+	}
+	if written != want || admitted != code {
+		s.mismatches.Add(1)
+		return attempt{d: s.refused()}, fmt.Errorf("%w: key %q at %d: script wrote %q (%d), machine %q (%d)", ErrMismatch, clipKey(key), at, clipKey(written), admitted, clipKey(want), code)
+	}
+	return fromAttempt(w), nil
 }
 
 // Clock returns the clock Wait sleeps on: the client clock given with
@@ -130,13 +134,18 @@ func (c *Composite) CheckWithin(key string, cost ratelimit.Units, maxDelay time.
 // longest. A composite with no enforced leaky bucket has no Delay and
 // checks as CheckContext does, whatever maxDelay is.
 //
-// With a leaky bucket layer it reads every layer's state, decides in Go
-// with the layers' [ratelimit.LayeredMachine], and writes the new states
-// together only if every layer's key still holds what was read, as
-// [Store.CheckWithinContext] does, with its [ErrConflict] (nothing spent
-// in any layer), and without the deny cache. Shadow layers are told as
-// CheckContext tells them; the failure policy is CheckContext's, a
-// fallback that has CheckWithin being asked with maxDelay.
+// With a leaky bucket layer it is one script call over every layer's key,
+// as CheckContext is, atomic with the checks around it, so that it never
+// conflicts with them however hot the key: each enforced leaky bucket
+// layer's step is sent the cap, and the script commits the request in
+// every layer only if each admits it within the cap, and else writes
+// nothing in any layer. The Decision is computed in Go by the layers'
+// [ratelimit.LayeredMachine] from the states and the instant the script
+// read, and the script must have done what it computes (else the request
+// is refused with [ErrMismatch]), as [Store.CheckWithinContext] does. The
+// deny cache is not asked. Shadow layers are told as CheckContext tells
+// them; the failure policy is CheckContext's, a fallback that has
+// CheckWithin being asked with maxDelay.
 func (c *Composite) CheckWithinContext(ctx context.Context, key string, cost ratelimit.Units, maxDelay time.Duration) (ratelimit.Decision, error) {
 	if !c.delays() {
 		return c.CheckContext(ctx, key, cost)
@@ -146,9 +155,9 @@ func (c *Composite) CheckWithinContext(ctx context.Context, key string, cost rat
 }
 
 // tryWithin is one attempt of a request of cost for key that may wait at
-// most budget, decided in Go and written with a compare-and-set over the
-// layers' keys (see Composite.update), reported to the shadow layers and
-// to the observer as CheckWithin reports it.
+// most budget, in one script over the layers' keys (see Composite.within),
+// reported to the shadow layers and to the observer as CheckWithin reports
+// it.
 func (c *Composite) tryWithin(ctx context.Context, key string, cost ratelimit.Units, budget time.Duration) (attempt, error) {
 	a, reports, err := c.within(ctx, key, cost, budget)
 	err = degradedError(err)
@@ -160,29 +169,57 @@ func (c *Composite) tryWithin(ctx context.Context, key string, cost ratelimit.Un
 	return a, err
 }
 
-// within is tryWithin without the reports, its errors unmarked.
+// within is tryWithin without the reports, its errors unmarked: the
+// layers' script, with the bound on the Delay sent to every enforced leaky
+// bucket layer (see appendBound), commits the request in every layer only
+// if each admits it within budget, and else writes nothing; the attempt is
+// the layers' StepWithin on the states and at the instant the script read,
+// which must have made the same choice and written the same states.
 func (c *Composite) within(ctx context.Context, key string, cost ratelimit.Units, budget time.Duration) (attempt, []ratelimit.ShadowReport, error) {
 	if d, _, _, err := c.lm.Step(make([][]byte, c.lm.Len()), 0, cost, false); err != nil {
 		return attempt{d: d}, nil, err
 	}
+	keys, err := c.keys(key, cost)
+	if err != nil {
+		return attempt{d: c.refused()}, nil, err
+	}
+	args := c.boundedArgs(c.reading(), cost, true, budget)
 	ctx, cancel := withTimeout(ctx, c.o.timeout)
 	defer cancel()
-	var a attempt
-	var reports []ratelimit.ShadowReport
-	err := c.update(ctx, key, func(states [][]byte, now time.Duration) ([][]byte, []int64, error) {
-		var next [][]byte
-		var px []int64
-		var err error
-		a, next, px, reports, err = stepWithin(c.lm, states, now, cost, budget, c.marginMs)
-		return next, px, err
-	})
+	reply, err := c.run(ctx, key, c.script, keys, args)
 	switch {
-	case err == nil:
-		return a, reports, nil
 	case errors.Is(err, ErrUnavailable):
 		c.failed(err)
 		d, err := c.degraded(ctx, key, cost, budget, err)
 		return checked(d), nil, err
+	case err != nil:
+		return attempt{d: c.refused()}, nil, err
 	}
-	return attempt{d: c.refused()}, nil, err
+	return c.verifyWithin(key, cost, budget, reply)
+}
+
+// verifyWithin is verify for a request bounded on its Delay by budget: the
+// attempt is the layers' StepWithin, and the script must have committed
+// exactly when it does, writing the states it computes.
+func (c *Composite) verifyWithin(key string, cost ratelimit.Units, budget time.Duration, reply []any) (attempt, []ratelimit.ShadowReport, error) {
+	refused := attempt{d: c.refused()}
+	at, admitted, old, written, err := c.parse(reply)
+	if err != nil {
+		return refused, nil, err
+	}
+	w, next, reports, err := c.lm.StepWithin(old, time.Duration(at), cost, budget)
+	if err != nil {
+		if errors.Is(err, ratelimit.ErrInvalidState) {
+			c.invalid.Add(1)
+		}
+		return refused, nil, fmt.Errorf("key %q: %w", clipKey(key), err)
+	}
+	if w.Committed != (admitted == 1) {
+		c.mismatches.Add(1)
+		return refused, nil, fmt.Errorf("%w: key %q at %d: script admitted %d, machine committed %v", ErrMismatch, clipKey(key), at, admitted, w.Committed)
+	}
+	if err := c.sameWritten(key, at, old, next, written); err != nil {
+		return refused, nil, err
+	}
+	return fromAttempt(w), reports, nil
 }

@@ -155,9 +155,18 @@ local function fast(key, alg, old, tm)
   if not cost or cost == 0 or not margin then return nil end
   -- The rule's constants first, so that a rule beyond range declines at once.
   local n, tau, tauf, cn, cf, w, cap, k
+  local qn, qf = false, false
   if alg == 'm' then
     n, tau, tauf, cn, cf = farg(ARGV[5]), farg(ARGV[6]), farg(ARGV[7]), farg(ARGV[8]), farg(ARGV[9])
     if not (n and tau and tauf and cn and cf) then return nil end
+    -- A check bounded on its Delay: the least queue ahead that is too long.
+    -- It is only compared with a debt below 2^52, so any number reads
+    -- exactly enough (one beyond 2^53 rounds, but stays beyond every
+    -- debt); it changes from check to check, so farg does not keep it.
+    if ARGV[10] then
+      qn, qf = tonumber(ARGV[10]), tonumber(ARGV[11])
+      if not (qn and qf) then return nil end
+    end
   elseif alg == 'f' or alg == 'c' or alg == 'l' or alg == 's' then
     w, cap = farg(ARGV[5]), farg(ARGV[6])
     if not (w and cap) or w == 0 then return nil end
@@ -240,8 +249,14 @@ local function fast(key, alg, old, tm)
     local nn, nr = dn + cn, df + cf
     if nr >= n then nn, nr = nn + 1, nr - n end
     if nn < tau or (nn == tau and nr <= tauf) then
-      admitted, ts, frs, dn, df = 1, fabs(H, L, nn), (nr == 0 and '0' or string.format('%d', nr)), nn, nr
+      if qn and (dn > qn or (dn == qn and df >= qf)) then
+        admitted = 2
+      else
+        admitted, ts, frs, dn, df = 1, fabs(H, L, nn), (nr == 0 and '0' or string.format('%d', nr)), nn, nr
+      end
     end
+    -- A bounded check writes only what it admits.
+    if qn and admitted ~= 1 then return {old or '', reading, '', admitted} end
     ttl = dn
     if df ~= 0 then ttl = ttl + 1 end
     new = now .. ' ' .. ts .. ' ' .. frs
@@ -483,6 +498,14 @@ local function pmeter(key, old, tm)
   if not (ch and mh and nh and th and fh and kh and gh) or (ch == 0 and cl == 0) then
     return fail('invalid argument')
   end
+  -- A check bounded on its Delay: the least queue ahead that is too long
+  -- (read with pp: it changes from check to check, so ppa does not keep it).
+  local qh, ql, qfh, qfl = false, 0, 0, 0
+  if ARGV[10] then
+    qh, ql = pp(ARGV[10])
+    qfh, qfl = pp(ARGV[11])
+    if not (qh and qfh) then return fail('invalid argument') end
+  end
 
   -- now, clamped to MaxTime (2^62 ns), as the limbs read it.
   local wh, wl
@@ -540,10 +563,17 @@ local function pmeter(key, old, tm)
   local admitted = 0
   local c = pcmp(xh, xl, th, tl)
   if c < 0 or (c == 0 and pcmp(yh, yl, fh, fl) <= 0) then
-    admitted = 1
-    sh, sl = padd(wh, wl, xh, xl)
-    rh, rl, dh, dl, eh, el = yh, yl, xh, xl, yh, yl
+    local q = qh and pcmp(dh, dl, qh, ql)
+    if q and (q > 0 or (q == 0 and pcmp(eh, el, qfh, qfl) >= 0)) then
+      admitted = 2
+    else
+      admitted = 1
+      sh, sl = padd(wh, wl, xh, xl)
+      rh, rl, dh, dl, eh, el = yh, yl, xh, xl, yh, yl
+    end
   end
+  -- A bounded check writes only what it admits.
+  if qh and admitted ~= 1 then return {old, reading, '', admitted} end
   if eh ~= 0 or el ~= 0 then dh, dl = padd(dh, dl, 0, 1) end
   local new = pstr(wh, wl) .. ' ' .. pstr(sh, sl) .. ' ' .. pstr(rh, rl)
 

@@ -155,9 +155,18 @@ local function fast(key, alg, old, tm)
   if not cost or cost == 0 or not margin then return nil end
   -- The rule's constants first, so that a rule beyond range declines at once.
   local n, tau, tauf, cn, cf, w, cap, k
+  local qn, qf = false, false
   if alg == 'm' then
     n, tau, tauf, cn, cf = farg(ARGV[5]), farg(ARGV[6]), farg(ARGV[7]), farg(ARGV[8]), farg(ARGV[9])
     if not (n and tau and tauf and cn and cf) then return nil end
+    -- A check bounded on its Delay: the least queue ahead that is too long.
+    -- It is only compared with a debt below 2^52, so any number reads
+    -- exactly enough (one beyond 2^53 rounds, but stays beyond every
+    -- debt); it changes from check to check, so farg does not keep it.
+    if ARGV[10] then
+      qn, qf = tonumber(ARGV[10]), tonumber(ARGV[11])
+      if not (qn and qf) then return nil end
+    end
   elseif alg == 'f' or alg == 'c' or alg == 'l' or alg == 's' then
     w, cap = farg(ARGV[5]), farg(ARGV[6])
     if not (w and cap) or w == 0 then return nil end
@@ -240,8 +249,14 @@ local function fast(key, alg, old, tm)
     local nn, nr = dn + cn, df + cf
     if nr >= n then nn, nr = nn + 1, nr - n end
     if nn < tau or (nn == tau and nr <= tauf) then
-      admitted, ts, frs, dn, df = 1, fabs(H, L, nn), (nr == 0 and '0' or string.format('%d', nr)), nn, nr
+      if qn and (dn > qn or (dn == qn and df >= qf)) then
+        admitted = 2
+      else
+        admitted, ts, frs, dn, df = 1, fabs(H, L, nn), (nr == 0 and '0' or string.format('%d', nr)), nn, nr
+      end
     end
+    -- A bounded check writes only what it admits.
+    if qn and admitted ~= 1 then return {old or '', reading, '', admitted} end
     ttl = dn
     if df ~= 0 then ttl = ttl + 1 end
     new = now .. ' ' .. ts .. ' ' .. frs
@@ -483,6 +498,14 @@ local function pmeter(key, old, tm)
   if not (ch and mh and nh and th and fh and kh and gh) or (ch == 0 and cl == 0) then
     return fail('invalid argument')
   end
+  -- A check bounded on its Delay: the least queue ahead that is too long
+  -- (read with pp: it changes from check to check, so ppa does not keep it).
+  local qh, ql, qfh, qfl = false, 0, 0, 0
+  if ARGV[10] then
+    qh, ql = pp(ARGV[10])
+    qfh, qfl = pp(ARGV[11])
+    if not (qh and qfh) then return fail('invalid argument') end
+  end
 
   -- now, clamped to MaxTime (2^62 ns), as the limbs read it.
   local wh, wl
@@ -540,10 +563,17 @@ local function pmeter(key, old, tm)
   local admitted = 0
   local c = pcmp(xh, xl, th, tl)
   if c < 0 or (c == 0 and pcmp(yh, yl, fh, fl) <= 0) then
-    admitted = 1
-    sh, sl = padd(wh, wl, xh, xl)
-    rh, rl, dh, dl, eh, el = yh, yl, xh, xl, yh, yl
+    local q = qh and pcmp(dh, dl, qh, ql)
+    if q and (q > 0 or (q == 0 and pcmp(eh, el, qfh, qfl) >= 0)) then
+      admitted = 2
+    else
+      admitted = 1
+      sh, sl = padd(wh, wl, xh, xl)
+      rh, rl, dh, dl, eh, el = yh, yl, xh, xl, yh, yl
+    end
   end
+  -- A bounded check writes only what it admits.
+  if qh and admitted ~= 1 then return {old, reading, '', admitted} end
   if eh ~= 0 or el ~= 0 then dh, dl = padd(dh, dl, 0, 1) end
   local new = pstr(wh, wl) .. ' ' .. pstr(sh, sl) .. ' ' .. pstr(rh, rl)
 
@@ -1095,8 +1125,15 @@ end
 --          A composite's step passes '2' for a rule with CountRefused: it
 --          never spends a refusal (see layers.lua)
 --
+-- bounded: a meter's check bounded on its Delay (a leaky bucket's
+--          CheckWithin) adds ARGV[10] and ARGV[11],
+--          the least queue ahead (ns, frac/n) at which an admission's Delay
+--          is over the bound; a check without a bound does not send them.
+--
 -- Returns {old state or '', now used before clamping, new state, 1 if
--- admitted else 0}. A state that is not well formed, or that no sequence of
+-- admitted else 0}. A bounded check refuses an admission that finds that
+-- much queued ahead, with 2 for it, and writes nothing for a request it
+-- does not admit: its new state is then ''. A state that is not well formed, or that no sequence of
 -- checks and settlements under the rule could have produced (a settlement
 -- leaves at most twice the capacity in use), is an error reply and nothing
 -- is written: the same states the Go side's decoder refuses. An empty
@@ -1273,9 +1310,18 @@ local function fast(key, alg, old, tm)
   if not cost or cost == 0 or not margin then return nil end
   -- The rule's constants first, so that a rule beyond range declines at once.
   local n, tau, tauf, cn, cf, w, cap, k
+  local qn, qf = false, false
   if alg == 'm' then
     n, tau, tauf, cn, cf = farg(ARGV[5]), farg(ARGV[6]), farg(ARGV[7]), farg(ARGV[8]), farg(ARGV[9])
     if not (n and tau and tauf and cn and cf) then return nil end
+    -- A check bounded on its Delay: the least queue ahead that is too long.
+    -- It is only compared with a debt below 2^52, so any number reads
+    -- exactly enough (one beyond 2^53 rounds, but stays beyond every
+    -- debt); it changes from check to check, so farg does not keep it.
+    if ARGV[10] then
+      qn, qf = tonumber(ARGV[10]), tonumber(ARGV[11])
+      if not (qn and qf) then return nil end
+    end
   elseif alg == 'f' or alg == 'c' or alg == 'l' or alg == 's' then
     w, cap = farg(ARGV[5]), farg(ARGV[6])
     if not (w and cap) or w == 0 then return nil end
@@ -1358,8 +1404,14 @@ local function fast(key, alg, old, tm)
     local nn, nr = dn + cn, df + cf
     if nr >= n then nn, nr = nn + 1, nr - n end
     if nn < tau or (nn == tau and nr <= tauf) then
-      admitted, ts, frs, dn, df = 1, fabs(H, L, nn), (nr == 0 and '0' or string.format('%d', nr)), nn, nr
+      if qn and (dn > qn or (dn == qn and df >= qf)) then
+        admitted = 2
+      else
+        admitted, ts, frs, dn, df = 1, fabs(H, L, nn), (nr == 0 and '0' or string.format('%d', nr)), nn, nr
+      end
     end
+    -- A bounded check writes only what it admits.
+    if qn and admitted ~= 1 then return {old or '', reading, '', admitted} end
     ttl = dn
     if df ~= 0 then ttl = ttl + 1 end
     new = now .. ' ' .. ts .. ' ' .. frs
@@ -1601,6 +1653,14 @@ local function pmeter(key, old, tm)
   if not (ch and mh and nh and th and fh and kh and gh) or (ch == 0 and cl == 0) then
     return fail('invalid argument')
   end
+  -- A check bounded on its Delay: the least queue ahead that is too long
+  -- (read with pp: it changes from check to check, so ppa does not keep it).
+  local qh, ql, qfh, qfl = false, 0, 0, 0
+  if ARGV[10] then
+    qh, ql = pp(ARGV[10])
+    qfh, qfl = pp(ARGV[11])
+    if not (qh and qfh) then return fail('invalid argument') end
+  end
 
   -- now, clamped to MaxTime (2^62 ns), as the limbs read it.
   local wh, wl
@@ -1658,10 +1718,17 @@ local function pmeter(key, old, tm)
   local admitted = 0
   local c = pcmp(xh, xl, th, tl)
   if c < 0 or (c == 0 and pcmp(yh, yl, fh, fl) <= 0) then
-    admitted = 1
-    sh, sl = padd(wh, wl, xh, xl)
-    rh, rl, dh, dl, eh, el = yh, yl, xh, xl, yh, yl
+    local q = qh and pcmp(dh, dl, qh, ql)
+    if q and (q > 0 or (q == 0 and pcmp(eh, el, qfh, qfl) >= 0)) then
+      admitted = 2
+    else
+      admitted = 1
+      sh, sl = padd(wh, wl, xh, xl)
+      rh, rl, dh, dl, eh, el = yh, yl, xh, xl, yh, yl
+    end
   end
+  -- A bounded check writes only what it admits.
+  if qh and admitted ~= 1 then return {old, reading, '', admitted} end
   if eh ~= 0 or el ~= 0 then dh, dl = padd(dh, dl, 0, 1) end
   local new = pstr(wh, wl) .. ' ' .. pstr(sh, sl) .. ' ' .. pstr(rh, rl)
 
@@ -3144,30 +3211,15 @@ return out
 
 end
 local function ops(KEYS, ARGV, redis)
--- The after-the-fact operations (Peek, Refund, Settle, Reset) on one key or on a
--- composite's layer keys, which share a slot: read the keys' states and
--- the instant, compare and set them, or reset them. The arithmetic is done
--- in Go by the rules' Machines; this script only reads and writes whole
--- states, atomically.
+-- The after-the-fact operations that need no arithmetic in Redis (Peek and
+-- Reset) on one key or on a composite's layer keys, which share a slot:
+-- read the keys' states and the instant, or reset the keys. A peek's
+-- arithmetic is done in Go by the rules' Machines; this script only reads
+-- and writes whole states, atomically.
 --
 -- KEYS     the keys
 -- ARGV[1]  now in ns since the Unix epoch, or '' for the server's TIME
--- ARGV[2]  'r' read; 'w' compare and set; 'p' compare and set with
---          expiries; 'z' reset
--- 'w':     ARGV[2 + 2i - 1], ARGV[2 + 2i]: key i's state as it was read
---          ('' for none) and the state to write ('' to leave the key
---          alone). Every key is written only if every key still holds
---          what was read. A written key keeps its expiry: a refund only
---          brings the instant its state is as good as a fresh key's
---          nearer, so the expiry the last check set still covers it. A key
---          that no longer exists is never written (SET KEEPTTL would make
---          it a key without expiry).
--- 'p':     as 'w', with a third argument per key after those two, at
---          ARGV[2 + 3i]: the expiry in ms to set with the new state (a
---          settlement's charge brings the instant its state is as good as
---          a fresh key's later, so the expiry must move with it), or '' to
---          keep the key's expiry as 'w' does. A key with an expiry given
---          is written even if it did not exist (read as '', a fresh key).
+-- ARGV[2]  'r' read; 'z' reset
 -- 'z':     ARGV[3] the expiry margin in ms. Every key that exists is
 --          replaced by the state of a fresh key that keeps the key's clamp
 --          on time, its latest instant and nothing else, expiring after the
@@ -3177,10 +3229,9 @@ local function ops(KEYS, ARGV, redis)
 --          instant the store used for the keys without telling Redis (its
 --          deny cache's), '0' if none: the clamp kept is at least that.
 --
--- Returns {1 if done else 0, the instant (before clamping), then each
--- key's state or '' as read}; 'w' done and 'z' return no states. A key
--- of another type than a string is, but for 'z', an error reply. A 'w'
--- that was not done returns what a read would, for the next attempt.
+-- Returns {1, the instant (before clamping), then for 'r' each key's state
+-- or '' as read}. A key of another type than a string is, but for 'z', an
+-- error reply.
 
 local function later(a, b)
   return #a > #b or (#a == #b and a > b)
@@ -3204,27 +3255,7 @@ for i = 1, #KEYS do
   cur[i] = v
 end
 
-if mode == 'w' or mode == 'p' then
-  local k = mode == 'p' and 3 or 2
-  local same = true
-  for i = 1, #KEYS do
-    if (cur[i] or '') ~= ARGV[3 + k * (i - 1)] then same = false end
-  end
-  if same then
-    for i = 1, #KEYS do
-      local new, px = ARGV[4 + k * (i - 1)], ''
-      if k == 3 then px = ARGV[5 + 3 * (i - 1)] end
-      if new ~= '' then
-        if px ~= '' then
-          redis.call('SET', KEYS[i], new, 'PX', px)
-        elseif cur[i] then
-          redis.call('SET', KEYS[i], new, 'KEEPTTL')
-        end
-      end
-    end
-    return {1, now}
-  end
-elseif mode == 'z' then
+if mode == 'z' then
   for i = 1, #KEYS do
     if cur[i] then
       -- The latest instant, if it is a canonical decimal within MaxTime;
@@ -3241,7 +3272,7 @@ elseif mode == 'z' then
   return {1, now}
 end
 
-local out = {mode == 'r' and 1 or 0, now}
+local out = {1, now}
 for i = 1, #KEYS do out[#out + 1] = cur[i] or '' end
 return out
 

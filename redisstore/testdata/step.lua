@@ -154,9 +154,18 @@ local function fast(key, alg, old, tm)
   if not cost or cost == 0 or not margin then return nil end
   -- The rule's constants first, so that a rule beyond range declines at once.
   local n, tau, tauf, cn, cf, w, cap, k
+  local qn, qf = false, false
   if alg == 'm' then
     n, tau, tauf, cn, cf = farg(ARGV[5]), farg(ARGV[6]), farg(ARGV[7]), farg(ARGV[8]), farg(ARGV[9])
     if not (n and tau and tauf and cn and cf) then return nil end
+    -- A check bounded on its Delay: the least queue ahead that is too long.
+    -- It is only compared with a debt below 2^52, so any number reads
+    -- exactly enough (one beyond 2^53 rounds, but stays beyond every
+    -- debt); it changes from check to check, so farg does not keep it.
+    if ARGV[10] then
+      qn, qf = tonumber(ARGV[10]), tonumber(ARGV[11])
+      if not (qn and qf) then return nil end
+    end
   elseif alg == 'f' or alg == 'c' or alg == 'l' or alg == 's' then
     w, cap = farg(ARGV[5]), farg(ARGV[6])
     if not (w and cap) or w == 0 then return nil end
@@ -239,8 +248,14 @@ local function fast(key, alg, old, tm)
     local nn, nr = dn + cn, df + cf
     if nr >= n then nn, nr = nn + 1, nr - n end
     if nn < tau or (nn == tau and nr <= tauf) then
-      admitted, ts, frs, dn, df = 1, fabs(H, L, nn), (nr == 0 and '0' or string.format('%d', nr)), nn, nr
+      if qn and (dn > qn or (dn == qn and df >= qf)) then
+        admitted = 2
+      else
+        admitted, ts, frs, dn, df = 1, fabs(H, L, nn), (nr == 0 and '0' or string.format('%d', nr)), nn, nr
+      end
     end
+    -- A bounded check writes only what it admits.
+    if qn and admitted ~= 1 then return {old or '', reading, '', admitted} end
     ttl = dn
     if df ~= 0 then ttl = ttl + 1 end
     new = now .. ' ' .. ts .. ' ' .. frs
@@ -482,6 +497,14 @@ local function pmeter(key, old, tm)
   if not (ch and mh and nh and th and fh and kh and gh) or (ch == 0 and cl == 0) then
     return fail('invalid argument')
   end
+  -- A check bounded on its Delay: the least queue ahead that is too long
+  -- (read with pp: it changes from check to check, so ppa does not keep it).
+  local qh, ql, qfh, qfl = false, 0, 0, 0
+  if ARGV[10] then
+    qh, ql = pp(ARGV[10])
+    qfh, qfl = pp(ARGV[11])
+    if not (qh and qfh) then return fail('invalid argument') end
+  end
 
   -- now, clamped to MaxTime (2^62 ns), as the limbs read it.
   local wh, wl
@@ -539,10 +562,17 @@ local function pmeter(key, old, tm)
   local admitted = 0
   local c = pcmp(xh, xl, th, tl)
   if c < 0 or (c == 0 and pcmp(yh, yl, fh, fl) <= 0) then
-    admitted = 1
-    sh, sl = padd(wh, wl, xh, xl)
-    rh, rl, dh, dl, eh, el = yh, yl, xh, xl, yh, yl
+    local q = qh and pcmp(dh, dl, qh, ql)
+    if q and (q > 0 or (q == 0 and pcmp(eh, el, qfh, qfl) >= 0)) then
+      admitted = 2
+    else
+      admitted = 1
+      sh, sl = padd(wh, wl, xh, xl)
+      rh, rl, dh, dl, eh, el = yh, yl, xh, xl, yh, yl
+    end
   end
+  -- A bounded check writes only what it admits.
+  if qh and admitted ~= 1 then return {old, reading, '', admitted} end
   if eh ~= 0 or el ~= 0 then dh, dl = padd(dh, dl, 0, 1) end
   local new = pstr(wh, wl) .. ' ' .. pstr(sh, sl) .. ' ' .. pstr(rh, rl)
 
@@ -1094,8 +1124,15 @@ end
 --          A composite's step passes '2' for a rule with CountRefused: it
 --          never spends a refusal (see layers.lua)
 --
+-- bounded: a meter's check bounded on its Delay (a leaky bucket's
+--          CheckWithin) adds ARGV[10] and ARGV[11],
+--          the least queue ahead (ns, frac/n) at which an admission's Delay
+--          is over the bound; a check without a bound does not send them.
+--
 -- Returns {old state or '', now used before clamping, new state, 1 if
--- admitted else 0}. A state that is not well formed, or that no sequence of
+-- admitted else 0}. A bounded check refuses an admission that finds that
+-- much queued ahead, with 2 for it, and writes nothing for a request it
+-- does not admit: its new state is then ''. A state that is not well formed, or that no sequence of
 -- checks and settlements under the rule could have produced (a settlement
 -- leaves at most twice the capacity in use), is an error reply and nothing
 -- is written: the same states the Go side's decoder refuses. An empty
