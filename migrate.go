@@ -39,7 +39,7 @@ import (
 // when the key moves again, it carries what of it is not yet given back,
 // plus what its state shows beyond what it was given (what it was admitted
 // since, held until that state would be whole), rather than what the rule
-// in between rounded up or down (see planRecord, which keeps two such
+// in between rounded up or down (see moveRecord, which keeps two such
 // amounts, merging the nearest of three). So, with MigrateProportional or
 // MigrateAdditive, moving at a window's edge is no fresh window (the debt a
 // bucket carries past it is counted in the next one); hopping off a plan
@@ -133,7 +133,7 @@ func (m Migration) valid() bool { return m <= MigrateReset }
 
 // carry returns what a key that has spent milli-units of a capacity of
 // from milli-units has spent under a capacity of to, by policy m. spent may
-// exceed from (an amount a cap cut off before, see planRecord); the result
+// exceed from (an amount a cap cut off before, see moveRecord); the result
 // is not capped at to, which the caller does, keeping the rest.
 func (m Migration) carry(spent, from, to int64) int64 {
 	spent = max(spent, 0)
@@ -191,7 +191,7 @@ func (m *meter) wholeAt(s *vtime, now int64) int64 {
 
 // withSpent starts the bucket x short of full, refilling at its own rate,
 // or, if that would end after until, full again at until: less in use now
-// than x, which the key's record keeps for its next move (see planRecord).
+// than x, which the key's record keeps for its next move (see moveRecord).
 func (m *meter) withSpent(s *vtime, now, x, until int64) {
 	ns, frac, _ := m.span(uint64(x)) // x <= capacity: within the span
 	*s = vtime{t: now + int64(ns), frac: frac}
@@ -207,7 +207,7 @@ func (a *fwAlgo) spentAt(s *fwState, now int64) int64 {
 
 // wholeAt is the end of the state's window or, for a count in a later
 // window than now's (see withSpent), that window's start: what a key moved
-// in carried past it is in its record (see planRecord), and what it was
+// in carried past it is in its record (see moveRecord), and what it was
 // admitted since would have been whole by then under this rule.
 func (a *fwAlgo) wholeAt(s *fwState, now int64) int64 {
 	win, _, count := a.at(s, now)
