@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -86,7 +87,8 @@ type Plans struct {
 	clock   Clock
 	obs     Observer // nil: none
 	opts    []Option
-	update  sync.Mutex // serialises Update
+	seed    maphash.Seed // of every store, and of records (see options.seed)
+	update  sync.Mutex   // serialises Update
 	gen     atomic.Pointer[planGen]
 }
 
@@ -183,13 +185,13 @@ const maxReplaced = 64
 // one key ends the watch, and after it a check pays one atomic load.
 func NewPlans(set PlanSet, planOf func(key string) string, opts ...Option) (*Plans, error) {
 	o := buildOptions(opts)
-	p := &Plans{planOf: planOf, clock: o.clock, obs: o.obs, opts: opts, warn: newPlanWarning(o)}
+	p := &Plans{planOf: planOf, clock: o.clock, obs: o.obs, opts: opts, warn: newPlanWarning(o), seed: maphash.MakeSeed()}
 	g, err := p.build(set, nil, 0, MigrateProportional)
 	if err != nil {
 		return nil, err
 	}
 	maxKeys, shards, _ := storeShape(o.store) // build validated the options
-	p.records.init(min(maxStoreKeys, maxKeys*len(g.plans)), shards, o.store.prealloc)
+	p.records.init(p.seed, min(maxStoreKeys, maxKeys*len(g.plans)), shards, o.store.prealloc)
 	p.gen.Store(g)
 	return p, nil
 }
@@ -371,7 +373,7 @@ func (p *Plans) buildPlan(name string, pl Plan, old *planGen) (*builtPlan, error
 		if prev != nil && i < len(prev.rules) && prev.rules[i] == rule {
 			store = prev.comp.layers[i].store
 		} else {
-			all := append(append(append([]Option(nil), p.opts...), l.Options...), WithClock(p.clock), withLabel(name))
+			all := append(append(append([]Option(nil), p.opts...), l.Options...), WithClock(p.clock), withLabel(name), withSeed(&p.seed))
 			s, err := newKeyedStore(rule, all)
 			if err != nil {
 				return nil, fmt.Errorf("ratelimit: plan %q, layer %d: %w", name, i, err)
@@ -401,6 +403,9 @@ var planIDs atomic.Uint64
 
 // withLabel names the policy a store reports for an unnamed rule.
 func withLabel(name string) Option { return func(o *options) { o.label = name } }
+
+// withSeed makes a store hash keys with seed (see options.seed).
+func withSeed(seed *maphash.Seed) Option { return func(o *options) { o.seed = seed } }
 
 // plan returns key's plan in g: the plan ctx names (see ContextWithPlan),
 // else the plan function's; the default if that is not a plan of g.
@@ -514,7 +519,7 @@ func (p *Plans) checkHeld(ctx context.Context, key string, cost Units) (Decision
 	if st == nil || cost <= 0 || int64(cost) > st.capacity() {
 		return Decision{}, pick, false
 	}
-	d, ok := st.checkHeld(key, st.prepare(key), int64(cost), &p.gen, g, &p.records, bp)
+	d, ok := st.checkHeld(st.prepare(key), int64(cost), &p.gen, g, &p.records, bp)
 	if !ok {
 		return d, pick, false
 	}
@@ -728,13 +733,13 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 	// A key new to the rule set, the common case, has no record: if the
 	// record's lock is free, holding the stores' locks out of order cannot
 	// deadlock (it does not wait), and there is nothing to move.
-	if !adds && p.records.absent(key) || adds && p.records.add(key, planRecord{plan: bp.id, lineage: bp.lineage}, now) {
+	rk := p.records.prepare(key)
+	if !adds && p.records.absent(rk) || adds && p.records.add(rk, planRecord{plan: bp.id, lineage: bp.lineage}, now) {
 		return locks, now, true
 	}
-	if p.records.names(key, bp.id) {
+	if p.records.names(rk, bp.id) {
 		return locks, now, true // on its plan already: nothing to move
 	}
-	rk := p.records.prepare(key)
 	rs := &p.records.shards[rk.h&p.records.mask]
 	// Relock holding the key's record, with the stores it names.
 	unlockAll(locks)

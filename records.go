@@ -128,9 +128,10 @@ type recordShard struct {
 }
 
 // init readies the table for at most maxKeys records over shards shards
-// (a power of two no larger than maxKeys), allocated at once if prealloc.
-func (r *planRecords) init(maxKeys, shards int, prealloc bool) {
-	r.seed = maphash.MakeSeed()
+// (a power of two no larger than maxKeys), allocated at once if prealloc,
+// hashing keys with seed (the seed of the Plans' stores).
+func (r *planRecords) init(seed maphash.Seed, maxKeys, shards int, prealloc bool) {
+	r.seed = seed
 	r.mask = uint64(shards - 1)
 	r.shards = make([]recordShard, shards)
 	for i := range r.shards {
@@ -148,21 +149,14 @@ func (r *planRecords) init(maxKeys, shards int, prealloc bool) {
 	}
 }
 
-// prepare digests a long key and hashes it, as a store does.
-func (r *planRecords) prepare(key string) storeKey {
-	long := len(key) > MaxKeyLen
-	if long {
-		key = digestKey(key)
-	}
-	h := maphash.String(r.seed, key)
-	return storeKey{key: key, h: h, tag: table.Tag(h, long)}
-}
+// prepare digests a long key and hashes it, as the Plans' stores do (with
+// the same seed: a key a store prepared is the record's key too).
+func (r *planRecords) prepare(key string) storeKey { return prepareKey(r.seed, key) }
 
-// add records rec for key if key has no record and its shard's lock is
-// free (the caller may hold store locks: it must not wait), and reports
-// whether it did.
-func (r *planRecords) add(key string, rec planRecord, now int64) bool {
-	k := r.prepare(key)
+// add records rec for k, a prepared key, if it has no record and its
+// shard's lock is free (the caller may hold store locks: it must not
+// wait), and reports whether it did.
+func (r *planRecords) add(k storeKey, rec planRecord, now int64) bool {
 	sh := &r.shards[k.h&r.mask]
 	if !sh.mu.TryLock() {
 		return false
@@ -176,10 +170,9 @@ func (r *planRecords) add(key string, rec planRecord, now int64) bool {
 	return true
 }
 
-// absent reports whether key has no record, if its shard's lock is free
-// (false if it is not: see add).
-func (r *planRecords) absent(key string) bool {
-	k := r.prepare(key)
+// absent reports whether k, a prepared key, has no record, if its shard's
+// lock is free (false if it is not: see add).
+func (r *planRecords) absent(k storeKey) bool {
 	sh := &r.shards[k.h&r.mask]
 	if !sh.mu.TryLock() {
 		return false
@@ -188,10 +181,9 @@ func (r *planRecords) absent(key string) bool {
 	return sh.t.Find(k.key, k.tag) == nil
 }
 
-// names reports whether key's record names plan id, if its shard's lock is
-// free (as add, it must not wait).
-func (r *planRecords) names(key string, id uint64) bool {
-	k := r.prepare(key)
+// names reports whether the record of k, a prepared key, names plan id,
+// if its shard's lock is free (as add, it must not wait).
+func (r *planRecords) names(k storeKey, id uint64) bool {
 	sh := &r.shards[k.h&r.mask]
 	if !sh.mu.TryLock() {
 		return false
