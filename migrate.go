@@ -30,7 +30,9 @@ import (
 //   - a sliding log logs it as up to eight admissions that leave the window
 //     one after another, and a sub-window spreads it over its buckets, so
 //     that what counts at every instant is at least what an even giving-back
-//     would leave (all of it gone by the instant, or a window from now).
+//     would leave (all of it gone by the instant, or a window from now if
+//     that is sooner, but not before a window from the clock's zero, since
+//     neither counts anything before zero).
 //
 // The key's record (which the rule set keeps beside the key's state) also
 // keeps the amount before the new capacity's cap, and holds it in full
@@ -328,6 +330,10 @@ func (a *slAlgo) wholeAt(s *slState, now int64) int64 {
 // another, so that what is still logged at every instant is at least what
 // the old rule would still hold if it gave x back evenly by until, and
 // nothing is left at until (or a window from now, if until is later).
+// Within a window of the clock's zero, an admission that would be logged
+// before it is logged at it, as no state holds an earlier instant (see
+// parseState): it then leaves the window later, at the window's length
+// from zero, which holds the key to less, never more.
 func (a *slAlgo) withSpent(s *slState, now, x, until int64) {
 	*s = slState{}
 	end := min(until, now+a.window)
@@ -337,7 +343,7 @@ func (a *slAlgo) withSpent(s *slState, now, x, until int64) {
 		// What remains once step j's admission leaves, at now + j/steps
 		// of the way to end, is at least x * (steps - j) / steps.
 		left := ceilMulDiv(x, steps-j, steps)
-		t := now + ceilMulDiv(end-now, j, steps) - a.window
+		t := max(now+ceilMulDiv(end-now, j, steps)-a.window, 0)
 		s.admit(0, min(t, now), x-left-logged)
 		logged = x - left
 	}
