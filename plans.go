@@ -55,13 +55,12 @@ type PlanSet struct {
 // (a global or a per-customer limit) holds state its plan's keys share: it
 // stays with the plan when one key moves to another (see [Migration]).
 // Which plan holds a key is kept in a record of the key (16 bytes besides
-// the key, and 48 more for a key whose last move carried an amount in,
-// which may be dropped once it is all given back; in tables of the rule
-// set's own, bounded as a store is, with room for as many keys as all the
-// plans' stores when it is built), so that a key checked for the first
-// time, or the first time since it moved, takes the locks of its record
-// and of the stores of two plans, whatever the number of plans and
-// of rule sets an Update replaced. A key held in its plan's stores is
+// the key, and 48 more for a key whose last move carried an amount in;
+// in tables of the rule set's own, bounded as a store is, with room for as
+// many keys as all the plans' stores when it is built), so that a key
+// checked for the first time, or the first time since it moved, takes the
+// locks of its record and of the stores of two plans, whatever the number
+// of plans and of rule sets an Update replaced. A key held in its plan's stores is
 // checked without its record. The stores an Update replaced are kept until
 // every key in them would be as good as fresh (two of their windows, or
 // longer while what moves carried into them is being given back), and

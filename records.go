@@ -46,8 +46,7 @@ func (r *planRecord) carries() bool { return r.plan&recordCarries != 0 }
 // whose instants are nearest are kept as one, at the later instant. So a
 // rule that gives a move back sooner (a bucket refills at its own rate, or
 // a window ends) or caps it (the new capacity is smaller) does so only
-// while it holds the key. The zero moveRecord carries nothing, and so does
-// one whose until has passed: each is as good as none.
+// while it holds the key. The zero moveRecord carries nothing.
 type moveRecord struct {
 	at     int64 // the instant of the last move
 	until  int64 // when x is given back, and the state was given it all back
@@ -103,17 +102,20 @@ func (r *moveRecord) pending(since, whole, now int64) [2]tranche {
 // planRecords is a rule set's table of key records: sharded and bounded
 // as a store is, each shard behind a plain lock. Each shard keeps its keys'
 // planRecords in one table, and the moveRecords of those that carry one
-// (see planRecord.carries) in another, bounded alike, which drops first
-// the moveRecords whose amounts are all given back; one dropped to make
-// room while it still holds some loses them as the record's loss would
-// (see Plans): the key's next move carries only what its state shows. A
-// moveRecord is found only through a record that carries one: one that
-// outlives its record (dropped to make room, or by Reset) is never read.
-// A record's shard is
-// locked before any store shard, and only by an attempt that adds or moves
-// a key (see Plans.lockPlan), never by the check of a key its plan's stores
-// hold; an attempt that holds store shards may only try its lock (add,
-// absent), never wait for it.
+// (see planRecord.carries) in another, bounded alike. Neither holds
+// anything as good as none: a moveRecord whose amounts are given back may
+// still tell what of its key's state is not the key's own (a fixed window
+// holds a count to its window's end), and dropping it would change what
+// the key's next move carries from what a backend's move record gives
+// (see MoveState). A moveRecord dropped to make room loses its amounts as
+// the record's loss would (see Plans): the key's next move carries only
+// what its state shows. A moveRecord is found only through a record that
+// carries one: one that outlives its record (dropped to make room, or by
+// Reset) is never read. A record's shard is locked before any store
+// shard, and only by an attempt that adds or moves a key (see
+// Plans.lockPlan), never by the check of a key its plan's stores hold; an
+// attempt that holds store shards may only try its lock (add, absent),
+// never wait for it.
 type planRecords struct {
 	seed   maphash.Seed
 	mask   uint64
@@ -142,7 +144,7 @@ func (r *planRecords) init(seed maphash.Seed, maxKeys, shards int, prealloc bool
 		// A record is never as good as none: it is dropped only to make
 		// room, the least recently moved first.
 		r.shards[i].t.Init(share, func(*planRecord, int64) bool { return false })
-		r.shards[i].c.Init(share, func(m *moveRecord, now int64) bool { return m.until <= now })
+		r.shards[i].c.Init(share, func(*moveRecord, int64) bool { return false })
 		if prealloc {
 			r.shards[i].t.Preallocate()
 		}
