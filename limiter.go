@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"hash/maphash"
 	"log/slog"
 	"reflect"
 	"sync"
@@ -90,6 +91,11 @@ type options struct {
 	// label is the policy a store reports for an unnamed rule (a plan's
 	// name); set by NewPlans only.
 	label string
+	// seed, if set, is the seed a store hashes keys with, instead of one
+	// of its own: a Plans' stores and its records share one (set by
+	// NewPlans only), so that a key is hashed once for its record and the
+	// store of its plan.
+	seed *maphash.Seed
 	// logger takes the warnings given once per process (planwarn.go);
 	// nil: slog.Default(). quiet silences them.
 	logger *slog.Logger

@@ -30,7 +30,9 @@ import (
 //   - a sliding log logs it as up to eight admissions that leave the window
 //     one after another, and a sub-window spreads it over its buckets, so
 //     that what counts at every instant is at least what an even giving-back
-//     would leave (all of it gone by the instant, or a window from now).
+//     would leave (all of it gone by the instant, or a window from now if
+//     that is sooner, but not before a window from the clock's zero, since
+//     neither counts anything before zero).
 //
 // The key's record (which the rule set keeps beside the key's state) also
 // keeps the amount before the new capacity's cap, and holds it in full
@@ -39,7 +41,7 @@ import (
 // when the key moves again, it carries what of it is not yet given back,
 // plus what its state shows beyond what it was given (what it was admitted
 // since, held until that state would be whole), rather than what the rule
-// in between rounded up or down (see planRecord, which keeps two such
+// in between rounded up or down (see moveRecord, which keeps two such
 // amounts, merging the nearest of three). So, with MigrateProportional or
 // MigrateAdditive, moving at a window's edge is no fresh window (the debt a
 // bucket carries past it is counted in the next one); hopping off a plan
@@ -133,7 +135,7 @@ func (m Migration) valid() bool { return m <= MigrateReset }
 
 // carry returns what a key that has spent milli-units of a capacity of
 // from milli-units has spent under a capacity of to, by policy m. spent may
-// exceed from (an amount a cap cut off before, see planRecord); the result
+// exceed from (an amount a cap cut off before, see moveRecord); the result
 // is not capped at to, which the caller does, keeping the rest.
 func (m Migration) carry(spent, from, to int64) int64 {
 	spent = max(spent, 0)
@@ -191,7 +193,7 @@ func (m *meter) wholeAt(s *vtime, now int64) int64 {
 
 // withSpent starts the bucket x short of full, refilling at its own rate,
 // or, if that would end after until, full again at until: less in use now
-// than x, which the key's record keeps for its next move (see planRecord).
+// than x, which the key's record keeps for its next move (see moveRecord).
 func (m *meter) withSpent(s *vtime, now, x, until int64) {
 	ns, frac, _ := m.span(uint64(x)) // x <= capacity: within the span
 	*s = vtime{t: now + int64(ns), frac: frac}
@@ -207,7 +209,7 @@ func (a *fwAlgo) spentAt(s *fwState, now int64) int64 {
 
 // wholeAt is the end of the state's window or, for a count in a later
 // window than now's (see withSpent), that window's start: what a key moved
-// in carried past it is in its record (see planRecord), and what it was
+// in carried past it is in its record (see moveRecord), and what it was
 // admitted since would have been whole by then under this rule.
 func (a *fwAlgo) wholeAt(s *fwState, now int64) int64 {
 	win, _, count := a.at(s, now)
@@ -328,6 +330,10 @@ func (a *slAlgo) wholeAt(s *slState, now int64) int64 {
 // another, so that what is still logged at every instant is at least what
 // the old rule would still hold if it gave x back evenly by until, and
 // nothing is left at until (or a window from now, if until is later).
+// Within a window of the clock's zero, an admission that would be logged
+// before it is logged at it, as no state holds an earlier instant (see
+// parseState): it then leaves the window later, at the window's length
+// from zero, which holds the key to less, never more.
 func (a *slAlgo) withSpent(s *slState, now, x, until int64) {
 	*s = slState{}
 	end := min(until, now+a.window)
@@ -337,7 +343,7 @@ func (a *slAlgo) withSpent(s *slState, now, x, until int64) {
 		// What remains once step j's admission leaves, at now + j/steps
 		// of the way to end, is at least x * (steps - j) / steps.
 		left := ceilMulDiv(x, steps-j, steps)
-		t := now + ceilMulDiv(end-now, j, steps) - a.window
+		t := max(now+ceilMulDiv(end-now, j, steps)-a.window, 0)
 		s.admit(0, min(t, now), x-left-logged)
 		logged = x - left
 	}

@@ -110,22 +110,22 @@ func MoveState(from, to *Machine, policy Migration, state, record []byte, now ti
 // parseMoveRecord reads a move record (see MoveState) of a state under a
 // rule of capacity capMilli: held is at most that capacity, since it is
 // what the move put in a state of that rule, and at most the two amounts.
-func parseMoveRecord(b []byte, capMilli int64) (planRecord, error) {
+func parseMoveRecord(b []byte, capMilli int64) (moveRecord, error) {
 	f, err := parseState(b)
 	switch {
 	case err != nil:
-		return planRecord{}, fmt.Errorf("%w: move record: %w", ErrInvalidState, err)
+		return moveRecord{}, fmt.Errorf("%w: move record: %w", ErrInvalidState, err)
 	case len(f) == 0:
-		return planRecord{}, nil
+		return moveRecord{}, nil
 	case len(f) != 6:
-		return planRecord{}, fmt.Errorf("%w: move record %q: wants six integers", ErrInvalidState, clip(b))
+		return moveRecord{}, fmt.Errorf("%w: move record %q: wants six integers", ErrInvalidState, clip(b))
 	}
-	r := planRecord{at: f[0], until: f[1], x: f[2], held: f[3], until0: f[4], x0: f[5]}
+	r := moveRecord{at: f[0], until: f[1], x: f[2], held: f[3], until0: f[4], x0: f[5]}
 	switch {
 	case r.at > int64(MaxTime) || r.until <= r.at || r.until0 < 0 || r.until0 >= r.until || r.x0 > 0 && r.until0 <= r.at:
-		return planRecord{}, fmt.Errorf("%w: move record %q: its instants are out of order or range", ErrInvalidState, clip(b))
+		return moveRecord{}, fmt.Errorf("%w: move record %q: its instants are out of order or range", ErrInvalidState, clip(b))
 	case r.x < 0 || r.x0 < 0 || r.held <= 0 || r.held > satAdd(r.x0, r.x) || r.held > capMilli || r.x > 1<<62 || r.x0 > 1<<62:
-		return planRecord{}, fmt.Errorf("%w: move record %q: its amounts are beyond the rule's", ErrInvalidState, clip(b))
+		return moveRecord{}, fmt.Errorf("%w: move record %q: its amounts are beyond the rule's", ErrInvalidState, clip(b))
 	}
 	return r, nil
 }
@@ -171,7 +171,7 @@ func (m machineOf[S, A]) heldAt(at, x, until, now int64) int64 {
 	return heldAt[S](m.alg, at, x, until, now)
 }
 
-// holder is what planRecord.carry needs of the rule that holds a key: what
+// holder is what moveRecord.carry needs of the rule that holds a key: what
 // a state it was given holds later. Stores and machines have it.
 type holder interface {
 	heldAt(at, x, until, now int64) int64

@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -46,29 +47,78 @@ func (mp *machinePlans) check(t *rapid.T, plan int, now time.Duration, cost rate
 
 // TestMoveStateMatchesPlans: a key kept as a backend keeps it, moved with
 // MoveState, gets the in-process Plans' Decisions, field for field, on the
-// same trace of checks and plan switches, for every algorithm and policy.
+// same trace of checks and plan switches, for every algorithm and policy,
+// on a clock that starts at its zero (as virtual clocks do), within a
+// window of it, or a day from it.
 func TestMoveStateMatchesPlans(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
-		mk := newMovingKey(t, 0, ratelimit.MigrateProportional, ratelimit.MigrateAsIs, ratelimit.MigrateAdditive, ratelimit.MigrateReset)
-		mp := &machinePlans{policy: mk.policy, held: -1}
-		for _, r := range mk.plans {
-			m, err := ratelimit.NewMachine(r.rule)
-			require.NoError(t, err)
-			mp.machines = append(mp.machines, m)
+	rapid.Check(t, checkMoveStateMatchesPlans)
+}
+
+// FuzzMoveStateMatchesPlans is TestMoveStateMatchesPlans as a fuzz target.
+func FuzzMoveStateMatchesPlans(f *testing.F) {
+	f.Fuzz(rapid.MakeFuzz(checkMoveStateMatchesPlans))
+}
+
+func checkMoveStateMatchesPlans(t *rapid.T) {
+	start := rapid.SampledFrom([]time.Duration{0, 1, 7 * time.Minute, 24 * time.Hour}).Draw(t, "start")
+	mk := newMovingKeyAt(t, start, 0, ratelimit.MigrateProportional, ratelimit.MigrateAsIs, ratelimit.MigrateAdditive, ratelimit.MigrateReset)
+	mp := &machinePlans{policy: mk.policy, held: -1}
+	for _, r := range mk.plans {
+		m, err := ratelimit.NewMachine(r.rule)
+		require.NoError(t, err)
+		mp.machines = append(mp.machines, m)
+	}
+	next := mk.schedule(t)
+	for i := range rapid.IntRange(1, 40).Draw(t, "requests") {
+		plan, gap := next(i)
+		mk.clk.Advance(gap)
+		mk.on = strconv.Itoa(plan)
+		c := rapid.Int64Range(1, mk.plans[plan].capacity).Draw(t, "cost")
+		cost := ratelimit.Units(c) * ratelimit.Unit
+		want, err := mk.p.Check("k", cost)
+		require.NoError(t, err)
+		got := mp.check(t, plan, mk.clk.Now(), cost)
+		require.Equal(t, want, got, "request %d on plan %d at %v", i, plan, mk.clk.Now())
+	}
+}
+
+// TestMoveStateIntoSlidingLogNearClockZero: a move into a sliding log less
+// than a window from the clock's zero logs nothing before zero (the log
+// once started its admissions up to a window before now, which no state
+// can hold: the move failed, and a backend's next move of the key refused
+// its state as ErrInvalidState). What it logs holds the key to no more
+// than the amount moved in admits, and moves on again.
+func TestMoveStateIntoSlidingLogNearClockZero(t *testing.T) {
+	const w = 10 * time.Minute
+	log, err := ratelimit.NewMachine(ratelimit.SlidingLog{Limit: 4, Window: w})
+	require.NoError(t, err)
+	for _, from := range []ratelimit.Rule{
+		ratelimit.GCRA{Rate: ratelimit.Rate{Count: 4, Per: w}, Burst: 4},
+		ratelimit.FixedWindow{Limit: 4, Window: w},
+		ratelimit.SlidingLog{Limit: 4, Window: 2 * w},
+	} {
+		src, err := ratelimit.NewMachine(from)
+		require.NoError(t, err)
+		for _, now := range []time.Duration{0, 1, time.Minute, w - 1} {
+			name := fmt.Sprintf("%T at %v", from, now)
+			_, state, err := src.Step(nil, now, 3*ratelimit.Unit, true)
+			require.NoError(t, err, name)
+			mv, err := ratelimit.MoveState(src, log, ratelimit.MigrateProportional, state, nil, now)
+			require.NoError(t, err, name)
+			require.NotEmpty(t, mv.State, name)
+			d, _, err := log.Step(mv.State, mv.At, 2*ratelimit.Unit, false)
+			require.NoError(t, err, name)
+			assert.False(t, d.Allowed, "%s: 3 of 4 moved in leave 1", name)
+			d, _, err = log.Step(mv.State, mv.At, ratelimit.Unit, false)
+			require.NoError(t, err, name)
+			assert.True(t, d.Allowed, name)
+			back, err := ratelimit.MoveState(log, src, ratelimit.MigrateProportional, mv.State, mv.Record, mv.At)
+			require.NoError(t, err, "%s: the moved state moves on", name)
+			d, _, err = src.Step(back.State, back.At, 2*ratelimit.Unit, false)
+			require.NoError(t, err, name)
+			assert.False(t, d.Allowed, "%s: and keeps what it holds", name)
 		}
-		next := mk.schedule(t)
-		for i := range rapid.IntRange(1, 40).Draw(t, "requests") {
-			plan, gap := next(i)
-			mk.clk.Advance(gap)
-			mk.on = strconv.Itoa(plan)
-			c := rapid.Int64Range(1, mk.plans[plan].capacity).Draw(t, "cost")
-			cost := ratelimit.Units(c) * ratelimit.Unit
-			want, err := mk.p.Check("k", cost)
-			require.NoError(t, err)
-			got := mp.check(t, plan, mk.clk.Now(), cost)
-			require.Equal(t, want, got, "request %d on plan %d at %v", i, plan, mk.clk.Now())
-		}
-	})
+	}
 }
 
 // TestMoveStateRefusesBadInput: a record or state that no move could have

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -53,13 +54,13 @@ type PlanSet struct {
 // [Migration] policy; there is no pass over all keys. A layer with a Key
 // (a global or a per-customer limit) holds state its plan's keys share: it
 // stays with the plan when one key moves to another (see [Migration]).
-// Which plan holds a
-// key is kept in a record of the key (64 bytes besides the key, in a table
-// of the rule set's own, bounded as a store is, with room for as many keys
-// as all the plans' stores when it is built), so that a key checked for the
-// first time, or the first time since it moved, takes the locks of its
-// record and of the stores of two plans, whatever the number of plans and
-// of rule sets an Update replaced. A key held in its plan's stores is
+// Which plan holds a key is kept in a record of the key (16 bytes besides
+// the key, and 48 more for a key whose last move carried an amount in;
+// in tables of the rule set's own, bounded as a store is, with room for as
+// many keys as all the plans' stores when it is built), so that a key
+// checked for the first time, or the first time since it moved, takes the
+// locks of its record and of the stores of two plans, whatever the number
+// of plans and of rule sets an Update replaced. A key held in its plan's stores is
 // checked without its record. The stores an Update replaced are kept until
 // every key in them would be as good as fresh (two of their windows, or
 // longer while what moves carried into them is being given back), and
@@ -67,7 +68,9 @@ type PlanSet struct {
 // longer ago than that starts fresh in the layers whose rule changed. A
 // record dropped to make room (the least recently moved first) loses only
 // where an earlier state of its key is: like a store's lossy eviction, the
-// key then starts fresh under a plan it moves to.
+// key then starts fresh under a plan it moves to; and what its last move
+// carried in, dropped to make room, loses only what of it the key's state
+// no longer shows.
 //
 // Check, CheckContext, CheckWithin and Wait behave as a [Composite]'s over
 // the key's plan (a [Store]'s, for a plan of one rule), except that a
@@ -83,7 +86,8 @@ type Plans struct {
 	clock   Clock
 	obs     Observer // nil: none
 	opts    []Option
-	update  sync.Mutex // serialises Update
+	seed    maphash.Seed // of every store, and of records (see options.seed)
+	update  sync.Mutex   // serialises Update
 	gen     atomic.Pointer[planGen]
 }
 
@@ -132,7 +136,7 @@ type builtPlan struct {
 	// Update can keep.
 	rules []Rule
 	// carried is the latest instant until which a move into the plan
-	// carried an amount in (see planRecord): an Update that replaces the
+	// carried an amount in (see moveRecord): an Update that replaces the
 	// plan keeps its stores at least that long, so that the keys' records
 	// still find the states they carry into.
 	carried atomic.Int64
@@ -180,13 +184,13 @@ const maxReplaced = 64
 // one key ends the watch, and after it a check pays one atomic load.
 func NewPlans(set PlanSet, planOf func(key string) string, opts ...Option) (*Plans, error) {
 	o := buildOptions(opts)
-	p := &Plans{planOf: planOf, clock: o.clock, obs: o.obs, opts: opts, warn: newPlanWarning(o)}
+	p := &Plans{planOf: planOf, clock: o.clock, obs: o.obs, opts: opts, warn: newPlanWarning(o), seed: maphash.MakeSeed()}
 	g, err := p.build(set, nil, 0, MigrateProportional)
 	if err != nil {
 		return nil, err
 	}
 	maxKeys, shards, _ := storeShape(o.store) // build validated the options
-	p.records.init(min(maxStoreKeys, maxKeys*len(g.plans)), shards, o.store.prealloc)
+	p.records.init(p.seed, min(maxStoreKeys, maxKeys*len(g.plans)), shards, o.store.prealloc)
 	p.gen.Store(g)
 	return p, nil
 }
@@ -368,7 +372,7 @@ func (p *Plans) buildPlan(name string, pl Plan, old *planGen) (*builtPlan, error
 		if prev != nil && i < len(prev.rules) && prev.rules[i] == rule {
 			store = prev.comp.layers[i].store
 		} else {
-			all := append(append(append([]Option(nil), p.opts...), l.Options...), WithClock(p.clock), withLabel(name))
+			all := append(append(append([]Option(nil), p.opts...), l.Options...), WithClock(p.clock), withLabel(name), withSeed(&p.seed))
 			s, err := newKeyedStore(rule, all)
 			if err != nil {
 				return nil, fmt.Errorf("ratelimit: plan %q, layer %d: %w", name, i, err)
@@ -398,6 +402,9 @@ var planIDs atomic.Uint64
 
 // withLabel names the policy a store reports for an unnamed rule.
 func withLabel(name string) Option { return func(o *options) { o.label = name } }
+
+// withSeed makes a store hash keys with seed (see options.seed).
+func withSeed(seed *maphash.Seed) Option { return func(o *options) { o.seed = seed } }
 
 // plan returns key's plan in g: the plan ctx names (see ContextWithPlan),
 // else the plan function's; the default if that is not a plan of g.
@@ -511,7 +518,7 @@ func (p *Plans) checkHeld(ctx context.Context, key string, cost Units) (Decision
 	if st == nil || cost <= 0 || int64(cost) > st.capacity() {
 		return Decision{}, pick, false
 	}
-	d, ok := st.checkHeld(key, st.prepare(key), int64(cost), &p.gen, g, &p.records, bp)
+	d, ok := st.checkHeld(st.prepare(key), int64(cost), &p.gen, g, &p.records, bp)
 	if !ok {
 		return d, pick, false
 	}
@@ -725,13 +732,13 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 	// A key new to the rule set, the common case, has no record: if the
 	// record's lock is free, holding the stores' locks out of order cannot
 	// deadlock (it does not wait), and there is nothing to move.
-	if !adds && p.records.absent(key) || adds && p.records.add(key, planRecord{plan: bp.id, lineage: bp.lineage}, now) {
+	rk := p.records.prepare(key)
+	if !adds && p.records.absent(rk) || adds && p.records.add(rk, planRecord{plan: bp.id, lineage: bp.lineage}, now) {
 		return locks, now, true
 	}
-	if p.records.names(key, bp.id) {
+	if p.records.names(rk, bp.id) {
 		return locks, now, true // on its plan already: nothing to move
 	}
-	rk := p.records.prepare(key)
 	rs := &p.records.shards[rk.h&p.records.mask]
 	// Relock holding the key's record, with the stores it names.
 	unlockAll(locks)
@@ -739,7 +746,7 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 	defer rs.mu.Unlock()
 	var from *recordedPlan
 	rec := rs.t.Find(rk.key, rk.tag)
-	if rec != nil && rec.plan != bp.id {
+	if rec != nil && rec.id() != bp.id {
 		from = g.recorded(rec)
 	}
 	if from != nil && sameStores(from.bp.comp.layers, layers) {
@@ -771,13 +778,16 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 		r = *rec
 	}
 	next := r
-	next.plan, next.lineage = bp.id, bp.lineage
+	next.plan = bp.id | r.plan&recordCarries
+	next.lineage = bp.lineage
+	var carry moveRecord // what the move carries into the first layer
 	if from != nil {
 		policy := g.set.OnMove
 		if from.bp.name == bp.name {
 			policy = from.policy // the same plan, replaced by an Update
 		}
-		next = planRecord{plan: bp.id, lineage: bp.lineage, at: now}
+		next = planRecord{plan: bp.id, lineage: bp.lineage}
+		carry.at = now
 		for i := range turns {
 			t := &turns[i]
 			l := &layers[i]
@@ -790,9 +800,10 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 				continue
 			}
 			moved = true
-			var first *planRecord
+			var first *moveRecord
 			if i == 0 {
-				first = &r
+				m := rs.carry(rk, &r)
+				first = &m
 			}
 			to := l.store.capacity()
 			ts := moveAmounts(first, src, spent, whole, now, policy, src.capacity(), to)
@@ -803,8 +814,8 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 			held := min(x, to)
 			l.store.setSpent(t.k, now, held, whole)
 			if i == 0 {
-				next.until, next.x, next.held = whole, ts[1].x, held
-				next.until0, next.x0 = ts[0].until, ts[0].x
+				carry.until, carry.x, carry.held = whole, ts[1].x, held
+				carry.until0, carry.x0 = ts[0].until, ts[0].x
 				for c := bp.carried.Load(); c < whole; c = bp.carried.Load() {
 					if bp.carried.CompareAndSwap(c, whole) {
 						break
@@ -819,6 +830,10 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 	if rec == nil {
 		rec, _ = rs.t.Insert(rk.key, rk.tag, now) // nothing is pinned: always room
 	}
+	if from != nil {
+		next.plan |= r.plan & recordCarries // for setCarry to drop the old one
+		rs.setCarry(rk, &next, carry, now)
+	}
 	*rec = next
 	return locks, now, true
 }
@@ -826,12 +841,12 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 // moveAmounts returns what a layer's state that shows spent in use at now,
 // whole again at whole, moves on with under policy from a rule of capacity
 // from to one of capacity to: for a plan's first layer (r not nil), with
-// what the key's move record still holds (see planRecord.carry); as at most
+// what the key's move record still holds (see moveRecord.carry); as at most
 // two amounts, the later last, whose sum moves, whole again at the later's
 // instant. The amounts are not capped at the new capacity: the record keeps
 // what a cap cuts off, for the key's next move. Plans and MoveState move a
 // key by it.
-func moveAmounts(r *planRecord, src holder, spent, whole, now int64, policy Migration, from, to int64) [2]tranche {
+func moveAmounts(r *moveRecord, src holder, spent, whole, now int64, policy Migration, from, to int64) [2]tranche {
 	ts := [2]tranche{{}, {spent, whole}}
 	if r != nil {
 		ts = r.carry(src, spent, whole, now)
@@ -846,11 +861,11 @@ func moveAmounts(r *planRecord, src holder, spent, whole, now int64, policy Migr
 
 // carry returns what a first layer's state that shows spent in use at now,
 // whole again at whole, moves on with, by the record of its last move (see
-// planRecord): what of the amounts that move carried in is not yet given
+// moveRecord): what of the amounts that move carried in is not yet given
 // back, each with its instant, plus what the state holds beyond what it
 // was given (what was admitted since), given back at whole; as at most two
 // amounts, the later last.
-func (r *planRecord) carry(src holder, spent, whole, now int64) [2]tranche {
+func (r *moveRecord) carry(src holder, spent, whole, now int64) [2]tranche {
 	since := max(spent-src.heldAt(r.at, r.held, r.until, now), 0)
 	return r.pending(since, whole, now)
 }
@@ -864,11 +879,12 @@ func (r *planRecord) carry(src holder, spent, whole, now int64) [2]tranche {
 // is the successor's too: found through it, the key moves with what it spent
 // instead of starting fresh.
 func (g *planGen) recorded(rec *planRecord) *recordedPlan {
-	if r := g.byID[rec.plan]; r != nil {
+	id := rec.id()
+	if r := g.byID[id]; r != nil {
 		return r
 	}
 	for i := len(g.replaced) - 1; i >= 0; i-- { // oldest first
-		if r := g.replaced[i]; r.bp.lineage == rec.lineage && r.bp.id > rec.plan {
+		if r := g.replaced[i]; r.bp.lineage == rec.lineage && r.bp.id > id {
 			return r
 		}
 	}

@@ -165,12 +165,17 @@ type movingKey struct {
 }
 
 // newMovingKey draws a rule set of two or three plans, all with the
-// window w if it is not 0, moving keys by one of policies.
+// window w if it is not 0, moving keys by one of policies, on a clock a
+// day from its origin, so that every rule has windows and buckets before
+// now to count in.
 func newMovingKey(t *rapid.T, w time.Duration, policies ...ratelimit.Migration) *movingKey {
+	return newMovingKeyAt(t, 24*time.Hour, w, policies...)
+}
+
+// newMovingKeyAt is newMovingKey on a clock at start.
+func newMovingKeyAt(t *rapid.T, start, w time.Duration, policies ...ratelimit.Migration) *movingKey {
 	n := rapid.IntRange(2, 3).Draw(t, "plans")
-	// A day from the clock's origin, so that every rule has windows and
-	// buckets before now to count in.
-	mk := &movingKey{clk: ratelimit.NewManualClock(24 * time.Hour), on: "0"}
+	mk := &movingKey{clk: ratelimit.NewManualClock(start), on: "0"}
 	mk.policy = rapid.SampledFrom(policies).Draw(t, "policy")
 	set := ratelimit.PlanSet{Plans: map[string]ratelimit.Plan{}, Default: "0", OnMove: mk.policy}
 	for i := range n {

@@ -358,14 +358,15 @@ type keyedStore interface {
 	// at now and whole again by until (see Migration), or a fresh one if x
 	// <= 0 or until <= now.
 	setSpent(k storeKey, now, x, until int64)
-	// checkHeld is plan bp's check of key in its one store (see
+	// checkHeld is plan bp's check of key k (prepared by the store, whose
+	// seed is recs': see options.seed) in its one store (see
 	// Plans.checkHeld): with k's shard locked, if gen still holds g and the
 	// store holds k, or k is new to the rule set (recs has no record of
-	// key, and its lock is free: then a record of bp is added, and k), it
+	// it, and its lock is free: then a record of bp is added, and k), it
 	// decides cost as a Composite of this one store would, committing it if
 	// admitted, or, if bp counts refusals (see builtPlan.counts), as the
 	// store's Check would; ok is false, with nothing done, otherwise.
-	checkHeld(key string, k storeKey, cost int64, gen *atomic.Pointer[planGen], g *planGen, recs *planRecords, bp *builtPlan) (d Decision, ok bool)
+	checkHeld(k storeKey, cost int64, gen *atomic.Pointer[planGen], g *planGen, recs *planRecords, bp *builtPlan) (d Decision, ok bool)
 	// countsRefused reports whether the rule counts refused cost
 	// (CountRefused), as the store's Check does.
 	countsRefused() bool
@@ -417,8 +418,8 @@ func storeShape(o storeOptions) (maxKeys, shards int, err error) {
 // storeShard is one shard: a table behind a timeLock.
 //
 // Keys are spread over a power-of-two number of shards by a hash seeded at
-// random for each store (hash/maphash), so no one can aim keys at one
-// shard. Each shard has its own lock and its own clamp on time: the clock
+// random for each store (hash/maphash; a Plans' stores share the seed of
+// its records), so no one can aim keys at one shard. Each shard has its own lock and its own clamp on time: the clock
 // is read before the lock is taken, and inside it a reading earlier than
 // the latest the shard has used is taken as that latest instant, so every
 // key sees time only move forwards. Each shard is bounded by its share of
@@ -575,7 +576,7 @@ func newStoreCore[S any, A algorithm[S]](alg A, o *options) *storeCore[S, A] {
 		clk:     o.clock,
 		obs:     o.obs,
 		label:   alg.policy().name,
-		seed:    maphash.MakeSeed(),
+		seed:    seedOf(o),
 		mask:    uint64(n - 1),
 		maxKeys: maxKeys,
 		shards:  make([]storeShard[S], n),
@@ -683,13 +684,26 @@ func (c *storeCore[S, A]) capacity() int64           { return c.capMil }
 func (c *storeCore[S, A]) policy() *policy           { return c.pol }
 func (c *storeCore[S, A]) shardIndex(k storeKey) int { return int(k.h & c.mask) }
 
-func (c *storeCore[S, A]) prepare(key string) storeKey {
+func (c *storeCore[S, A]) prepare(key string) storeKey { return prepareKey(c.seed, key) }
+
+// prepareKey digests a long key and hashes it with seed: how stores and a
+// Plans' records find a key.
+func prepareKey(seed maphash.Seed, key string) storeKey {
 	long := len(key) > MaxKeyLen
 	if long {
 		key = digestKey(key)
 	}
-	h := maphash.String(c.seed, key)
+	h := maphash.String(seed, key)
 	return storeKey{key: key, h: h, tag: table.Tag(h, long)}
+}
+
+// seedOf returns the seed of a store built with o: the seed o names, or a
+// new one.
+func seedOf(o *options) maphash.Seed {
+	if o.seed != nil {
+		return *o.seed
+	}
+	return maphash.MakeSeed()
 }
 
 func (c *storeCore[S, A]) lockShard(i int, now int64) int64 { return c.shards[i].hold(now) }
@@ -768,7 +782,7 @@ func (c *storeCore[S, A]) setSpent(k storeKey, now, x, until int64) {
 	c.alg.withSpent(s, now, x, until)
 }
 
-func (c *storeCore[S, A]) checkHeld(key string, k storeKey, cost int64, gen *atomic.Pointer[planGen], g *planGen, recs *planRecords, bp *builtPlan) (Decision, bool) {
+func (c *storeCore[S, A]) checkHeld(k storeKey, cost int64, gen *atomic.Pointer[planGen], g *planGen, recs *planRecords, bp *builtPlan) (Decision, bool) {
 	sh := &c.shards[k.h&c.mask]
 	now := sh.hold(clampTime(c.clk.Now()))
 	if gen.Load() != g {
@@ -778,7 +792,7 @@ func (c *storeCore[S, A]) checkHeld(key string, k storeKey, cost int64, gen *ato
 	s := sh.t.Find(k.key, k.tag)
 	var ev evictions
 	if s == nil {
-		if !recs.add(key, planRecord{plan: bp.id, lineage: bp.lineage}, now) {
+		if !recs.add(k, planRecord{plan: bp.id, lineage: bp.lineage}, now) {
 			sh.release()
 			return Decision{}, false
 		}
@@ -787,7 +801,7 @@ func (c *storeCore[S, A]) checkHeld(key string, k storeKey, cost int64, gen *ato
 		if c.obs != nil {
 			ev = sh.evictions()
 		}
-	} else if g.shared && c.alg.fresh(s, now) && !recs.names(key, bp.id) {
+	} else if g.shared && c.alg.fresh(s, now) && !recs.names(k, bp.id) {
 		// An entry that holds nothing spent may be one a move left: the
 		// key's record may name another plan it must move from (see
 		// lacking).
