@@ -16,11 +16,12 @@ import (
 var algorithms = []algorithm{
 	{name: "token_bucket", step: &meterStep, lease: &leasing{meter: true}},
 	{name: "gcra", step: &meterStep, lease: &leasing{meter: true}},
-	// A leaky bucket's state, and so its step, are the token bucket's; its
-	// Delay is the Decision's, which the Machine computes in Go, but for a
-	// check bounded on it (CheckWithin, Wait), which sends the step the
-	// bound (argMaxDelay). It cannot lease: each admission has its own
-	// Delay.
+	// A leaky bucket's state, and so its step, are the token bucket's. Its
+	// Delay is the Decision's, which the Machine computes in Go; a check
+	// bounded on it (CheckWithin, a Wait's attempt) sends the step the
+	// bound (argMaxDelay), so that the script itself refuses an admission
+	// that would wait too long. It cannot lease: each admission has its
+	// own Delay.
 	{name: "leaky_bucket", step: &meterStep, delays: true},
 	{name: "fixed_window", step: &fixedStep, lease: &leasing{span: windowSpan, spans: oneSpan}},
 	// It cannot lease: an admission counts from the instant it is
