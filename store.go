@@ -298,6 +298,10 @@ type keyedStore interface {
 	// spinning reports whether a shard is marked as held by an insertion
 	// (for tests: see storeShard.hold).
 	spinning() bool
+	// allocations returns how many arrays and headers the shards' tables
+	// have allocated themselves, under their locks (for tests: see
+	// storeShard.ready).
+	allocations() uint64
 	// prepare digests a long key and hashes it. No lock is needed.
 	prepare(key string) storeKey
 	// shardIndex is the shard a prepared key lives in.
@@ -497,6 +501,27 @@ func (sh *storeShard[S]) contend() bool {
 	return true
 }
 
+// ready readies the shard, whose lock the caller holds and which does not
+// hold k, to add k without allocating under the lock: if the insertion
+// would allocate (a segment's growth or split, a new arena), it lets go of
+// the lock, allocates what the table wants and writes each of its pages
+// once (table.Make), takes the lock again and gives it to the table. So a
+// collection's assist charged to the allocation, or a page fault on fresh
+// memory, stops no other check of the shard. It returns now clamped again
+// (see hold) and k's state if another check added k meanwhile, else nil.
+func (sh *storeShard[S]) ready(k storeKey, now int64) (int64, *S) {
+	sh.mark() // an insertion begins (see hold)
+	w := sh.t.Wants(k.tag, len(k.key))
+	if w.None() {
+		return now, nil
+	}
+	sh.release()
+	r := table.Make[S](w)
+	now = sh.hold(now)
+	sh.t.Give(r)
+	return now, sh.t.Find(k.key, k.tag)
+}
+
 // lockWaits, if set (only tests set it), is told of every hold of a
 // shard's lock that found it held, once the lock is taken: how long the
 // hold waited for it, and whether it came to the mutex's wait (see
@@ -615,6 +640,9 @@ func (c *storeCore[S, A]) check(key string, cost Units) (Decision, error) {
 	sh := &c.shards[k.h&c.mask]
 	now = sh.hold(now)
 	p := sh.t.Find(k.key, k.tag)
+	if p == nil {
+		now, p = sh.ready(k, now)
+	}
 	var ev evictions
 	if p == nil {
 		// Every shard holds at least one key and nothing is pinned outside
@@ -668,6 +696,17 @@ func (c *storeCore[S, A]) spinning() bool {
 		}
 	}
 	return false
+}
+
+func (c *storeCore[S, A]) allocations() uint64 {
+	var n uint64
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.tl.mu.Lock()
+		n += sh.t.Stats.Allocations
+		sh.tl.unlock()
+	}
+	return n
 }
 
 func (c *storeCore[S, A]) holds(key string) bool {
@@ -771,11 +810,14 @@ func (c *storeCore[S, A]) setSpent(k storeKey, now, x, until int64) {
 func (c *storeCore[S, A]) checkHeld(key string, k storeKey, cost int64, gen *atomic.Pointer[planGen], g *planGen, recs *planRecords, bp *builtPlan) (Decision, bool) {
 	sh := &c.shards[k.h&c.mask]
 	now := sh.hold(clampTime(c.clk.Now()))
+	s := sh.t.Find(k.key, k.tag)
+	if s == nil {
+		now, s = sh.ready(k, now)
+	}
 	if gen.Load() != g {
 		sh.release()
 		return Decision{}, false
 	}
-	s := sh.t.Find(k.key, k.tag)
 	var ev evictions
 	if s == nil {
 		if !recs.add(key, planRecord{plan: bp.id, lineage: bp.lineage}, now) {

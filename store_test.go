@@ -686,3 +686,39 @@ func TestStoreInsertionMarkCleared(t *testing.T) {
 	wg.Wait()
 	require.False(t, ratelimit.StoreSpinning(s), "after concurrent checks with evictions")
 }
+
+// TestStoreAllocatesOutsideItsLocks: a store that allocates as it fills
+// and churns (its segments' first arrays, growths, splits, the arenas of
+// keys of every length, digests of long keys) allocates none of it while
+// it holds a shard's lock: a check whose key's insertion would allocate
+// lets go of the lock, allocates, and takes it again, so that a
+// collection's assist or a page fault charged to the allocation stops no
+// other check. The same for every rule's state (the sliding log's holds a
+// pointer), and for a preallocated store, whose longer keys grow arenas.
+func TestStoreAllocatesOutsideItsLocks(t *testing.T) {
+	const bound = 20_000
+	rules := []ratelimit.Rule{
+		ratelimit.GCRA{Rate: ratelimit.PerMinute(100), Burst: 100},
+		ratelimit.SlidingLog{Limit: 5, Window: time.Minute},
+		ratelimit.SlidingCounter{Limit: 5_000_000, Window: time.Minute},
+	}
+	for _, rule := range rules {
+		for _, pre := range []bool{false, true} {
+			opts := []ratelimit.Option{ratelimit.WithMaxKeys(bound), ratelimit.WithShards(4), ratelimit.WithClock(ratelimit.NewManualClock(0))}
+			if pre {
+				opts = append(opts, ratelimit.WithPreallocation())
+			}
+			s, err := ratelimit.NewStore(rule, opts...)
+			require.NoError(t, err)
+			built := ratelimit.StoreAllocations(s)
+			for i := range 3 * bound {
+				k := "key-" + strconv.Itoa(i) + strings.Repeat("x", i%(ratelimit.MaxKeyLen+10))
+				_, err := s.Check(k, ratelimit.Unit)
+				require.NoError(t, err)
+			}
+			st := s.Stats()
+			require.Greater(t, st.Evictions, uint64(bound), "the store churned")
+			assert.Equal(t, built, ratelimit.StoreAllocations(s), "%T, preallocated %v: allocated under a shard's lock", rule, pre)
+		}
+	}
+}

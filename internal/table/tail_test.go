@@ -10,7 +10,8 @@ import (
 
 var (
 	tail    = flag.Bool("tail", false, "run TestInsertTail, a latency harness (slow)")
-	tailMax = flag.Int("tailmax", 125_000, "TestInsertTail: the table's bound")
+	tailMax   = flag.Int("tailmax", 125_000, "TestInsertTail: the table's bound")
+	tailGiven = flag.Bool("tailgiven", false, "TestInsertTail: give each insertion what it wants first, untimed, as the store does outside its lock")
 )
 
 // TestInsertTail times every Insert, on one goroutine and with no lock,
@@ -19,7 +20,10 @@ var (
 // takes as many keys again, each evicting another; an entry turns fresh
 // 40,000 insertions after it came, so that sweeps find some. It reports
 // the quantiles and the slowest insertions with what they did (a growth of
-// the array, a split, a sweep, a compaction of an arena). It asserts nothing about time: run it with
+// the array, a split, a sweep, a compaction of an arena). With -tailgiven
+// each insertion is first given what it wants (Wants, Make, Give), and
+// only Wants and Insert are timed: what the store does with its shard's
+// lock held. It asserts nothing about time: run it with
 //
 //	go test -run TestInsertTail -tail -tailmax 125000 -v -count 1 ./internal/table/
 func TestInsertTail(t *testing.T) {
@@ -42,9 +46,21 @@ func TestInsertTail(t *testing.T) {
 	for i, k := range keys {
 		tag := Tag(hash(k), false)
 		sweeps, splits, compactions, size := tb.Stats.Sweeps, tb.Stats.Splits, tb.Stats.Compactions, tb.slotCount()
+		var d time.Duration
+		if *tailGiven {
+			start := time.Now()
+			w := tb.Wants(tag, len(k))
+			d = time.Since(start)
+			if !w.None() {
+				r := Make[int64](w)
+				start = time.Now()
+				tb.Give(r)
+				d += time.Since(start)
+			}
+		}
 		start := time.Now()
 		p, _ := tb.Insert(k, tag, int64(i))
-		d := time.Since(start)
+		d += time.Since(start)
 		*p = int64(i + 40_000)
 		lat = append(lat, int64(d))
 		slowest = append(slowest, slow{d, i, tb.n, tb.slotCount() - size, int(tb.Stats.Splits - splits), tb.Stats.Sweeps != sweeps, tb.Stats.Compactions != compactions})
