@@ -95,7 +95,9 @@ func WithShards(n int) Option {
 // them. That leaves the garbage collector almost
 // nothing to do on the store's account, and hardly any Check waits for a
 // segment's growth or split (see [Store]; docs/tail.md has the memory and
-// the latencies). The memory is taken whether or not keys ever come, so
+// the latencies). Every page of the memory is written once when the store
+// is built, so that the checks that fill it do not fault on fresh memory.
+// The memory is taken whether or not keys ever come, so
 // size the bound with it: it grows in proportion to the bound, however
 // large. Each
 // store of a [Plans] or [Composite] built with it preallocates too, a
@@ -156,8 +158,13 @@ func WithPreallocation() Option {
 // grows by about 1/8 at a time and splits in two when it would pass 32 KiB,
 // and an arena is compacted as its keys are dropped, so that no check copies
 // more than one segment under its shard's lock, however many keys the store
-// holds (docs/tail.md has the latencies); [WithPreallocation] allocates them
-// all when the store is built instead.
+// holds (docs/tail.md has the latencies). A check whose key's insertion
+// would allocate (a growth, a split, a new arena) lets go of the shard's
+// lock, allocates and writes the memory once, and takes the lock again,
+// so that no other check of the shard waits while the garbage collector
+// charges the allocation an assist or the first writes to fresh memory
+// fault. [WithPreallocation] allocates them all when the store is built
+// instead, and writes them once then.
 type Store struct {
 	core keyedStore
 	obs  Observer // nil: none
@@ -515,6 +522,7 @@ func (sh *storeShard[S]) ready(k storeKey, now int64) (int64, *S) {
 	if w.None() {
 		return now, nil
 	}
+	sh.added = true // so that the holds in between count as insertions (see hold)
 	sh.release()
 	r := table.Make[S](w)
 	now = sh.hold(now)
