@@ -16,7 +16,7 @@ type Want struct {
 }
 
 // None reports whether w names nothing.
-func (w Want) None() bool { return w.slots == [2]int{} && w.keys == [2]int{} && w.segs|w.dir|w.list == 0 }
+func (w Want) None() bool { return w == Want{arenaMax: w.arenaMax} }
 
 // Reserve is memory made ready for a table's insertions by [Make], outside
 // the lock its owner guards the table with, and handed to it by

@@ -39,6 +39,14 @@
 // small array, and neither growth nor a split copies more than one
 // segment. Arrays are allocated by the first insert; tables never shrink.
 //
+// Allocation. An insertion that grows or splits a segment, or needs a new
+// arena, allocates, and an allocation may be charged a garbage
+// collector's assist, and the first write to each page of fresh memory
+// faults. So that none of that happens while the owner's lock is held,
+// [Table.Wants] names what an insertion would allocate, [Make] allocates
+// and writes it without the table, and [Table.Give] hands it back to the
+// table for the insertion to take (see Reserve).
+//
 // Entries move when other entries are added or dropped, so a state pointer
 // is valid only until the next [Table.Insert]; find an entry again by its
 // key. Entries can be pinned by key so that eviction passes them by.

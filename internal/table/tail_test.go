@@ -10,7 +10,7 @@ import (
 )
 
 var (
-	tail    = flag.Bool("tail", false, "run TestInsertTail, a latency harness (slow)")
+	tail      = flag.Bool("tail", false, "run TestInsertTail, a latency harness (slow)")
 	tailMax   = flag.Int("tailmax", 125_000, "TestInsertTail: the table's bound")
 	tailGiven = flag.Bool("tailgiven", false, "TestInsertTail: give each insertion what it wants first, untimed, as the store does outside its lock")
 	tailUsage = flag.Bool("tailusage", false, "TestInsertTail: time the thread's CPU time, not wall time, and count its page faults (Linux)")
