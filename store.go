@@ -443,8 +443,9 @@ type storeShard[S any] struct {
 	spin bool
 	// inserting is set while a hold of the lock adds a key, which may
 	// grow, split or sweep a segment, or moves one between a rule set's
-	// stores (see lockAll), and while a hold that came after one that
-	// added a key looks its own up (see hold).
+	// stores (see lockAll), and from the end of a hold that added a key
+	// to the end of the next hold, which looks its own key up first (see
+	// hold and release).
 	inserting atomic.Bool
 	added     bool // the last hold of the lock added a key
 	marked    bool // this hold set inserting, and release clears it
@@ -551,11 +552,18 @@ func (sh *storeShard[S]) mark() {
 	}
 }
 
-// release clears the shard's mark, if this hold set it, and unlocks.
+// release clears the shard's mark, if this hold set it and added no key,
+// and unlocks. A hold that added a key leaves the mark set for the next
+// hold to take over (see hold), so that a check waiting for the lock
+// keeps spinning while the lock passes from one insertion to the next,
+// rather than find the mark clear in the moment between the next hold
+// taking the lock and marking it, and park.
 func (sh *storeShard[S]) release() {
 	if sh.marked {
 		sh.marked = false
-		sh.inserting.Store(false)
+		if !sh.added {
+			sh.inserting.Store(false)
+		}
 	}
 	sh.tl.unlock()
 }
