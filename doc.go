@@ -211,7 +211,9 @@
 // slot of a word and its state, and a copy of its bytes (see [Store];
 // docs/tail.md measures the bytes per key): no pointer per key, so that the
 // garbage collector has only the store's arrays to mark. It grows in
-// segments of at most 32 KiB, so that no Check copies more than one;
+// segments of at most 32 KiB, so that no Check copies more than one, and a
+// Check that must allocate for its key lets go of the shard's lock while it
+// does, so that no other Check waits for an allocation;
 // [WithPreallocation] allocates them all when the store is built, so that
 // hardly any Check allocates.
 //

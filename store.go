@@ -95,7 +95,9 @@ func WithShards(n int) Option {
 // them. That leaves the garbage collector almost
 // nothing to do on the store's account, and hardly any Check waits for a
 // segment's growth or split (see [Store]; docs/tail.md has the memory and
-// the latencies). The memory is taken whether or not keys ever come, so
+// the latencies). Every page of the memory is written once when the store
+// is built, so that the checks that fill it do not fault on fresh memory.
+// The memory is taken whether or not keys ever come, so
 // size the bound with it: it grows in proportion to the bound, however
 // large. Each
 // store of a [Plans] or [Composite] built with it preallocates too, a
@@ -156,8 +158,13 @@ func WithPreallocation() Option {
 // grows by about 1/8 at a time and splits in two when it would pass 32 KiB,
 // and an arena is compacted as its keys are dropped, so that no check copies
 // more than one segment under its shard's lock, however many keys the store
-// holds (docs/tail.md has the latencies); [WithPreallocation] allocates them
-// all when the store is built instead.
+// holds (docs/tail.md has the latencies). A check whose key's insertion
+// would allocate (a growth, a split, a new arena) lets go of the shard's
+// lock, allocates and writes the memory once, and takes the lock again,
+// so that no other check of the shard waits while the garbage collector
+// charges the allocation an assist or the first writes to fresh memory
+// fault. [WithPreallocation] allocates them all when the store is built
+// instead, and writes them once then.
 type Store struct {
 	core keyedStore
 	obs  Observer // nil: none
@@ -298,6 +305,10 @@ type keyedStore interface {
 	// spinning reports whether a shard is marked as held by an insertion
 	// (for tests: see storeShard.hold).
 	spinning() bool
+	// allocations returns how many arrays and headers the shards' tables
+	// have allocated themselves, under their locks (for tests: see
+	// storeShard.ready).
+	allocations() uint64
 	// prepare digests a long key and hashes it. No lock is needed.
 	prepare(key string) storeKey
 	// shardIndex is the shard a prepared key lives in.
@@ -433,8 +444,9 @@ type storeShard[S any] struct {
 	spin bool
 	// inserting is set while a hold of the lock adds a key, which may
 	// grow, split or sweep a segment, or moves one between a rule set's
-	// stores (see lockAll), and while a hold that came after one that
-	// added a key looks its own up (see hold).
+	// stores (see lockAll), and from the end of a hold that added a key
+	// to the end of the next hold, which looks its own key up first (see
+	// hold and release).
 	inserting atomic.Bool
 	added     bool // the last hold of the lock added a key
 	marked    bool // this hold set inserting, and release clears it
@@ -498,6 +510,28 @@ func (sh *storeShard[S]) contend() bool {
 	return true
 }
 
+// ready readies the shard, whose lock the caller holds and which does not
+// hold k, to add k without allocating under the lock: if the insertion
+// would allocate (a segment's growth or split, a new arena), it lets go of
+// the lock, allocates what the table wants and writes each of its pages
+// once (table.Make), takes the lock again and gives it to the table. So a
+// collection's assist charged to the allocation, or a page fault on fresh
+// memory, stops no other check of the shard. It returns now clamped again
+// (see hold) and k's state if another check added k meanwhile, else nil.
+func (sh *storeShard[S]) ready(k storeKey, now int64) (int64, *S) {
+	sh.mark() // an insertion begins (see hold)
+	w := sh.t.Wants(k.tag, len(k.key))
+	if w.None() {
+		return now, nil
+	}
+	sh.added = true // so that the holds in between count as insertions (see hold)
+	sh.release()
+	r := table.Make[S](w)
+	now = sh.hold(now)
+	sh.t.Give(r)
+	return now, sh.t.Find(k.key, k.tag)
+}
+
 // lockWaits, if set (only tests set it), is told of every hold of a
 // shard's lock that found it held, once the lock is taken: how long the
 // hold waited for it, and whether it came to the mutex's wait (see
@@ -519,11 +553,18 @@ func (sh *storeShard[S]) mark() {
 	}
 }
 
-// release clears the shard's mark, if this hold set it, and unlocks.
+// release clears the shard's mark, if this hold set it and added no key,
+// and unlocks. A hold that added a key leaves the mark set for the next
+// hold to take over (see hold), so that a check waiting for the lock
+// keeps spinning while the lock passes from one insertion to the next,
+// rather than find the mark clear in the moment between the next hold
+// taking the lock and marking it, and park.
 func (sh *storeShard[S]) release() {
 	if sh.marked {
 		sh.marked = false
-		sh.inserting.Store(false)
+		if !sh.added {
+			sh.inserting.Store(false)
+		}
 	}
 	sh.tl.unlock()
 }
@@ -616,6 +657,9 @@ func (c *storeCore[S, A]) check(key string, cost Units) (Decision, error) {
 	sh := &c.shards[k.h&c.mask]
 	now = sh.hold(now)
 	p := sh.t.Find(k.key, k.tag)
+	if p == nil {
+		now, p = sh.ready(k, now)
+	}
 	var ev evictions
 	if p == nil {
 		// Every shard holds at least one key and nothing is pinned outside
@@ -669,6 +713,17 @@ func (c *storeCore[S, A]) spinning() bool {
 		}
 	}
 	return false
+}
+
+func (c *storeCore[S, A]) allocations() uint64 {
+	var n uint64
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.tl.mu.Lock()
+		n += sh.t.Stats.Allocations
+		sh.tl.unlock()
+	}
+	return n
 }
 
 func (c *storeCore[S, A]) holds(key string) bool {
@@ -785,11 +840,14 @@ func (c *storeCore[S, A]) setSpent(k storeKey, now, x, until int64) {
 func (c *storeCore[S, A]) checkHeld(k storeKey, cost int64, gen *atomic.Pointer[planGen], g *planGen, recs *planRecords, bp *builtPlan) (Decision, bool) {
 	sh := &c.shards[k.h&c.mask]
 	now := sh.hold(clampTime(c.clk.Now()))
+	s := sh.t.Find(k.key, k.tag)
+	if s == nil {
+		now, s = sh.ready(k, now)
+	}
 	if gen.Load() != g {
 		sh.release()
 		return Decision{}, false
 	}
-	s := sh.t.Find(k.key, k.tag)
 	var ev evictions
 	if s == nil {
 		if !recs.add(k, planRecord{plan: bp.id, lineage: bp.lineage}, now) {

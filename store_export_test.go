@@ -22,6 +22,10 @@ func StoreHolds(s *Store, key string) bool { return s.core.holds(key) }
 // insertion, which makes checks that wait for its lock spin.
 func StoreSpinning(s *Store) bool { return s.core.spinning() }
 
+// StoreAllocations returns how many arrays and headers the tables of s's
+// shards have allocated under their shards' locks.
+func StoreAllocations(s *Store) uint64 { return s.core.allocations() }
+
 // StoreHoldMarks takes key's shard in s as a composite's turn does (the
 // shard locked, the key acquired) and reports whether the shard was marked
 // as held by an insertion while held, and whether it still is once

@@ -39,6 +39,14 @@
 // small array, and neither growth nor a split copies more than one
 // segment. Arrays are allocated by the first insert; tables never shrink.
 //
+// Allocation. An insertion that grows or splits a segment, or needs a new
+// arena, allocates, and an allocation may be charged a garbage
+// collector's assist, and the first write to each page of fresh memory
+// faults. So that none of that happens while the owner's lock is held,
+// [Table.Wants] names what an insertion would allocate, [Make] allocates
+// and writes it without the table, and [Table.Give] hands it back to the
+// table for the insertion to take (see Reserve).
+//
 // Entries move when other entries are added or dropped, so a state pointer
 // is valid only until the next [Table.Insert]; find an entry again by its
 // key. Entries can be pinned by key so that eviction passes them by.
@@ -276,6 +284,7 @@ type Stats struct {
 	Sweeps         uint64 // passes over a segment dropping every fresh entry
 	Splits         uint64 // segments split in two
 	Compactions    uint64 // arenas whose keys were copied to make room (see room)
+	Allocations    uint64 // arrays and headers the table allocated itself, not taken from a Reserve
 }
 
 // segment is one array of a table: the tags whose top depth bits are
@@ -334,6 +343,8 @@ type Table[S any] struct {
 	// arena they leave is the next spare (see room).
 	spare    []byte
 	arenaMax int // arenaMax; less in tests
+	// res is the memory given for insertions to take (see Give).
+	res Reserve[S]
 
 	segSlots int // the most slots a segment grows to (see segmentBytes); fewer in tests
 	fresh    func(s *S, now int64) bool
@@ -440,7 +451,8 @@ func budget(max, segSlots int) int { return max + max/7*2 + segSlots }
 // array that holds its share of the bound and three standard deviations
 // more (a segment's count at the bound is about binomial), so that hardly
 // any segment grows or splits. It costs about the memory of a full table
-// (about 1.3 slots per entry) from the start. The budget is that and one
+// (about 1.3 slots per entry) from the start, and writes every page of it
+// once, so that filling the table does not fault on fresh memory either. The budget is that and one
 // segment more while the table fills, so that the few segments that stray
 // past their slack grow rather than drop a live entry of their own; once
 // the table first holds its bound (Init's, even when it shares a Pool and
@@ -476,6 +488,13 @@ func (t *Table[S]) Preallocate() {
 		t.resize(g, size)
 	}
 	t.spare = t.newArena(arena)
+	// Every page written now, so that the insertions that fill the table
+	// do not fault on them under their owner's lock (see touch).
+	for _, g := range t.segs {
+		touchSlots(g.slots)
+		touchBytes(g.keys)
+	}
+	touchBytes(t.spare)
 	t.budget = max(t.budget, t.slots+t.segSlots)
 	t.settle = true
 }
@@ -582,9 +601,10 @@ func (t *Table[S]) Insert(key string, tag uint32, now int64) (*S, bool) {
 		return nil, false
 	}
 	if len(t.dir) == 0 {
-		g := &segment[S]{keys: t.newArena(arenaSize(0))}
-		t.dir = make([]dirEntry[S], 1)
-		t.segs = []*segment[S]{g}
+		g := t.newSegment()
+		g.keys = t.newArena(arenaSize(0))
+		t.dir = t.newDir(1)
+		t.addSegment(g)
 		t.resize(g, minSlots)
 	}
 	g := t.seg(tag)
@@ -666,7 +686,7 @@ const victimTries = 4
 // first if g is as deep as it.
 func (t *Table[S]) split(g *segment[S]) {
 	if uint(g.depth) == t.depth {
-		dir := make([]dirEntry[S], 2*len(t.dir))
+		dir := t.newDir(2 * len(t.dir))
 		for i, e := range t.dir {
 			dir[2*i], dir[2*i+1] = e, e
 		}
@@ -675,23 +695,16 @@ func (t *Table[S]) split(g *segment[S]) {
 	}
 	d := uint(g.depth) + 1
 	bit := uint64(1) << (32 - d) // the tag bit that parts the halves
-	var n1, bytes1 int
-	for i := range g.slots {
-		if m := g.slots[i].meta; m != 0 && m>>32&bit != 0 {
-			n1++
-			bytes1 += tailLen(m)
-		}
-	}
-	halves := [2]*segment[S]{
-		{depth: uint8(d), prefix: g.prefix << 1, turn: g.turn, idx: g.idx},
-		{depth: uint8(d), prefix: g.prefix<<1 | 1, turn: g.turn, idx: int32(len(t.segs))},
-	}
+	n1, bytes1 := g.halves(d)
+	halves := [2]*segment[S]{t.newSegment(), t.newSegment()}
+	*halves[0] = segment[S]{depth: uint8(d), prefix: g.prefix << 1, turn: g.turn, idx: g.idx}
+	*halves[1] = segment[S]{depth: uint8(d), prefix: g.prefix<<1 | 1, turn: g.turn, idx: int32(len(t.segs))}
 	t.segs[g.idx] = halves[0]
-	t.segs = append(t.segs, halves[1])
+	t.addSegment(halves[1])
 	t.slots -= len(g.slots)
 	live := [2]int{int(g.end-g.dead) - bytes1, bytes1}
 	for h, n := range [2]int{int(g.n) - n1, n1} {
-		halves[h].resize(fit[S](max(minSlots-1, n*8/7+1)))
+		halves[h].resize(t.takeSlots(fit[S](max(minSlots-1, n*8/7+1))))
 		halves[h].n = int32(n)
 		halves[h].keys = t.newArena(arenaSize(live[h]))
 		t.slots += len(halves[h].slots)
@@ -706,6 +719,20 @@ func (t *Table[S]) split(g *segment[S]) {
 	t.point(halves[0])
 	t.point(halves[1])
 	t.Stats.Splits++
+}
+
+// halves returns how many of g's entries, and how many bytes of their
+// tails, go to the second half of a split of g to depth d: those whose tag
+// has bit d (from the top) set.
+func (g *segment[S]) halves(d uint) (n1, bytes1 int) {
+	bit := uint64(1) << (32 - d)
+	for i := range g.slots {
+		if m := g.slots[i].meta; m != 0 && m>>32&bit != 0 {
+			n1++
+			bytes1 += tailLen(m)
+		}
+	}
+	return n1, bytes1
 }
 
 // point points g's directory entries at g and its array: the run of
@@ -723,7 +750,7 @@ func (t *Table[S]) point(g *segment[S]) {
 // at it.
 func (t *Table[S]) resize(g *segment[S], size int) {
 	t.slots -= len(g.slots)
-	g.resize(size)
+	g.resize(t.takeSlots(size))
 	t.slots += len(g.slots)
 	t.point(g)
 }
@@ -741,13 +768,9 @@ func (t *Table[S]) room(g *segment[S], n int) bool {
 	if int(g.end)+n <= len(g.keys) {
 		return true
 	}
-	need := int(g.end-g.dead) + n
-	if need > t.arenaMax {
+	size, ok := t.arenaFor(g, n)
+	if !ok {
 		return false
-	}
-	size := len(g.keys)
-	if need+need/8 > size {
-		size = arenaSize(need)
 	}
 	keys := t.spare
 	if len(keys) < size {
@@ -766,6 +789,21 @@ func (t *Table[S]) room(g *segment[S], n int) bool {
 	t.point(g)
 	t.Stats.Compactions++
 	return true
+}
+
+// arenaFor returns the size of the arena that g's keys and a tail of n
+// bytes are copied into when g's arena has no room for the tail (see
+// room), or false if they would not fit in arenaMax bytes.
+func (t *Table[S]) arenaFor(g *segment[S], n int) (int, bool) {
+	need := int(g.end-g.dead) + n
+	if need > t.arenaMax {
+		return 0, false
+	}
+	size := len(g.keys)
+	if need+need/8 > size {
+		size = arenaSize(need)
+	}
+	return size, true
 }
 
 // store copies the tail of the key that meta, a slot's of the segment
@@ -794,11 +832,11 @@ func (t *Table[S]) recycle(keys []byte) {
 // them and a few more.
 func arenaSize(n int) int { return n + n/4 + 64 }
 
-// newArena returns an arena of at least size bytes, as large as the
-// allocator's size class for it but not past arenaMax.
-func (t *Table[S]) newArena(size int) []byte {
-	b := slices.Grow([]byte(nil), min(size, t.arenaMax))
-	return b[:min(cap(b), t.arenaMax)]
+// arenaOf returns a new arena of at least size bytes, as large as the
+// allocator's size class for it but not past limit.
+func arenaOf(size, limit int) []byte {
+	b := slices.Grow([]byte(nil), min(size, limit))
+	return b[:min(cap(b), limit)]
 }
 
 // Pin keeps key's entry from being evicted until [Table.Unpin].
@@ -982,11 +1020,12 @@ func fit[S any](least int) int {
 	return sizeClasses[i] / per
 }
 
-// resize moves g's entries into a new array of size slots. Each slot
-// carries its tag, so no key is read or hashed again.
-func (g *segment[S]) resize(size int) {
+// resize moves g's entries into slots, a new array of empty slots. Each
+// slot carries its tag, so no key is read or hashed again.
+func (g *segment[S]) resize(slots []slot[S]) {
 	old := g.slots
-	g.slots = make([]slot[S], size)
+	g.slots = slots
+	size := len(slots)
 	g.growAt = int32(size * 7 / 8)
 	g.hand, g.steps = 0, 0
 	g.stride = int32(handPrime % uint64(size))

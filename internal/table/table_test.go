@@ -191,7 +191,17 @@ func TestTableModel(t *testing.T) {
 					}
 				}
 			}
+			// Half the time the insertion is first given what it wants
+			// (see Wants), as the store gives it: then it allocates
+			// nothing, unless an entry is pinned.
+			given := rapid.Bool().Draw(t, "given")
+			if given {
+				tb.Give(Make[int64](tb.Wants(tag, len(k))))
+			}
 			p, ok := tb.Insert(k, tag, now)
+			if given && len(tb.pins) == 0 {
+				require.Equal(t, before.Allocations, tb.Stats.Allocations, "an insertion given what it wants allocated")
+			}
 			if !ok {
 				heldPinned := 0
 				for m := range model {
@@ -783,4 +793,50 @@ func TestTableTellsKeysApart(t *testing.T) {
 	var seen []string
 	tb.Each(func(k string, _ *int64) { seen = append(seen, k) })
 	require.ElementsMatch(t, keys, seen)
+}
+
+// TestTableGivenWhatItWants: a table whose every insertion is first given
+// what Wants names (as the store gives it, allocated outside its lock)
+// allocates nothing itself while it fills from empty and churns through
+// eviction, whatever it does: its first array, growths, splits (and the
+// directory's doublings), compactions of arenas, with keys of every length
+// up to MaxKeyLen. And it holds what a table never given anything holds.
+func TestTableGivenWhatItWants(t *testing.T) {
+	const size = 20_000
+	for _, pre := range []bool{false, true} {
+		var given, alone Table[int64]
+		for _, tb := range []*Table[int64]{&given, &alone} {
+			tb.Init(size, expired)
+			tb.segSlots = segmentBytes / storeSlotBytes // as for the store's 16-byte states
+			if pre {
+				tb.Preallocate()
+			}
+		}
+		start := given.Stats.Allocations
+		for i := range 4 * size {
+			k := "k" + strconv.Itoa(i*7919) + strings.Repeat("x", i*31%(MaxKeyLen-10))
+			tag := Tag(hash(k), false)
+			given.Give(Make[int64](given.Wants(tag, len(k))))
+			for _, tb := range []*Table[int64]{&given, &alone} {
+				p, ok := tb.Insert(k, tag, int64(i))
+				require.True(t, ok)
+				*p = int64(i + size*3/4) // fresh when 3/4 of a bound have come after it
+			}
+		}
+		require.Equal(t, start, given.Stats.Allocations, "a table given what it wants allocated (preallocated %v)", pre)
+		st := given.Stats
+		require.NotZero(t, st.Compactions)
+		if !pre {
+			require.NotZero(t, st.Splits)
+		}
+		st.Allocations = alone.Stats.Allocations
+		require.Equal(t, alone.Stats, st, "preallocated %v", pre)
+		consistent(t, &given)
+		alone.Each(func(k string, s *int64) {
+			p := given.Lookup(k, Tag(hash(k), false))
+			require.NotNil(t, p, "%q held alone and not given", k)
+			require.Equal(t, *s, *p)
+		})
+		require.Equal(t, alone.Len(), given.Len())
+	}
 }
