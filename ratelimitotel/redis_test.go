@@ -1,7 +1,6 @@
 package ratelimitotel_test
 
 import (
-	"context"
 	"net"
 	"strings"
 	"testing"
@@ -10,10 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/ratekit/ratelimit"
-	"github.com/ratekit/ratelimit/ratelimitotel"
 	"github.com/ratekit/ratelimit/redisstore"
 )
 
@@ -50,11 +47,7 @@ func TestCollectRedisLimiters(t *testing.T) {
 	_, err = plans.Check("pro:a", ratelimit.Unit)
 	require.ErrorIs(t, err, redisstore.ErrUnavailable)
 
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer func() { require.NoError(t, mp.Shutdown(context.Background())) }()
-	col, err := ratelimitotel.NewCollector(mp)
-	require.NoError(t, err)
+	col, reader := newCollector(t)
 	require.NoError(t, col.AddBackend("api", comp))
 	require.NoError(t, col.AddBackend("plans", plans))
 
