@@ -28,9 +28,11 @@ import (
 //	ratelimit.policy.window           gauge, s: the span the limit is a quota for (Decision.Window)
 //
 // A limiter whose keys live outside the process (redisstore's Store,
-// Lockout and InFlight) is added with [Collector.AddBackend]: its keys are
+// Lockout, InFlight, Leased, Composite and Plans) is added with
+// [Collector.AddBackend]: its keys are
 // the backend's, so it reports its rule (ratelimit.policy.limit and
-// ratelimit.policy.window) and the calls its backend did not decide:
+// ratelimit.policy.window) and the calls its backend did not decide (each
+// call counted on one entry of the limiter: see [ratelimit.BackendStats]):
 //
 //	ratelimit.backend.degraded           counter {call}: calls the backend did not decide, answered by the failure policy
 //	ratelimit.backend.circuit_refusals   counter {call}: of those, calls the open circuit kept from the backend
@@ -38,10 +40,11 @@ import (
 //	ratelimit.backend.mismatches         counter {call}: replies that disagreed with the rule's Machine (should stay 0)
 //	ratelimit.backend.local_denials      counter {call}: refusals answered without a round trip (deny cache)
 //
-// store is the name given to Add; plan is a [ratelimit.Plans]' plan name
-// ("" otherwise); layer is the index of a [ratelimit.Composite]'s or a
-// plan's layer (0 for a [ratelimit.Store]); policy is the rule's Name (a
-// plan's name for an unnamed rule of a Plans).
+// store is the name given to Add; plan is a [ratelimit.Plans]' plan name,
+// or a backend entry's Plan ("" otherwise); layer is the index of a
+// [ratelimit.Composite]'s or a plan's layer, or a backend entry's Layer (0
+// for a [ratelimit.Store]); policy is the rule's Name (a plan's name for
+// an unnamed rule of a Plans, in process or in Redis).
 //
 // A Collector is safe for concurrent use; limiters may be added at any
 // time. The zero Collector is not usable; build one with [NewCollector].
@@ -60,8 +63,10 @@ type source struct {
 }
 
 // Backend is a limiter whose keys live outside the process, such as
-// redisstore's Store, Lockout and InFlight: BackendStats returns its rule
-// and counters, one entry per layer, read at each collection.
+// redisstore's Store, Lockout, InFlight, Leased, Composite and Plans:
+// BackendStats returns its rules and counters, one entry per layer (a
+// Plans': per plan and layer of the rule set in force), read at each
+// collection.
 type Backend interface {
 	BackendStats() []ratelimit.BackendStats
 }
@@ -113,10 +118,10 @@ func NewCollector(mp metric.MeterProvider) (*Collector, error) {
 	c.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		for _, s := range c.snapshot() {
 			if s.backend != nil {
-				for i, st := range s.backend.BackendStats() {
+				for _, st := range s.backend.BackendStats() {
 					at := metric.WithAttributeSet(attribute.NewSet(
-						attribute.String("store", s.name), attribute.String("plan", ""),
-						attribute.Int("layer", i), attribute.String("policy", st.Policy)))
+						attribute.String("store", s.name), attribute.String("plan", st.Plan),
+						attribute.Int("layer", st.Layer), attribute.String("policy", st.Policy)))
 					o.ObserveInt64(limit, st.Limit, at)
 					o.ObserveFloat64(window, st.Window.Seconds(), at)
 					o.ObserveInt64(degraded, int64(st.Failures), at)
@@ -193,8 +198,9 @@ func (c *Collector) AddPlans(name string, p *ratelimit.Plans) error {
 }
 
 // AddBackend adds a limiter whose keys live outside the process under
-// name, one stream per entry of its BackendStats (layer is the entry's
-// index). Names must be unique within the Collector.
+// name, one stream per entry of its BackendStats, with the attributes plan
+// and layer of the entry's Plan and Layer. Names must be unique within the
+// Collector.
 func (c *Collector) AddBackend(name string, b Backend) error {
 	if b == nil {
 		return fmt.Errorf("ratelimitotel: AddBackend(%q) given a nil limiter", name)

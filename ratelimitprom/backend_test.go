@@ -54,3 +54,22 @@ ratelimit_policy_window_seconds{layer="0",plan="",policy="login",store="lockout"
 `
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want)))
 }
+
+// TestScrapeBackendPlanLayer: a backend entry's Plan and Layer are its
+// series' plan and layer labels.
+func TestScrapeBackendPlanLayer(t *testing.T) {
+	c := ratelimitprom.NewCollector()
+	require.NoError(t, c.AddBackend("plans", backend{
+		{Plan: "free", Policy: "free", Limit: 2, Window: time.Minute},
+		{Plan: "pro", Policy: "pro-minute", Limit: 20, Window: time.Minute},
+		{Plan: "pro", Layer: 1, Policy: "pro", Limit: 500, Window: time.Hour},
+	}))
+	want := `
+# HELP ratelimit_policy_limit A rate limiter's rule's capacity in units: burst, capacity or limit per window.
+# TYPE ratelimit_policy_limit gauge
+ratelimit_policy_limit{layer="0",plan="free",policy="free",store="plans"} 2
+ratelimit_policy_limit{layer="0",plan="pro",policy="pro-minute",store="plans"} 20
+ratelimit_policy_limit{layer="1",plan="pro",policy="pro",store="plans"} 500
+`
+	require.NoError(t, testutil.CollectAndCompare(c, strings.NewReader(want), "ratelimit_policy_limit"))
+}

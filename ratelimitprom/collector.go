@@ -26,10 +26,12 @@ import (
 //	ratelimit_policy_window_seconds          the span the limit is a quota for (Decision.Window)
 //
 // A limiter whose keys live outside the process (redisstore's Store,
-// Lockout and InFlight) is added with [Collector.AddBackend]: its keys are
+// Lockout, InFlight, Leased, Composite and Plans) is added with
+// [Collector.AddBackend]: its keys are
 // the backend's, so it reports its rule (ratelimit_policy_limit and
 // ratelimit_policy_window_seconds) and the calls its backend did not
-// decide:
+// decide (each call counted on one entry of the limiter: see
+// [ratelimit.BackendStats]):
 //
 //	ratelimit_backend_degraded_total           calls the backend did not decide, answered by the failure policy
 //	ratelimit_backend_circuit_refusals_total   of those, calls the open circuit kept from the backend
@@ -37,10 +39,11 @@ import (
 //	ratelimit_backend_mismatches_total         replies that disagreed with the rule's Machine (should stay 0)
 //	ratelimit_backend_local_denials_total      refusals answered without a round trip (deny cache)
 //
-// store is the name given to Add; plan is a [ratelimit.Plans]' plan name
-// ("" otherwise); layer is the index of a [ratelimit.Composite]'s or a
-// plan's layer ("0" for a [ratelimit.Store]); policy is the rule's Name (a
-// plan's name for an unnamed rule of a Plans).
+// store is the name given to Add; plan is a [ratelimit.Plans]' plan name,
+// or a backend entry's Plan ("" otherwise); layer is the index of a
+// [ratelimit.Composite]'s or a plan's layer, or a backend entry's Layer
+// ("0" for a [ratelimit.Store]); policy is the rule's Name (a plan's name
+// for an unnamed rule of a Plans, in process or in Redis).
 //
 // A Collector is safe for concurrent use; limiters may be added after it
 // is registered. The zero Collector is ready to use.
@@ -58,8 +61,10 @@ type source struct {
 }
 
 // Backend is a limiter whose keys live outside the process, such as
-// redisstore's Store, Lockout and InFlight: BackendStats returns its rule
-// and counters, one entry per layer, read at each scrape.
+// redisstore's Store, Lockout, InFlight, Leased, Composite and Plans:
+// BackendStats returns its rules and counters, one entry per layer (a
+// Plans': per plan and layer of the rule set in force), read at each
+// scrape.
 type Backend interface {
 	BackendStats() []ratelimit.BackendStats
 }
@@ -141,8 +146,9 @@ func (c *Collector) AddPlans(name string, p *ratelimit.Plans) error {
 }
 
 // AddBackend adds a limiter whose keys live outside the process under
-// name, one series per entry of its BackendStats (layer is the entry's
-// index). Names must be unique within the Collector.
+// name, one series per entry of its BackendStats, labelled plan and layer
+// by the entry's Plan and Layer. Names must be unique within the
+// Collector.
 func (c *Collector) AddBackend(name string, b Backend) error {
 	if b == nil {
 		return fmt.Errorf("ratelimitprom: AddBackend(%q) given a nil limiter", name)
@@ -199,8 +205,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 
 // collectBackend sends a backend limiter's series.
 func collectBackend(ch chan<- prometheus.Metric, name string, stats []ratelimit.BackendStats) {
-	for i, st := range stats {
-		lv := []string{name, "", strconv.Itoa(i), st.Policy}
+	for _, st := range stats {
+		lv := []string{name, st.Plan, strconv.Itoa(st.Layer), st.Policy}
 		ch <- prometheus.MustNewConstMetric(limitDesc, prometheus.GaugeValue, float64(st.Limit), lv...)
 		ch <- prometheus.MustNewConstMetric(windowDesc, prometheus.GaugeValue, st.Window.Seconds(), lv...)
 		ch <- prometheus.MustNewConstMetric(failuresDesc, prometheus.CounterValue, float64(st.Failures), lv...)
