@@ -139,8 +139,8 @@ func unshare(shared map[string]map[int]bool, name string, pl ratelimit.Plan) {
 // instants (a client clock): random plan sets of every algorithm and of
 // layers (keyed by the key, by a constant or by a customer's part of the
 // key), keys checked on the plan their plan function names or a context
-// names, plans switched, and Updates of random policies that keep some
-// plans and replace others.
+// names, checks with a cap on the Delay (CheckWithin), plans switched,
+// and Updates of random policies that keep some plans and replace others.
 func TestPlansSameDecisionsAsInProcess(t *testing.T) {
 	rdb := needRedis(t)
 	rapid.Check(t, func(t *rapid.T) {
@@ -171,7 +171,25 @@ func TestPlansSameDecisionsAsInProcess(t *testing.T) {
 			t.Fatalf("step %d: in process %v", i, werr)
 		}
 		for i := range rapid.IntRange(1, 60).Draw(t, "steps") {
-			switch rapid.IntRange(0, 15).Draw(t, "action") {
+			switch rapid.IntRange(0, 17).Draw(t, "action") {
+			case 16, 17:
+				key := rapid.SampledFrom(keys).Draw(t, "key")
+				cost := ratelimit.Units(rapid.Int64Range(1, 3).Draw(t, "units")) * ratelimit.Unit
+				maxDelay := rapid.OneOf(
+					rapid.SampledFrom([]time.Duration{-1, 0, 1, time.Millisecond, time.Second, 10 * time.Second, time.Minute}),
+					rapid.Map(rapid.Int64Range(0, int64(2*time.Minute)), func(v int64) time.Duration { return time.Duration(v) }),
+				).Draw(t, "maxDelay")
+				want, werr := local.CheckWithin(key, cost, maxDelay)
+				got, gerr := remote.CheckWithin(key, cost, maxDelay)
+				if werr != nil {
+					require.ErrorIs(t, gerr, ratelimit.ErrCostExceedsCapacity, "step %d", i)
+					continue
+				}
+				require.NoError(t, gerr, "step %d", i)
+				require.Equal(t, want, got, "step %d: within %v: key %s cost %d at %v", i, maxDelay, key, cost, clk.Now()-unixNow)
+				if want.Allowed {
+					ats[key] = append(ats[key], want.At)
+				}
 			case 10:
 				key := rapid.SampledFrom(keys).Draw(t, "key")
 				cost := ratelimit.Units(rapid.Int64Range(0, 3).Draw(t, "units")) * ratelimit.Unit
