@@ -182,7 +182,9 @@
 // to the deny cache, each attempt with a deadline on such a plan a
 // CheckWithin with the time left, so that it never spends a request whose
 // Delay outlasts the deadline; a waiter asleep when an Update changes the
-// rules wakes and asks again under the new rules. [Plans.Peek],
+// rules wakes and asks again under the new rules. [Plans.CheckLayers]
+// gives every enforced layer of the key's plan, as the in-process Plans'
+// does, so that httplimit's middleware lists each in its RateLimit fields. [Plans.Peek],
 // [Plans.Refund], [Plans.Settle] and [Plans.Reset] are the in-process
 // Plans' (see [ratelimit.Plans.Reset]), each one script call on the keys
 // of the key's plan after moving the key there as a check would.

@@ -453,8 +453,8 @@ type checkMode struct {
 	// Check spends it (see looks); CheckWithin, CheckLayers and Wait's
 	// attempts spend none, as in process.
 	counts bool
-	// out, if not nil, gets the Decision of every enforced layer of the
-	// plan appended (see CheckLayers).
+	// out, if not nil, gets the Decision of every enforced layer of a plan
+	// of layers appended (see CheckLayers).
 	out *[]ratelimit.Decision
 }
 
@@ -675,17 +675,13 @@ func (p *Plans) unanswered(key string, err error) (error, bool) {
 // verified turns the check's reply, to a call sent at sent, into the
 // Decision, as the plan's Store or Composite does, and tells the deny
 // cache, if any, of the key's refusal or admission. out, if not nil, gets
-// the Decision of every enforced layer appended (a plan of one rule's is
-// the Decision itself).
+// the Decision of every enforced layer of a plan of layers appended.
 func (p *Plans) verified(rp *redisPlan, key, rk string, cost ratelimit.Units, reply []any, look bool, deny *denyCache, gen uint64, sent time.Time, out *[]ratelimit.Decision) (ratelimit.Decision, error) {
 	if rp.single == nil {
 		v, err := rp.comp.verify(key, cost, reply, out)
 		return v.d, err
 	}
 	d, at, state, err := rp.single.verify(key, cost, reply, look)
-	if out != nil && err == nil {
-		*out = append(*out, d)
-	}
 	if deny != nil && err == nil {
 		if d.Allowed {
 			deny.forget(rk)

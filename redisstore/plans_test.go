@@ -139,7 +139,8 @@ func unshare(shared map[string]map[int]bool, name string, pl ratelimit.Plan) {
 // instants (a client clock): random plan sets of every algorithm and of
 // layers (keyed by the key, by a constant or by a customer's part of the
 // key), keys checked on the plan their plan function names or a context
-// names, checks with a cap on the Delay (CheckWithin), plans switched,
+// names, checks with a cap on the Delay (CheckWithin), checks that list
+// every layer's Decision (CheckLayers), plans switched,
 // and Updates of random policies that keep some plans and replace others.
 func TestPlansSameDecisionsAsInProcess(t *testing.T) {
 	rdb := needRedis(t)
@@ -171,7 +172,31 @@ func TestPlansSameDecisionsAsInProcess(t *testing.T) {
 			t.Fatalf("step %d: in process %v", i, werr)
 		}
 		for i := range rapid.IntRange(1, 60).Draw(t, "steps") {
-			switch rapid.IntRange(0, 17).Draw(t, "action") {
+			switch rapid.IntRange(0, 18).Draw(t, "action") {
+			case 18:
+				key := rapid.SampledFrom(keys).Draw(t, "key")
+				cost := ratelimit.Units(rapid.Int64Range(1, 3).Draw(t, "units")) * ratelimit.Unit
+				maxDelay := rapid.SampledFrom([]time.Duration{0, 0, -1, time.Millisecond, 10 * time.Second}).Draw(t, "layersMaxDelay")
+				ctx := context.Background()
+				if rapid.IntRange(0, 4).Draw(t, "named") == 0 {
+					ctx = ratelimit.ContextWithPlan(ctx, rapid.SampledFrom(planNames).Draw(t, "ctxPlan"))
+				}
+				want, wl, werr := local.CheckLayers(ctx, key, cost, maxDelay, nil)
+				got, gl, gerr := remote.CheckLayers(ctx, key, cost, maxDelay, nil)
+				if werr != nil {
+					require.ErrorIs(t, gerr, ratelimit.ErrCostExceedsCapacity, "step %d", i)
+					continue
+				}
+				require.NoError(t, gerr, "step %d", i)
+				require.Equal(t, want, got, "step %d: layers %v: key %s cost %d at %v", i, maxDelay, key, cost, clk.Now()-unixNow)
+				if maxDelay <= 0 || len(gl) > 0 {
+					// A plan with a leaky bucket lists no layer when capped,
+					// as a Composite does.
+					require.Equal(t, wl, gl, "step %d: the layers' Decisions", i)
+				}
+				if want.Allowed {
+					ats[key] = append(ats[key], want.At)
+				}
 			case 16, 17:
 				key := rapid.SampledFrom(keys).Draw(t, "key")
 				cost := ratelimit.Units(rapid.Int64Range(1, 3).Draw(t, "units")) * ratelimit.Unit

@@ -40,7 +40,8 @@ func (p *Plans) CheckWithin(key string, cost ratelimit.Units, maxDelay time.Dura
 // failure policy are CheckContext's; a fallback that has CheckWithin is
 // asked with maxDelay.
 func (p *Plans) CheckWithinContext(ctx context.Context, key string, cost ratelimit.Units, maxDelay time.Duration) (ratelimit.Decision, error) {
-	a, err := p.try(ctx, p.gen.Load(), key, cost, max(maxDelay, 0), checkMode{})
+	g := p.gen.Load()
+	a, err := p.try(ctx, g, p.plan(ctx, g, key), key, cost, max(maxDelay, 0), checkMode{})
 	return a.within(), err
 }
 
@@ -64,17 +65,16 @@ func (p *Plans) Wait(ctx context.Context, key string, cost ratelimit.Units) (rat
 	refused := rp.fill(rp.refused())
 	return waitFor(ctx, p.Clock(), refused, func(ctx context.Context, budget time.Duration) (attempt, error) {
 		g = p.gen.Load()
-		return p.try(ctx, g, key, cost, budget, checkMode{wait: true})
+		return p.try(ctx, g, p.plan(ctx, g, key), key, cost, budget, checkMode{wait: true})
 	}, func() context.Context { return g.done })
 }
 
-// try is one attempt of a request of cost for key on its plan in g that
-// may wait at most budget (maxBudget: any time): a check as mode says (of
-// a Wait, or of a CheckWithin), or on a plan whose admissions may carry a
-// Delay, with a budget, the check bounded on it (see within). The
+// try is one attempt of a request of cost for key on its plan rp of g
+// that may wait at most budget (maxBudget: any time): a check as mode says
+// (of a Wait, or of a CheckWithin), or on a plan whose admissions may
+// carry a Delay, with a budget, the check bounded on it (see within). The
 // observer is told of the attempt's Decision as CheckWithin reports it.
-func (p *Plans) try(ctx context.Context, g *plansGen, key string, cost ratelimit.Units, budget time.Duration, mode checkMode) (attempt, error) {
-	rp := p.plan(ctx, g, key)
+func (p *Plans) try(ctx context.Context, g *plansGen, rp *redisPlan, key string, cost ratelimit.Units, budget time.Duration, mode checkMode) (attempt, error) {
 	if budget == maxBudget || !rp.delays() {
 		d, err := p.check(ctx, g, rp, key, cost, mode)
 		return checked(d), err
@@ -130,4 +130,46 @@ func (p *Plans) within(ctx context.Context, g *plansGen, rp *redisPlan, key stri
 		d.forget(keys[0])
 	}
 	return a, err
+}
+
+// CheckLayers is [Plans.CheckContext] that also appends to dst the
+// Decision of every enforced layer of the key's plan (one, the Decision
+// itself, for a plan of one rule), and returns the extended slice, as
+// [ratelimit.Plans.CheckLayers] does: each layer as it stands after the
+// request, recomputed by the rules' Machines from the states the script
+// read, as [Composite.CheckLayers] recomputes them. A layer whose rule has
+// no Name reports the plan's name as its Policy, as the combined Decision
+// does. It is what httplimit's middleware asks a layered limiter, so that
+// its RateLimit fields list every layer of the key's plan. Shadow layers
+// are not appended; on an error nothing is appended. ctx may name the
+// plan (see [ratelimit.ContextWithPlan]).
+//
+// As a Check, it is one script call on the keys of the key's plan that
+// also reads its record (two for a key that moves), but that, as in
+// process, a refusal spends nothing even under CountRefused. maxDelay is
+// [Plans.CheckWithinContext]'s cap on a leaky bucket's Delay. A plan with
+// no leaky bucket (as its rule, or an enforced layer's) never has a Delay,
+// and checks alike whatever maxDelay is. One with a leaky bucket checks,
+// for a positive maxDelay, as CheckWithinContext does, and appends nothing
+// (the caller then describes the combined Decision alone), as
+// Composite.CheckLayers does.
+func (p *Plans) CheckLayers(ctx context.Context, key string, cost ratelimit.Units, maxDelay time.Duration, dst []ratelimit.Decision) (ratelimit.Decision, []ratelimit.Decision, error) {
+	g := p.gen.Load()
+	rp := p.plan(ctx, g, key)
+	if maxDelay > 0 && rp.delays() {
+		a, err := p.try(ctx, g, rp, key, cost, maxDelay, checkMode{})
+		return a.within(), dst, err
+	}
+	out := dst
+	d, err := p.check(ctx, g, rp, key, cost, checkMode{out: &out})
+	switch {
+	case err != nil:
+		return d, dst, err
+	case rp.single != nil:
+		return d, append(dst, d), nil
+	}
+	for i := len(dst); i < len(out); i++ {
+		out[i] = rp.fill(out[i])
+	}
+	return d, out, nil
 }

@@ -2,10 +2,15 @@ package redisstore
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/ratekit/ratelimit"
+	"github.com/ratekit/ratelimit/httplimit"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -55,5 +60,49 @@ func TestPlansLeakyWaitSpendsNothingPastDeadline(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, want, got, "plan %s, queued %d", plan, queued)
 		}
+	}
+}
+
+// TestRedisPlansFieldsListEveryLayer: httplimit's middleware over a Redis
+// Plans lists every enforced layer of the key's plan in its
+// RateLimit-Policy and RateLimit fields, as it does over the in-process
+// Plans, with the same values, for a plan of layers and a plan of one
+// rule.
+func TestRedisPlansFieldsListEveryLayer(t *testing.T) {
+	rdb := needRedis(t)
+	clk := ratelimit.NewManualClock(unixNow)
+	set := ratelimit.PlanSet{Default: "free", Plans: map[string]ratelimit.Plan{
+		"free": {Rule: ratelimit.GCRA{Rate: ratelimit.PerSecond(5), Burst: 5}},
+		"pro": {Layers: []ratelimit.Layer{
+			{Rule: ratelimit.GCRA{Rate: ratelimit.PerSecond(10), Burst: 10, Name: "burst"}},
+			{Rule: ratelimit.FixedWindow{Limit: 1000, Window: time.Hour, Name: "hourly"}},
+			{Rule: ratelimit.FixedWindow{Limit: 1, Window: time.Hour, Name: "shadow"}, Shadow: true},
+		}},
+	}}
+	planOf := func(key string) string { return key }
+	local, err := ratelimit.NewPlans(set, planOf, ratelimit.WithClock(clk), ratelimit.WithLogger(nil))
+	require.NoError(t, err)
+	remote, err := NewPlans(rdb, set, planOf, WithClock(clk), WithPrefix(testPrefix()), WithTimeout(5*time.Second))
+	require.NoError(t, err)
+	byPlan := httplimit.WithKey(func(r *http.Request) (string, error) { return r.URL.Query().Get("plan"), nil })
+	serve := func(lim ratelimit.KeyedLimiter, plan string) http.Header {
+		h := httplimit.Middleware(lim, byPlan, httplimit.WithLogger(nil))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/?plan="+plan, nil))
+		require.Equal(t, http.StatusOK, rec.Code)
+		return rec.Header()
+	}
+	for range 2 {
+		for _, plan := range []string{"pro", "free"} {
+			want, got := serve(local, plan), serve(remote, plan)
+			require.Equal(t, want.Values("RateLimit-Policy"), got.Values("RateLimit-Policy"), "plan %s", plan)
+			require.Equal(t, want.Values("RateLimit"), got.Values("RateLimit"), "plan %s", plan)
+			if plan == "pro" {
+				policy, limit := got.Get("RateLimit-Policy"), got.Get("RateLimit")
+				assert.True(t, strings.Contains(policy, `"burst"`) && strings.Contains(policy, `"hourly"`), "RateLimit-Policy: %s", policy)
+				assert.Equal(t, 2, strings.Count(limit, ";r="), "RateLimit: %s", limit)
+			}
+		}
+		clk.Advance(time.Second / 3)
 	}
 }
