@@ -171,31 +171,42 @@ func TestPlansSameDecisionsAsInProcess(t *testing.T) {
 			}
 			t.Fatalf("step %d: in process %v", i, werr)
 		}
+		// sameCheck requires Redis's check (what, of key) to be the
+		// in-process one, notes an admission's instant, and reports
+		// whether there was a Decision (a cost error has none).
+		sameCheck := func(i int, key, what string, want, got ratelimit.Decision, werr, gerr error) bool {
+			if werr != nil {
+				require.ErrorIs(t, gerr, ratelimit.ErrCostExceedsCapacity, "step %d", i)
+				return false
+			}
+			require.NoError(t, gerr, "step %d", i)
+			require.Equal(t, want, got, "step %d: %s at %v", i, what, clk.Now()-unixNow)
+			if want.Allowed {
+				ats[key] = append(ats[key], want.At)
+			}
+			return true
+		}
+		// drawCtx draws a context that at times names a plan.
+		drawCtx := func() context.Context {
+			if rapid.IntRange(0, 4).Draw(t, "named") == 0 {
+				return ratelimit.ContextWithPlan(context.Background(), rapid.SampledFrom(planNames).Draw(t, "ctxPlan"))
+			}
+			return context.Background()
+		}
 		for i := range rapid.IntRange(1, 60).Draw(t, "steps") {
 			switch rapid.IntRange(0, 18).Draw(t, "action") {
 			case 18:
 				key := rapid.SampledFrom(keys).Draw(t, "key")
 				cost := ratelimit.Units(rapid.Int64Range(1, 3).Draw(t, "units")) * ratelimit.Unit
 				maxDelay := rapid.SampledFrom([]time.Duration{0, 0, -1, time.Millisecond, 10 * time.Second}).Draw(t, "layersMaxDelay")
-				ctx := context.Background()
-				if rapid.IntRange(0, 4).Draw(t, "named") == 0 {
-					ctx = ratelimit.ContextWithPlan(ctx, rapid.SampledFrom(planNames).Draw(t, "ctxPlan"))
-				}
+				ctx := drawCtx()
 				want, wl, werr := local.CheckLayers(ctx, key, cost, maxDelay, nil)
 				got, gl, gerr := remote.CheckLayers(ctx, key, cost, maxDelay, nil)
-				if werr != nil {
-					require.ErrorIs(t, gerr, ratelimit.ErrCostExceedsCapacity, "step %d", i)
-					continue
-				}
-				require.NoError(t, gerr, "step %d", i)
-				require.Equal(t, want, got, "step %d: layers %v: key %s cost %d at %v", i, maxDelay, key, cost, clk.Now()-unixNow)
-				if maxDelay <= 0 || len(gl) > 0 {
+				what := fmt.Sprintf("layers %v: key %s cost %d", maxDelay, key, cost)
+				if sameCheck(i, key, what, want, got, werr, gerr) && (maxDelay <= 0 || len(gl) > 0) {
 					// A plan with a leaky bucket lists no layer when capped,
 					// as a Composite does.
 					require.Equal(t, wl, gl, "step %d: the layers' Decisions", i)
-				}
-				if want.Allowed {
-					ats[key] = append(ats[key], want.At)
 				}
 			case 16, 17:
 				key := rapid.SampledFrom(keys).Draw(t, "key")
@@ -206,15 +217,7 @@ func TestPlansSameDecisionsAsInProcess(t *testing.T) {
 				).Draw(t, "maxDelay")
 				want, werr := local.CheckWithin(key, cost, maxDelay)
 				got, gerr := remote.CheckWithin(key, cost, maxDelay)
-				if werr != nil {
-					require.ErrorIs(t, gerr, ratelimit.ErrCostExceedsCapacity, "step %d", i)
-					continue
-				}
-				require.NoError(t, gerr, "step %d", i)
-				require.Equal(t, want, got, "step %d: within %v: key %s cost %d at %v", i, maxDelay, key, cost, clk.Now()-unixNow)
-				if want.Allowed {
-					ats[key] = append(ats[key], want.At)
-				}
+				sameCheck(i, key, fmt.Sprintf("within %v: key %s cost %d", maxDelay, key, cost), want, got, werr, gerr)
 			case 10:
 				key := rapid.SampledFrom(keys).Draw(t, "key")
 				cost := ratelimit.Units(rapid.Int64Range(0, 3).Draw(t, "units")) * ratelimit.Unit
@@ -259,21 +262,10 @@ func TestPlansSameDecisionsAsInProcess(t *testing.T) {
 			default:
 				key := rapid.SampledFrom(keys).Draw(t, "key")
 				cost := ratelimit.Units(rapid.Int64Range(1, 3).Draw(t, "units")) * ratelimit.Unit
-				ctx := context.Background()
-				if rapid.IntRange(0, 4).Draw(t, "named") == 0 {
-					ctx = ratelimit.ContextWithPlan(ctx, rapid.SampledFrom(planNames).Draw(t, "ctxPlan"))
-				}
+				ctx := drawCtx()
 				want, werr := local.CheckContext(ctx, key, cost)
 				got, gerr := remote.CheckContext(ctx, key, cost)
-				if werr != nil {
-					require.ErrorIs(t, gerr, ratelimit.ErrCostExceedsCapacity, "step %d", i)
-					continue
-				}
-				require.NoError(t, gerr, "step %d", i)
-				require.Equal(t, want, got, "step %d: key %s cost %d at %v", i, key, cost, clk.Now()-unixNow)
-				if want.Allowed {
-					ats[key] = append(ats[key], want.At)
-				}
+				sameCheck(i, key, fmt.Sprintf("key %s cost %d", key, cost), want, got, werr, gerr)
 			}
 		}
 		st := remote.Stats()

@@ -1,7 +1,7 @@
 package redisstore
 
 import (
-	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -44,21 +44,7 @@ func TestPlansLeakyWaitSpendsNothingPastDeadline(t *testing.T) {
 			}
 			// Admitted now with a Delay of 3 s, or after a RetryAfter of
 			// 1 s with a Delay of 4 s: neither fits a deadline 2 s away.
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			start := time.Now()
-			want, werr := local.Wait(ctx, "k", ratelimit.Unit)
-			got, gerr := remote.Wait(ctx, "k", ratelimit.Unit)
-			cancel()
-			require.ErrorIs(t, werr, ratelimit.ErrWouldExceedDeadline)
-			require.ErrorIs(t, gerr, ratelimit.ErrWouldExceedDeadline, "plan %s, queued %d", plan, queued)
-			require.Less(t, time.Since(start), time.Second, "Wait slept towards a deadline it could not meet")
-			require.Equal(t, want, got, "plan %s, queued %d", plan, queued)
-			// Nothing was spent: the next check is decided as in process.
-			want, err = local.Check("k", 2*ratelimit.Unit)
-			require.NoError(t, err)
-			got, err = remote.Check("k", 2*ratelimit.Unit)
-			require.NoError(t, err)
-			require.Equal(t, want, got, "plan %s, queued %d", plan, queued)
+			requireWaitGivesUp(t, local, remote, fmt.Sprintf("plan %s, queued %d", plan, queued))
 		}
 	}
 }
