@@ -174,14 +174,20 @@
 // plan's layers must share the record's slot (a layer with a Key of its
 // own needs [WithHashTag], and a global layer a prefix with a tag of its
 // own), else the check is refused with [ErrCrossSlot].
+// [Plans.CheckWithin] is the in-process Plans' CheckWithin: on a plan with
+// a leaky bucket (its rule, or an enforced layer's), the plan's check
+// script is sent the cap on the Delay as a Store's or a Composite's is,
+// and refuses, writing nothing, an admission that would wait longer.
 // [Plans.Wait] waits as [Store.Wait] does, its checks going to Redis, not
-// to the deny cache, and a waiter asleep when an Update changes the rules
-// wakes and asks again under the new rules. [Plans.Peek], [Plans.Refund],
-// [Plans.Settle] and [Plans.Reset] are the in-process Plans' (see
-// [ratelimit.Plans.Reset]), each one script call on the keys of the key's
-// plan after moving the key there as a check would. Plans has no
-// CheckWithin: on a leaky bucket plan, an admission whose Delay outlasts
-// the deadline is spent as a check's.
+// to the deny cache, each attempt with a deadline on such a plan a
+// CheckWithin with the time left, so that it never spends a request whose
+// Delay outlasts the deadline; a waiter asleep when an Update changes the
+// rules wakes and asks again under the new rules. [Plans.CheckLayers]
+// gives every enforced layer of the key's plan, as the in-process Plans'
+// does, so that httplimit's middleware lists each in its RateLimit fields. [Plans.Peek],
+// [Plans.Refund], [Plans.Settle] and [Plans.Reset] are the in-process
+// Plans' (see [ratelimit.Plans.Reset]), each one script call on the keys
+// of the key's plan after moving the key there as a check would.
 //
 // # After the fact
 //

@@ -72,8 +72,9 @@ import (
 // record or state refuses with an error matching
 // [ratelimit.ErrInvalidState], whatever the policy. Plans is safe for
 // concurrent use, starts no goroutines of its own and has nothing to
-// close. It has Check, CheckContext, Wait, Peek, Refund, Settle and Reset
-// (see [Plans.PeekContext]); it has no CheckWithin.
+// close. It has Check, CheckContext, CheckWithin, Wait, Peek, Refund,
+// Settle and Reset (see [Plans.CheckWithinContext] and
+// [Plans.PeekContext]).
 type Plans struct {
 	r        *remote
 	planOf   func(string) string
@@ -439,44 +440,35 @@ func (p *Plans) Check(key string, cost ratelimit.Units) (ratelimit.Decision, err
 // no server. Every error but a cost error matches [ratelimit.ErrDegraded]:
 // the Decision returned with it is the one to act on.
 func (p *Plans) CheckContext(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
-	return p.check(ctx, p.gen.Load(), key, cost, false)
+	g := p.gen.Load()
+	return p.check(ctx, g, p.plan(ctx, g, key), key, cost, checkMode{counts: true})
 }
 
-// check is CheckContext on rule set g. wait says the check is an attempt
-// of Wait, which the deny cache does not answer.
-func (p *Plans) check(ctx context.Context, g *plansGen, key string, cost ratelimit.Units, wait bool) (ratelimit.Decision, error) {
-	rp := p.plan(ctx, g, key)
+// checkMode is how a check of a Plans asks.
+type checkMode struct {
+	// wait says the check is an attempt of Wait, which the deny cache
+	// does not answer.
+	wait bool
+	// counts says a refusal that a plan of one Rule counts is spent, as a
+	// Check spends it (see looks); CheckWithin, CheckLayers and Wait's
+	// attempts spend none, as in process.
+	counts bool
+	// out, if not nil, gets the Decision of every enforced layer of a plan
+	// of layers appended (see CheckLayers).
+	out *[]ratelimit.Decision
+}
+
+// check is CheckContext of key on its plan rp of rule set g, asking as
+// mode says.
+func (p *Plans) check(ctx context.Context, g *plansGen, rp *redisPlan, key string, cost ratelimit.Units, mode checkMode) (ratelimit.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return rp.fill(rp.refused()), err
 	}
-	d, err := p.decide(ctx, g, rp, key, cost, wait)
+	d, err := p.decide(ctx, g, rp, key, cost, mode)
 	d = rp.fill(d)
 	err = degradedError(err)
 	observe(p.r.o.observer, d.Policy, d, cost, err)
 	return d, err
-}
-
-// Wait checks cost for key and, while it is refused, sleeps out its
-// RetryAfter on the Plans' clock and checks again, as [Store.Wait] does,
-// until it is admitted, ctx ends, or the request could not go on before
-// ctx's deadline (then it returns the refusal with an error matching
-// [ratelimit.ErrWouldExceedDeadline] and [context.DeadlineExceeded] at
-// once, spending nothing). As [ratelimit.Plans.Wait], a waiter asleep when
-// an Update changes the rules wakes at once and asks again under the new
-// rules. Each check is a [Plans.CheckContext] but that, as Store.Wait's,
-// it goes to Redis, not to the deny cache. An admitted leaky-bucket
-// request then waits out its Delay; if ctx ends during that, the request
-// stays spent (Plans has no CheckWithin: the Delay is not bounded by the
-// deadline before it is spent).
-func (p *Plans) Wait(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error) {
-	g := p.gen.Load()
-	rp := p.plan(ctx, g, key)
-	refused := rp.fill(rp.refused())
-	return waitFor(ctx, p.Clock(), refused, func(ctx context.Context, _ time.Duration) (attempt, error) {
-		g = p.gen.Load()
-		d, err := p.check(ctx, g, key, cost, true)
-		return checked(d), err
-	}, func() context.Context { return g.done })
 }
 
 // maxMoves is how many times a check tries to move a key that other checks
@@ -485,7 +477,7 @@ const maxMoves = 16
 
 // decide is CheckContext's check of key on plan rp; a wait's (see check)
 // is not answered by the deny cache.
-func (p *Plans) decide(ctx context.Context, g *plansGen, rp *redisPlan, key string, cost ratelimit.Units, wait bool) (ratelimit.Decision, error) {
+func (p *Plans) decide(ctx context.Context, g *plansGen, rp *redisPlan, key string, cost ratelimit.Units, mode checkMode) (ratelimit.Decision, error) {
 	if d, err := rp.costError(cost); err != nil {
 		return d, err
 	}
@@ -501,7 +493,7 @@ func (p *Plans) decide(ctx context.Context, g *plansGen, rp *redisPlan, key stri
 	deny := rp.deny()
 	if deny != nil {
 		gen = deny.generation()
-		if wait {
+		if mode.wait {
 			// Wait's checks go to Redis (see Store.Wait).
 			floor = deny.floor(keys[0])
 		} else {
@@ -513,20 +505,20 @@ func (p *Plans) decide(ctx context.Context, g *plansGen, rp *redisPlan, key stri
 			floor = latest
 		}
 	}
-	look := rp.looks(wait)
+	look := rp.looks(mode.counts)
 	ctx, cancel := p.r.bounded(ctx)
 	defer cancel()
 	reply, sent, err := p.run(ctx, g, rp, key, keys, line, planOp{kind: rp.kind(), cost: cost, floor: floor, args: func(now string) []any {
-		return p.checkArgs(rp, now, cost, look)
+		return p.checkArgs(rp, now, cost, look, maxBudget)
 	}})
 	var ce *callError
 	switch {
 	case errors.As(err, &ce):
-		return p.failed(ctx, rp, key, cost, ce.err)
+		return p.failed(ctx, rp, key, cost, maxBudget, ce.err)
 	case err != nil:
 		return rp.refused(), err
 	}
-	return p.verified(rp, key, keys[0], cost, reply, look, deny, gen, sent)
+	return p.verified(rp, key, keys[0], cost, reply, look, deny, gen, sent, mode.out)
 }
 
 // planOp is an operation of a Plans on a key's plan: plans.lua's ARGV[2]
@@ -614,22 +606,30 @@ func (rp *redisPlan) kind() string {
 
 // looks reports whether a check of a plan of one rule is a look (see
 // Store.args), which spends no refusal: as in process, a refusal under
-// CountRefused is spent by a Check of a plan of one Rule, as a Store's
-// Check spends it, but neither by a Wait's attempt nor by a plan of
-// layers (of one layer here), as a Composite spends none.
-func (rp *redisPlan) looks(wait bool) bool {
-	return rp.single != nil && rp.single.p.CountRefused && (wait || !rp.counts)
+// CountRefused is spent by a Check (counts) of a plan of one Rule, as a
+// Store's Check spends it, but neither by a Wait's attempt, a CheckWithin
+// or a CheckLayers, nor by a plan of layers (of one layer here), as a
+// Composite spends none.
+func (rp *redisPlan) looks(counts bool) bool {
+	return rp.single != nil && rp.single.p.CountRefused && !(counts && rp.counts)
 }
 
 // checkArgs are the arguments of the plan's check at now (empty for
-// the server's TIME); look as rp.looks says.
-func (p *Plans) checkArgs(rp *redisPlan, now string, cost ratelimit.Units, look bool) []any {
+// the server's TIME); look as rp.looks says. A budget other than
+// maxBudget bounds the Delay of a plan whose admissions may carry one (see
+// redisPlan.delays), as the Store's and the Composite's CheckWithin bound
+// it.
+func (p *Plans) checkArgs(rp *redisPlan, now string, cost ratelimit.Units, look bool, budget time.Duration) []any {
+	bounded := budget != maxBudget
 	if rp.single != nil {
 		args := rp.single.args(cost, 0, look)
-		args[1] = now
+		args[argNow.at] = now
+		if bounded {
+			args = appendBound(args, rp.single.p, budget)
+		}
 		return args
 	}
-	return rp.comp.args(now, cost)
+	return rp.comp.boundedArgs(now, cost, bounded, budget)
 }
 
 // call runs the script, through the circuit of the key's master.
@@ -644,11 +644,13 @@ func (p *Plans) call(ctx context.Context, keys []string, args []any) ([]any, err
 // failed answers a check whose script call failed: a corrupted record or
 // state, or keys in different slots, refuse; Redis failing is the failure
 // policy's.
-func (p *Plans) failed(ctx context.Context, rp *redisPlan, key string, cost ratelimit.Units, err error) (ratelimit.Decision, error) {
+// A request that may wait at most maxDelay (maxBudget: any time) asks a
+// fallback as [Store.CheckWithinContext] asks it.
+func (p *Plans) failed(ctx context.Context, rp *redisPlan, key string, cost ratelimit.Units, maxDelay time.Duration, err error) (ratelimit.Decision, error) {
 	if err, ok := p.unanswered(key, err); ok {
 		return rp.refused(), err
 	}
-	return p.degraded(ctx, rp, key, cost, err)
+	return p.degraded(ctx, rp, key, cost, maxDelay, err)
 }
 
 // unanswered returns, with ok true, the error of a script call for key
@@ -672,10 +674,11 @@ func (p *Plans) unanswered(key string, err error) (error, bool) {
 
 // verified turns the check's reply, to a call sent at sent, into the
 // Decision, as the plan's Store or Composite does, and tells the deny
-// cache, if any, of the key's refusal or admission.
-func (p *Plans) verified(rp *redisPlan, key, rk string, cost ratelimit.Units, reply []any, look bool, deny *denyCache, gen uint64, sent time.Time) (ratelimit.Decision, error) {
+// cache, if any, of the key's refusal or admission. out, if not nil, gets
+// the Decision of every enforced layer of a plan of layers appended.
+func (p *Plans) verified(rp *redisPlan, key, rk string, cost ratelimit.Units, reply []any, look bool, deny *denyCache, gen uint64, sent time.Time, out *[]ratelimit.Decision) (ratelimit.Decision, error) {
 	if rp.single == nil {
-		v, err := rp.comp.verify(key, cost, reply, nil)
+		v, err := rp.comp.verify(key, cost, reply, out)
 		return v.d, err
 	}
 	d, at, state, err := rp.single.verify(key, cost, reply, look)
@@ -697,21 +700,11 @@ func (rp *redisPlan) deny() *denyCache {
 	return rp.single.deny
 }
 
-// degraded applies the failure policy to a check Redis did not decide.
-func (p *Plans) degraded(ctx context.Context, rp *redisPlan, key string, cost ratelimit.Units, cause error) (ratelimit.Decision, error) {
-	o := &p.r.o
-	if o.fallback != nil {
-		var d ratelimit.Decision
-		var err error
-		if cc, ok := o.fallback.(ratelimit.ContextChecker); ok {
-			d, err = cc.CheckContext(context.WithoutCancel(ctx), key, cost)
-		} else {
-			d, err = o.fallback.Check(key, cost)
-		}
-		if err != nil {
-			return d, errors.Join(cause, err)
-		}
-		return d, cause
+// degraded applies the failure policy to a check Redis did not decide,
+// of a request that may wait at most maxDelay (maxBudget: any time).
+func (p *Plans) degraded(ctx context.Context, rp *redisPlan, key string, cost ratelimit.Units, maxDelay time.Duration, cause error) (ratelimit.Decision, error) {
+	if d, err, ok := fallBack(ctx, p.r.o.fallback, key, cost, maxDelay, cause); ok {
+		return d, err
 	}
 	return p.failureMode(rp)(cost), cause
 }

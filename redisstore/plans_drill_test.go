@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratelimit"
+	"github.com/ratekit/ratelimit/redisstore/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -128,11 +129,6 @@ func TestPlansServerTime(t *testing.T) {
 // every master, and moves between plans and an Update give the in-process
 // Plans' Decisions.
 func TestClusterPlans(t *testing.T) {
-	cl := startCluster(t)
-	rdb := cl.Client(t, nil)
-	clk := ratelimit.NewManualClock(unixNow)
-	on := map[string]string{}
-	planOf := func(key string) string { return on[key] }
 	set := ratelimit.PlanSet{Default: "free", Plans: map[string]ratelimit.Plan{
 		"free": {Rule: ratelimit.FixedWindow{Limit: 3, Window: time.Minute}},
 		"pro": {Layers: []ratelimit.Layer{
@@ -140,10 +136,7 @@ func TestClusterPlans(t *testing.T) {
 			{Rule: ratelimit.SlidingCounter{Limit: 50, Window: time.Hour}, Shadow: true},
 		}},
 	}}
-	local, err := ratelimit.NewPlans(set, planOf, ratelimit.WithClock(clk))
-	require.NoError(t, err)
-	p, err := NewPlans(rdb, set, planOf, WithClock(clk), WithPrefix(testPrefix()), WithTimeout(5*time.Second), WithDenyCache(0))
-	require.NoError(t, err)
+	cl, rdb, clk, on, local, p := clusterPlans(t, set)
 	const keys = 24
 	masters := map[string]bool{}
 	for i := range keys {
@@ -191,4 +184,119 @@ func TestClusterPlans(t *testing.T) {
 	d, err := p.Check("user-0", ratelimit.Unit)
 	assert.ErrorIs(t, err, ratelimit.ErrInvalidState)
 	assert.False(t, d.Allowed)
+}
+
+// TestClusterPlansOps: on a Cluster of three masters, a Plans' Peek,
+// Refund, Settle, Reset and CheckWithin, on keys whose plan changes
+// between them (so that each may move the key first), give the in-process
+// Plans' Decisions and amounts. A plan of layers has a layer per customer
+// (WithHashTag puts a customer's keys, its records and its layer's key in
+// one slot), and the leaky bucket plans make CheckWithin's cap matter.
+func TestClusterPlansOps(t *testing.T) {
+	set := ratelimit.PlanSet{Default: "free", Plans: map[string]ratelimit.Plan{
+		"free": {Rule: ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(2), Capacity: 4, Name: "free"}},
+		"pro": {Layers: []ratelimit.Layer{
+			{Rule: ratelimit.LeakyBucket{Rate: ratelimit.PerSecond(5), Capacity: 6, Name: "pro"}},
+			{Rule: ratelimit.GCRA{Rate: ratelimit.PerSecond(20), Burst: 20, Name: "customer"}, Key: firstField},
+		}},
+		"team": {Rule: ratelimit.SlidingCounter{Limit: 5, Window: time.Second, Name: "team"}},
+	}}
+	next := map[string]string{"": "pro", "free": "pro", "pro": "team", "team": "free"}
+	cl, _, clk, on, local, p := clusterPlans(t, set, WithHashTag(firstField))
+	var keys []string
+	masters := map[string]bool{}
+	for c := range 12 {
+		for u := range 2 {
+			key := fmt.Sprintf("c%d u%d", c, u)
+			keys = append(keys, key)
+			slot := cl.Slot(t, p.RecordKey(key))
+			for _, plan := range []string{"free", "pro", "team"} {
+				for _, k := range p.Keys(plan, key) {
+					require.Equal(t, slot, cl.Slot(t, k), "key %s of plan %s", k, plan)
+				}
+			}
+			masters[cl.Owner(t, slot).Addr()] = true
+		}
+	}
+	require.Len(t, masters, 3, "keys on every master")
+	caps := []time.Duration{0, 300 * time.Millisecond, time.Second, 2 * time.Second}
+	ats := map[string]time.Duration{}
+	ops := map[string]int{}
+	for step := range 16 {
+		for i, key := range keys {
+			if (i+step)%4 == 0 {
+				on[key] = next[on[key]]
+			}
+			cost := ratelimit.Unit * ratelimit.Units(1+i%2)
+			at := ats[key]
+			// same requires the Redis Plans' Decision of an operation to be
+			// the in-process one, and notes a check's admission.
+			same := func(op string, want, got ratelimit.Decision, werr, gerr error) {
+				require.NoError(t, werr)
+				require.NoError(t, gerr)
+				require.Equal(t, want, got, "step %d key %s: %s", step, key, op)
+				if want.Allowed && op != "peek" {
+					ats[key] = want.At
+				}
+				ops[op]++
+			}
+			switch op := (i*7 + step) % 6; {
+			case op == 0:
+				want, werr := local.Check(key, cost)
+				got, gerr := p.Check(key, cost)
+				same("check", want, got, werr, gerr)
+			case op == 1 || op == 5 && step%3 != 0:
+				maxDelay := caps[(i+step)%len(caps)]
+				want, werr := local.CheckWithin(key, cost, maxDelay)
+				got, gerr := p.CheckWithin(key, cost, maxDelay)
+				same("within", want, got, werr, gerr)
+			case op == 2:
+				want, werr := local.Peek(key, cost)
+				got, gerr := p.Peek(key, cost)
+				same("peek", want, got, werr, gerr)
+			case op == 3:
+				want, werr := local.Refund(key, cost, at)
+				got, gerr := p.Refund(key, cost, at)
+				require.NoError(t, werr)
+				require.NoError(t, gerr)
+				require.Equal(t, want, got, "step %d key %s: refund", step, key)
+				ops["refund"]++
+			case op == 4:
+				want, wx, werr := local.Settle(key, ratelimit.Unit, cost+ratelimit.Unit/2, at)
+				got, gx, gerr := p.Settle(key, ratelimit.Unit, cost+ratelimit.Unit/2, at)
+				require.NoError(t, werr)
+				require.NoError(t, gerr)
+				require.Equal(t, want, got, "step %d key %s: settle", step, key)
+				require.Equal(t, wx, gx, "step %d key %s: settled", step, key)
+				ops["settle"]++
+			default:
+				local.Reset(key)
+				require.NoError(t, p.Reset(key), "step %d key %s: reset", step, key)
+				ops["reset"]++
+			}
+		}
+		clk.Advance(time.Duration(step%4) * 137 * time.Millisecond)
+	}
+	t.Logf("operations: %v", ops)
+	st := p.Stats()
+	assert.Positive(t, st.Moves)
+	assert.Zero(t, st.Failures+st.InvalidStates+st.Mismatches)
+}
+
+// clusterPlans starts a Cluster of three masters and returns it, a client
+// of it, and the in-process and the Redis Plans of set (with opts, and
+// no deny cache) on one ManualClock at unixNow, each key on the plan on
+// names.
+func clusterPlans(t *testing.T, set ratelimit.PlanSet, opts ...Option) (*redistest.Cluster, redis.UniversalClient, *ratelimit.ManualClock, map[string]string, *ratelimit.Plans, *Plans) {
+	cl := startCluster(t)
+	rdb := cl.Client(t, nil)
+	clk := ratelimit.NewManualClock(unixNow)
+	on := map[string]string{}
+	planOf := func(key string) string { return on[key] }
+	local, err := ratelimit.NewPlans(set, planOf, ratelimit.WithClock(clk), ratelimit.WithLogger(nil))
+	require.NoError(t, err)
+	opts = append([]Option{WithClock(clk), WithPrefix(testPrefix()), WithTimeout(5 * time.Second), WithDenyCache(0)}, opts...)
+	p, err := NewPlans(rdb, set, planOf, opts...)
+	require.NoError(t, err)
+	return cl, rdb, clk, on, local, p
 }

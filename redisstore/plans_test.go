@@ -139,8 +139,9 @@ func unshare(shared map[string]map[int]bool, name string, pl ratelimit.Plan) {
 // instants (a client clock): random plan sets of every algorithm and of
 // layers (keyed by the key, by a constant or by a customer's part of the
 // key), keys checked on the plan their plan function names or a context
-// names, plans switched, and Updates of random policies that keep some
-// plans and replace others.
+// names, checks with a cap on the Delay (CheckWithin), checks that list
+// every layer's Decision (CheckLayers), plans switched,
+// and Updates of random policies that keep some plans and replace others.
 func TestPlansSameDecisionsAsInProcess(t *testing.T) {
 	rdb := needRedis(t)
 	rapid.Check(t, func(t *rapid.T) {
@@ -170,8 +171,53 @@ func TestPlansSameDecisionsAsInProcess(t *testing.T) {
 			}
 			t.Fatalf("step %d: in process %v", i, werr)
 		}
+		// sameCheck requires Redis's check (what, of key) to be the
+		// in-process one, notes an admission's instant, and reports
+		// whether there was a Decision (a cost error has none).
+		sameCheck := func(i int, key, what string, want, got ratelimit.Decision, werr, gerr error) bool {
+			if werr != nil {
+				require.ErrorIs(t, gerr, ratelimit.ErrCostExceedsCapacity, "step %d", i)
+				return false
+			}
+			require.NoError(t, gerr, "step %d", i)
+			require.Equal(t, want, got, "step %d: %s at %v", i, what, clk.Now()-unixNow)
+			if want.Allowed {
+				ats[key] = append(ats[key], want.At)
+			}
+			return true
+		}
+		// drawCtx draws a context that at times names a plan.
+		drawCtx := func() context.Context {
+			if rapid.IntRange(0, 4).Draw(t, "named") == 0 {
+				return ratelimit.ContextWithPlan(context.Background(), rapid.SampledFrom(planNames).Draw(t, "ctxPlan"))
+			}
+			return context.Background()
+		}
 		for i := range rapid.IntRange(1, 60).Draw(t, "steps") {
-			switch rapid.IntRange(0, 15).Draw(t, "action") {
+			switch rapid.IntRange(0, 18).Draw(t, "action") {
+			case 18:
+				key := rapid.SampledFrom(keys).Draw(t, "key")
+				cost := ratelimit.Units(rapid.Int64Range(1, 3).Draw(t, "units")) * ratelimit.Unit
+				maxDelay := rapid.SampledFrom([]time.Duration{0, 0, -1, time.Millisecond, 10 * time.Second}).Draw(t, "layersMaxDelay")
+				ctx := drawCtx()
+				want, wl, werr := local.CheckLayers(ctx, key, cost, maxDelay, nil)
+				got, gl, gerr := remote.CheckLayers(ctx, key, cost, maxDelay, nil)
+				what := fmt.Sprintf("layers %v: key %s cost %d", maxDelay, key, cost)
+				if sameCheck(i, key, what, want, got, werr, gerr) && (maxDelay <= 0 || len(gl) > 0) {
+					// A plan with a leaky bucket lists no layer when capped,
+					// as a Composite does.
+					require.Equal(t, wl, gl, "step %d: the layers' Decisions", i)
+				}
+			case 16, 17:
+				key := rapid.SampledFrom(keys).Draw(t, "key")
+				cost := ratelimit.Units(rapid.Int64Range(1, 3).Draw(t, "units")) * ratelimit.Unit
+				maxDelay := rapid.OneOf(
+					rapid.SampledFrom([]time.Duration{-1, 0, 1, time.Millisecond, time.Second, 10 * time.Second, time.Minute}),
+					rapid.Map(rapid.Int64Range(0, int64(2*time.Minute)), func(v int64) time.Duration { return time.Duration(v) }),
+				).Draw(t, "maxDelay")
+				want, werr := local.CheckWithin(key, cost, maxDelay)
+				got, gerr := remote.CheckWithin(key, cost, maxDelay)
+				sameCheck(i, key, fmt.Sprintf("within %v: key %s cost %d", maxDelay, key, cost), want, got, werr, gerr)
 			case 10:
 				key := rapid.SampledFrom(keys).Draw(t, "key")
 				cost := ratelimit.Units(rapid.Int64Range(0, 3).Draw(t, "units")) * ratelimit.Unit
@@ -216,21 +262,10 @@ func TestPlansSameDecisionsAsInProcess(t *testing.T) {
 			default:
 				key := rapid.SampledFrom(keys).Draw(t, "key")
 				cost := ratelimit.Units(rapid.Int64Range(1, 3).Draw(t, "units")) * ratelimit.Unit
-				ctx := context.Background()
-				if rapid.IntRange(0, 4).Draw(t, "named") == 0 {
-					ctx = ratelimit.ContextWithPlan(ctx, rapid.SampledFrom(planNames).Draw(t, "ctxPlan"))
-				}
+				ctx := drawCtx()
 				want, werr := local.CheckContext(ctx, key, cost)
 				got, gerr := remote.CheckContext(ctx, key, cost)
-				if werr != nil {
-					require.ErrorIs(t, gerr, ratelimit.ErrCostExceedsCapacity, "step %d", i)
-					continue
-				}
-				require.NoError(t, gerr, "step %d", i)
-				require.Equal(t, want, got, "step %d: key %s cost %d at %v", i, key, cost, clk.Now()-unixNow)
-				if want.Allowed {
-					ats[key] = append(ats[key], want.At)
-				}
+				sameCheck(i, key, fmt.Sprintf("key %s cost %d", key, cost), want, got, werr, gerr)
 			}
 		}
 		st := remote.Stats()

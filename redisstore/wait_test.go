@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -113,20 +114,35 @@ func TestLeakyWaitSpendsNothingPastDeadline(t *testing.T) {
 		}
 		// Admitted now with a Delay of 3 s, or after a RetryAfter of 1 s
 		// with a Delay of 4 s: neither fits a deadline 2 s away.
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		start := time.Now()
-		want, werr := local.Wait(ctx, "k", ratelimit.Unit)
-		got, gerr := s.Wait(ctx, "k", ratelimit.Unit)
-		cancel()
-		require.ErrorIs(t, werr, ratelimit.ErrWouldExceedDeadline)
-		require.ErrorIs(t, gerr, ratelimit.ErrWouldExceedDeadline, "queued %d", queued)
-		require.Less(t, time.Since(start), time.Second, "Wait slept towards a deadline it could not meet")
-		require.Equal(t, want, got)
-		// Nothing was spent: the next check is decided as in process.
-		want, err = local.Check("k", 2*ratelimit.Unit)
-		require.NoError(t, err)
-		got, err = s.Check("k", 2*ratelimit.Unit)
-		require.NoError(t, err)
-		require.Equal(t, want, got, "queued %d", queued)
+		requireWaitGivesUp(t, local, s, fmt.Sprintf("queued %d", queued))
 	}
+}
+
+// waiter is a keyed limiter with Wait.
+type waiter interface {
+	ratelimit.KeyedLimiter
+	Wait(ctx context.Context, key string, cost ratelimit.Units) (ratelimit.Decision, error)
+}
+
+// requireWaitGivesUp: a Wait of one unit for key "k" with a deadline 2 s
+// away, which the request could not go on before, gives up at once on got
+// as on want, with the same refusal, and spends nothing: the next check
+// is decided alike.
+func requireWaitGivesUp(t *testing.T, want, got waiter, what string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	start := time.Now()
+	wd, werr := want.Wait(ctx, "k", ratelimit.Unit)
+	gd, gerr := got.Wait(ctx, "k", ratelimit.Unit)
+	cancel()
+	require.ErrorIs(t, werr, ratelimit.ErrWouldExceedDeadline)
+	require.ErrorIs(t, gerr, ratelimit.ErrWouldExceedDeadline, what)
+	require.Less(t, time.Since(start), time.Second, "Wait slept towards a deadline it could not meet")
+	require.Equal(t, wd, gd, what)
+	// Nothing was spent: the next check is decided as in process.
+	wd, err := want.Check("k", 2*ratelimit.Unit)
+	require.NoError(t, err)
+	gd, err = got.Check("k", 2*ratelimit.Unit)
+	require.NoError(t, err)
+	require.Equal(t, wd, gd, what)
 }
