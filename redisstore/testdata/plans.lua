@@ -248,8 +248,12 @@ local function fast(key, alg, old, tm)
     local ts, frs, dn, df = '0', '0', 0, 0
     if nf > 1 then
       ts, frs = f2, f3
-      -- A whole span's fraction is '0': no need to read it.
-      local fr, t = 0, frel(ts, H, L)
+      -- A whole span's fraction is '0': no need to read it. Nor a time
+      -- before now (t < 0, no debt), which canonical decimals show by
+      -- length, then as strings, as for the latest instant above: a
+      -- canonical time below now is a valid one.
+      local fr, t, nt, nn = 0, -1, #ts, #now
+      if nt > nn or (nt == nn and ts >= now) or (nt > 1 and string.byte(ts, 1) == 48) then t = frel(ts, H, L) end
       if frs ~= '0' then fr = fdig(frs) end
       if not (fr and t) or fr >= n then return nil end
       if t >= 0 then
@@ -1417,8 +1421,12 @@ local function fast(key, alg, old, tm)
     local ts, frs, dn, df = '0', '0', 0, 0
     if nf > 1 then
       ts, frs = f2, f3
-      -- A whole span's fraction is '0': no need to read it.
-      local fr, t = 0, frel(ts, H, L)
+      -- A whole span's fraction is '0': no need to read it. Nor a time
+      -- before now (t < 0, no debt), which canonical decimals show by
+      -- length, then as strings, as for the latest instant above: a
+      -- canonical time below now is a valid one.
+      local fr, t, nt, nn = 0, -1, #ts, #now
+      if nt > nn or (nt == nn and ts >= now) or (nt > 1 and string.byte(ts, 1) == 48) then t = frel(ts, H, L) end
       if frs ~= '0' then fr = fdig(frs) end
       if not (fr and t) or fr >= n then return nil end
       if t >= 0 then
