@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"regexp"
 	"slices"
@@ -152,7 +151,7 @@ func cmdStat(t *testing.T, admin *redis.Client, cmd string) (calls, usec int64) 
 			return calls, usec
 		}
 	}
-	t.Fatal(fmt.Sprintf("no %s in commandstats", cmd))
+	t.Fatalf("no %s in commandstats", cmd)
 	return 0, 0
 }
 
