@@ -22,8 +22,9 @@ type scriptRunner interface {
 // script, EVALSHA, builds the exact path's only on a call that takes it).
 // ARGV is an upvalue the registered function sets before each step, so
 // that the step's sources read it as the script's ARGV; the caches of the
-// arguments each path has read (argCache, see fast.lua; ppCache and
-// limbCache, see pairs.lua and arith.lua) are set up once too, and last
+// arguments each path has read (argCache, which keeps the seconds of the
+// times the fast path reads too, see fast.lua; ppCache and limbCache, see
+// pairs.lua and arith.lua) are set up once too, and last
 // while the library stays loaded. The library's name carries a digest of
 // its source, so that stores of different versions on one server each
 // find their own.

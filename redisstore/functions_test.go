@@ -153,3 +153,42 @@ end)
 	}
 	require.Greater(t, most, int64(128), "the checks never filled the cache: the bound is untested")
 }
+
+// TestFunctionKeepsTimeSeconds: the library's fast path keeps the seconds
+// of the server's TIME it has read in argCache, as it keeps the arguments
+// (see farg), so that a check in the same second as one before it looks
+// them up rather than reading them again; the checks decide as in process
+// all the same.
+func TestFunctionKeepsTimeSeconds(t *testing.T) {
+	rdb := needRedis(t)
+	ctx := context.Background()
+	rule := ratelimit.GCRA{Rate: ratelimit.PerSecond(1000), Burst: 5}
+	s, err := New(rdb, rule, WithPrefix(testPrefix()))
+	require.NoError(t, err)
+	src, fn := stepLibrarySource("")
+	probed := src + "redis.register_function('" + fn + `_probe', function(KEYS, argv)
+  return argCache and argCache[argv[1]] or 0
+end)
+`
+	require.NoError(t, rdb.FunctionLoadReplace(ctx, probed).Err())
+	s.script = &functionCaller{lib: probed, fn: fn, fallback: stepScript}
+	before, err := rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	for range 3 {
+		d, err := s.Check("k", ratelimit.Unit)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+	}
+	after, err := rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	kept := false
+	for sec := before.Unix(); sec <= after.Unix(); sec++ {
+		got, err := rdb.FCall(ctx, fn+"_probe", nil, strconv.FormatInt(sec, 10)).Int64()
+		require.NoError(t, err)
+		if got != 0 {
+			require.Equal(t, sec, got, "argCache keeps a second's text as another number")
+			kept = true
+		}
+	}
+	require.True(t, kept, "no second of TIME from %d to %d is kept", before.Unix(), after.Unix())
+}

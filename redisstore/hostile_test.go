@@ -91,6 +91,10 @@ func TestTamperedState(t *testing.T) {
 		{"gcra", "1780000000000000000 1780000001000000001 0", false}, // beyond it
 		{"gcra", "1780000000000000000 1780000001000000000 1", false}, // beyond it by a fraction
 		{"gcra", "1 2 1", false},                                     // a fraction with a pace of n = 1
+		{"gcra", "1780000000000000000 01 0", false},                  // a TAT before now, not canonical
+		{"gcra", "1780000000000000000 0780000000000000000 0", false}, // as long as now, before it, not canonical
+		{"gcra", "1780000000000000000 1 0", true},                    // a TAT long before now
+		{"gcra", "1780000000000000000 1779999999999999999 0", true},  // a TAT just before now
 		{"gcra", "4611686018427387905 0 0", false},                   // the latest instant beyond MaxTime
 		{"fixed", "1780000000000000000 1780000000 5001", true},       // above the limit
 		{"fixed", "1780000000000000000 1780000000 10000", true},      // twice the limit

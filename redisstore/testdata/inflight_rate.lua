@@ -36,14 +36,18 @@ end
 -- farg reads an argument: a whole number from 0 to below 2^51, else nil or
 -- false. The arguments are the store's own canonical decimals, so tonumber
 -- reads them exactly; the exact path is the strict reader of malformed ones.
+-- It reads the seconds of a time too (TIME's, or a state field's digits up
+-- to its last nine), which are below 2^51 in every time the fast path takes.
 --
 -- A library (functions.go) sets argCache to a table once, when it loads,
--- and farg then keeps what it read for each argument's text: a rule's
--- arguments are the same on every check, and a lookup costs less than
--- tonumber and the range checks. What it keeps depends on the text alone,
--- so a kept value is the one farg would compute again; it holds at most
--- 256 texts, then starts afresh. A script (EVALSHA, or a composite's
--- layerstep) keeps nothing: its locals last one call.
+-- and farg then keeps what it read for each text: a rule's arguments are
+-- the same on every check, and the seconds of the times a key sees change
+-- once a second, and a lookup costs less than tonumber and the range
+-- checks. What it keeps depends on the text alone, so a kept value is the
+-- one farg would compute again; it holds at most 256 texts, then starts
+-- afresh. A script (EVALSHA, or a composite's layerstep) keeps nothing:
+-- its locals last one call. fast looks a text up in argCache itself before
+-- it calls farg, where a call would cost more than the lookup.
 local argCache, argCached = false, 0
 local function farg(s)
   if argCache then
@@ -66,7 +70,7 @@ local function ftime(s)
   if n > 1 and string.byte(s, 1) == 48 then return nil end
   if n <= 9 then return 0, tonumber(s) end
   if n > 19 then return nil end
-  local h, l = tonumber(string.sub(s, 1, n - 9)), tonumber(string.sub(s, n - 8))
+  local h, l = farg(string.sub(s, 1, n - 9)), tonumber(string.sub(s, n - 8))
   if h > 4611686018 or (h == 4611686018 and l > 427387904) then return nil end
   return h, l
 end
@@ -151,13 +155,17 @@ end
 -- to the exact path. tm is TIME's reply, or nil for a client clock; old is
 -- the key's value, or false.
 local function fast(key, alg, old, tm)
-  local cost, margin = farg(ARGV[3]), farg(ARGV[4])
+  -- A value kept is a number; nil (not kept) or false (kept, but out of
+  -- range) goes to farg.
+  local kc = argCache
+  local cost, margin = kc and kc[ARGV[3]] or farg(ARGV[3]), kc and kc[ARGV[4]] or farg(ARGV[4])
   if not cost or cost == 0 or not margin then return nil end
   -- The rule's constants first, so that a rule beyond range declines at once.
   local n, tau, tauf, cn, cf, w, cap, k
   local qn, qf = false, false
   if alg == 'm' then
-    n, tau, tauf, cn, cf = farg(ARGV[5]), farg(ARGV[6]), farg(ARGV[7]), farg(ARGV[8]), farg(ARGV[9])
+    n, tau, tauf = kc and kc[ARGV[5]] or farg(ARGV[5]), kc and kc[ARGV[6]] or farg(ARGV[6]), kc and kc[ARGV[7]] or farg(ARGV[7])
+    cn, cf = kc and kc[ARGV[8]] or farg(ARGV[8]), kc and kc[ARGV[9]] or farg(ARGV[9])
     if not (n and tau and tauf and cn and cf) then return nil end
     -- A check bounded on its Delay: the least queue ahead that is too long.
     -- It is only compared with a debt below 2^52, so any number reads
@@ -179,11 +187,17 @@ local function fast(key, alg, old, tm)
   end
   local H, L, reading
   if tm then
-    H, L = tonumber(tm[1]), tonumber(tm[2])
+    local us = tm[2]
+    H, L = kc and kc[tm[1]] or farg(tm[1]), tonumber(us)
     if not (H and L) or H < 1 or H >= 4611686018 then return nil end
     L = L * 1000
-    -- TIME's seconds are a canonical decimal, as %d would write H.
-    reading = tm[1] .. string.format('%09d', L)
+    -- TIME's seconds are a canonical decimal, as %d would write H, and its
+    -- microseconds one below 10^6: padded to six digits, then three zeros.
+    if #us == 6 then
+      reading = tm[1] .. us .. '000'
+    else
+      reading = tm[1] .. string.format('%09d', L)
+    end
   else
     reading = ARGV[2]
     if string.find(reading, '%D') then return nil end
@@ -234,8 +248,12 @@ local function fast(key, alg, old, tm)
     local ts, frs, dn, df = '0', '0', 0, 0
     if nf > 1 then
       ts, frs = f2, f3
-      -- A whole span's fraction is '0': no need to read it.
-      local fr, t = 0, frel(ts, H, L)
+      -- A whole span's fraction is '0': no need to read it. Nor a time
+      -- before now (t < 0, no debt), which canonical decimals show by
+      -- length, then as strings, as for the latest instant above: a
+      -- canonical time below now is a valid one.
+      local fr, t, nt, nn = 0, -1, #ts, #now
+      if nt > nn or (nt == nn and ts >= now) or (nt > 1 and string.byte(ts, 1) == 48) then t = frel(ts, H, L) end
       if frs ~= '0' then fr = fdig(frs) end
       if not (fr and t) or fr >= n then return nil end
       if t >= 0 then
