@@ -212,8 +212,10 @@
 // docs/tail.md measures the bytes per key): no pointer per key, so that the
 // garbage collector has only the store's arrays to mark. It grows in
 // segments of at most 32 KiB, so that no Check copies more than one, and a
-// Check that must allocate for its key lets go of the shard's lock while it
-// does, so that no other Check waits for an allocation;
+// Store's Check that must allocate for its key lets go of the shard's lock
+// while it does, so that no other check waits for that allocation (the
+// paths that hold several shards, or a shard across a wait, allocate under
+// it);
 // [WithPreallocation] allocates them all when the store is built, so that
 // hardly any Check allocates.
 //

@@ -158,13 +158,15 @@ func WithPreallocation() Option {
 // grows by about 1/8 at a time and splits in two when it would pass 32 KiB,
 // and an arena is compacted as its keys are dropped, so that no check copies
 // more than one segment under its shard's lock, however many keys the store
-// holds (docs/tail.md has the latencies). A check whose key's insertion
-// would allocate (a growth, a split, a new arena) lets go of the shard's
-// lock, allocates and writes the memory once, and takes the lock again,
-// so that no other check of the shard waits while the garbage collector
-// charges the allocation an assist or the first writes to fresh memory
-// fault. [WithPreallocation] allocates them all when the store is built
-// instead, and writes them once then.
+// holds (docs/tail.md has the latencies). A [Store.Check] whose key's
+// insertion would allocate (a growth, a split, a new arena) lets go of the
+// shard's lock, allocates and writes the memory once, and takes the lock
+// again, so that no other check of the shard waits while the garbage
+// collector charges the allocation an assist or the first writes to fresh
+// memory fault. CheckWithin and Wait, a [Composite]'s checks, and a
+// [Plans]' plan of layers or a key's move hold their shards while they
+// insert, and allocate under the lock. [WithPreallocation] allocates everything when the store is built
+// instead, and writes it once then.
 type Store struct {
 	core keyedStore
 	obs  Observer // nil: none
