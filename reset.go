@@ -92,9 +92,11 @@ func resetLayers(layers []compositeLayer, clock Clock, key string) {
 // own elsewhere: its entries in the layers without a Key of the plan it
 // was last checked under (which may be a plan an Update replaced), and its
 // record, so that no earlier state of the key can move back to it later.
-// The layers with a Key of that earlier plan are left as they are: other
-// keys still on it share them. It is atomic with the key's checks and with
-// Update.
+// The layers with a Key of that earlier plan are left as they are (other
+// keys still on it share them), unless it is an earlier version of the
+// key's plan that an Update replaced: its shared entries are then the
+// plan's, waiting to move into its new layers, and are reset with the
+// plan's. It is atomic with the key's checks and with Update.
 func (p *Plans) Reset(key string) {
 	rk := p.records.prepare(key)
 	rs := &p.records.shards[rk.h&p.records.mask]
@@ -115,13 +117,18 @@ func (p *Plans) Reset(key string) {
 			keys = append(keys, k)
 			locks = append(locks, shardLock{store: l.store, shard: l.store.shardIndex(k)})
 		}
-		for _, l := range p.plan(context.Background(), g, key).comp.layers {
+		cur := p.plan(context.Background(), g, key)
+		for _, l := range cur.comp.layers {
 			add(l)
 		}
 		if rec := rs.t.Lookup(rk.key, rk.tag); rec != nil {
 			if from := g.recorded(rec); from != nil {
+				// A plan the key's plan replaced holds the shared entries
+				// an Update has yet to move into the plan's new layers:
+				// they are the plan's, and are reset with it.
+				same := from.bp.lineage == cur.lineage
 				for _, l := range from.bp.comp.layers {
-					if l.key == nil {
+					if l.key == nil || same {
 						add(l)
 					}
 				}

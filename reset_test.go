@@ -148,3 +148,36 @@ func TestResetUnsupported(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, errors.Is(ratelimit.Reset(ratelimit.Shadow(lim, nil)), errors.ErrUnsupported))
 }
+
+// TestPlansResetSharedLayerAfterUpdate: after an Update that changes a
+// plan's layer with a Key (a global limit), its shared entry waits in the
+// replaced plan's store to move, once and whole, into the new layer at the
+// next check of a key whose record names the replaced plan. A Reset resets
+// the plan's shared layers, so it must drop that waiting entry too, or the
+// spent global allowance moves back in right after the reset.
+func TestPlansResetSharedLayerAfterUpdate(t *testing.T) {
+	clk := ratelimit.NewManualClock(0)
+	team := func(globalName string) ratelimit.Plan {
+		return ratelimit.Plan{Layers: []ratelimit.Layer{
+			{Rule: ratelimit.FixedWindow{Limit: 100, Window: time.Hour}},
+			{Rule: ratelimit.FixedWindow{Limit: 4, Window: time.Hour, Name: globalName}, Key: func(string) string { return "all" }},
+		}}
+	}
+	set := ratelimit.PlanSet{Default: "team", Plans: map[string]ratelimit.Plan{"team": team("global")}}
+	p, err := ratelimit.NewPlans(set, func(string) string { return "team" }, ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	for _, k := range []string{"a", "b"} {
+		d, err := p.Check(k, 2*ratelimit.Unit)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+	}
+	// The global layer's rule changes (a new store); the per-key layer's is kept.
+	set2 := ratelimit.PlanSet{Default: "team", Plans: map[string]ratelimit.Plan{"team": team("global2")}}
+	require.NoError(t, p.Update(set2, ratelimit.MigrateProportional))
+
+	p.Reset("a") // resets the plan's global layer too, per the godoc
+
+	d, err := p.Check("b", ratelimit.Unit)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed, "after Reset the shared global entry is fresh for every key; got %+v", d)
+}

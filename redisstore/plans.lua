@@ -35,10 +35,14 @@
 --          delete it ('' to leave it).
 --
 -- 'z':     ARGV[8] the part of a key's name after a plan's layer's head
---          that the key's own keys end with (a layer without a Key). Every
---          plan's key, every key the record names that is the key's own,
---          and the record are deleted, as in process a reset drops the
---          key's entries; returns {'z'}.
+--          that the key's own keys end with (a layer without a Key);
+--          ARGV[9] how a record's second line starts when it names a plan
+--          of the same name as the key's ('{"plan":' and the name). Every
+--          plan's key, every key the record names that is the key's own
+--          (or every key it names, when it names an earlier version of the
+--          key's plan: its shared keys wait to move into the plan's), and
+--          the record are deleted, as in process a reset drops the key's
+--          entries; returns {'z'}.
 --
 -- A record is three lines: the keys of the plan that holds the key's
 -- state, the plan as JSON, and what the key's last move carried into the
@@ -64,13 +68,15 @@ if err then return redis.error_reply('RATELIMIT invalid record: ' .. err) end
 
 if ARGV[1] == 'z' then
   -- The plan's keys, and the key's own keys the record names (a layer
-  -- with a Key shares its key with other keys: it stays as it is).
+  -- with a Key shares its key with other keys: it stays as it is, unless
+  -- the record names an earlier version of the key's plan).
   for i = 1, n do redis.call('DEL', KEYS[i + 1]) end
-  local own = ARGV[8]
+  local own, same = ARGV[8], ARGV[9]
   local nl = string.find(rec, '\n', 1, true)
   if nl then
+    local all = string.sub(rec, nl + 1, nl + #same) == same
     for w in string.gmatch(string.sub(rec, 1, nl - 1), '[^ ]+') do
-      if #w > #own and string.sub(w, 1, #prefix) == prefix and string.sub(w, -#own) == own then
+      if #w > #prefix and string.sub(w, 1, #prefix) == prefix and (all or (#w > #own and string.sub(w, -#own) == own)) then
         redis.call('DEL', w)
       end
     end

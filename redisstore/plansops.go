@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strconv"
 	"strings"
@@ -280,7 +281,8 @@ func (p *Plans) ResetContext(ctx context.Context, key string) error {
 	ctx, cancel := p.r.bounded(ctx)
 	defer cancel()
 	own, _ := p.keyName("", key)
-	args := []any{"z", "o", "", strconv.Itoa(len(keys)), p.r.o.prefix, "", "9", own}
+	name, _ := json.Marshal(rp.name)
+	args := []any{"z", "o", "", strconv.Itoa(len(keys)), p.r.o.prefix, "", "9", own, `{"plan":` + string(name) + ","}
 	if _, err := p.call(ctx, append([]string{p.RecordKey(key)}, keys...), args); err != nil {
 		err, _ = p.unanswered(key, err)
 		return err

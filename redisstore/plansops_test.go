@@ -91,3 +91,40 @@ func costError(err error) error {
 	}
 	return err
 }
+
+// TestPlansResetSharedLayerAfterUpdate: as in process, a Reset drops the
+// shared entry that an Update's replaced layer still holds for the key's
+// plan (it waits to move into the plan's new layer at the next check of a
+// key whose record names the replaced plan), so the spent global allowance
+// does not move back in after the reset.
+func TestPlansResetSharedLayerAfterUpdate(t *testing.T) {
+	rdb := needRedis(t)
+	clk := ratelimit.NewManualClock(unixNow)
+	team := func(global string) ratelimit.PlanSet {
+		return ratelimit.PlanSet{Default: "team", Plans: map[string]ratelimit.Plan{"team": {Layers: []ratelimit.Layer{
+			{Rule: ratelimit.FixedWindow{Limit: 100, Window: time.Hour}},
+			{Rule: ratelimit.FixedWindow{Limit: 4, Window: time.Hour, Name: global}, Key: func(string) string { return "all" }},
+		}}}}
+	}
+	local, err := ratelimit.NewPlans(team("global"), nil, ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	remote, err := NewPlans(rdb, team("global"), nil, WithClock(clk), WithPrefix(testPrefix()), WithTimeout(10*time.Second))
+	require.NoError(t, err)
+	for _, k := range []string{"a", "b"} {
+		want, err := local.Check(k, 2*ratelimit.Unit)
+		require.NoError(t, err)
+		got, err := remote.Check(k, 2*ratelimit.Unit)
+		require.NoError(t, err)
+		require.Equal(t, want, got)
+	}
+	require.NoError(t, local.Update(team("global2"), ratelimit.MigrateProportional))
+	require.NoError(t, remote.Update(team("global2"), ratelimit.MigrateProportional))
+	local.Reset("a")
+	require.NoError(t, remote.Reset("a"))
+	want, err := local.Check("b", ratelimit.Unit)
+	require.NoError(t, err)
+	got, err := remote.Check("b", ratelimit.Unit)
+	require.NoError(t, err)
+	assert.True(t, got.Allowed, "the reset global layer is fresh for every key: %+v", got)
+	assert.Equal(t, want, got)
+}
