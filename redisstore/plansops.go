@@ -265,8 +265,9 @@ func (p *Plans) Reset(key string) error {
 // every key, as [Composite.ResetContext] resets it), the keys its record
 // names (those of the plan it was last checked under) that are the key's
 // own, those of layers without a Key, and the record. The keys of the
-// record's plan's layers with a Key are left as they are: other keys of
-// that plan share them. Unlike [Store.ResetContext] it keeps no clamp on
+// record's plan's layers with a Key are left as they are (other keys of
+// that plan share them), unless it is an earlier version of the key's plan
+// that an Update replaced: they are deleted with the plan's. Unlike [Store.ResetContext] it keeps no clamp on
 // time: as in process, where a reset drops the key's entries, the key is
 // then one Redis does not hold. ctx may name the plan (see
 // [ratelimit.ContextWithPlan]). When Redis fails the error wraps
