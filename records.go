@@ -110,8 +110,8 @@ func (r *moveRecord) pending(since, whole, now int64) [2]tranche {
 // (see MoveState). A moveRecord dropped to make room loses its amounts as
 // the record's loss would (see Plans): the key's next move carries only
 // what its state shows. A moveRecord is found only through a record that
-// carries one: one that outlives its record (dropped to make room, or by
-// Reset) is never read. A record's shard is locked before any store
+// carries one: one that outlives its record (dropped to make room) is never
+// read; Reset drops both. A record's shard is locked before any store
 // shard, and only by an attempt that adds or moves a key (see
 // Plans.lockPlan), never by the check of a key its plan's stores hold; an
 // attempt that holds store shards may only try its lock (add, absent),

@@ -147,6 +147,9 @@ func (p *Plans) Reset(key string) {
 		for _, l := range locks {
 			_, _, _ = l.store.take(byStore[l.store], now)
 		}
+		if rec := rs.t.Lookup(rk.key, rk.tag); rec != nil && rec.carries() {
+			rs.c.Delete(rk.key, rk.tag) // its moveRecord goes with it, rather than take room
+		}
 		rs.t.Delete(rk.key, rk.tag)
 		unlockAll(locks)
 		return
