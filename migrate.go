@@ -77,10 +77,19 @@ import (
 // layer's state, once and whole, with the Update's policy, to the layer
 // with a Key at the same place in the plan that replaces it: when the
 // first of the plan's keys whose record names the replaced plan is checked
-// under the new rules. A key with no such record (new to the rule set, or
-// one whose first checks were all refused before it was spent anywhere)
-// that is checked first finds the new layer fresh; redisstore's records
-// differ from a Plans' for such keys.
+// under the new rules. A key with no such record (new to the rule set, one
+// whose first checks were all refused before it was spent anywhere, or one
+// that moved onto a plan of shared layers only, below) that is checked
+// first finds the new layer fresh; redisstore's records differ from a
+// Plans' for such keys.
+//
+// A plan whose every layer has a Key holds nothing of a key's own. A key's
+// move onto it moves nothing of the key's own and, if the plan it came from
+// has a layer without a Key, leaves the key's record naming that plan,
+// whose layers without a Key keep the key's own state: back on that plan
+// the key finds it as it left it, a move on to a third plan carries from
+// it, and a Reset resets it. A key whose first check is on such a plan gets
+// a record naming it, as on any plan.
 //
 // Policies round in the key's disfavour. MigrateAsIs keeps the units left,
 // so a key that moves to a plan whose capacity is at most what it has left

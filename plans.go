@@ -53,7 +53,9 @@ type PlanSet struct {
 // moves to its new store the next time it is checked, converted by a
 // [Migration] policy; there is no pass over all keys. A layer with a Key
 // (a global or a per-customer limit) holds state its plan's keys share: it
-// stays with the plan when one key moves to another (see [Migration]).
+// stays with the plan when one key moves to another (see [Migration]); a
+// key that moves onto a plan whose every layer has a Key leaves its own
+// state, and its record, with the plan it came from.
 // Which plan holds a key is kept in a record of the key (16 bytes besides
 // the key, and 48 more for a key whose last move carried an amount in;
 // in tables of the rule set's own, bounded as a store is, with room for as
@@ -135,6 +137,9 @@ type builtPlan struct {
 	// rules are the layers' rules, dereferenced, to tell which stores an
 	// Update can keep.
 	rules []Rule
+	// own is whether a layer of the plan is the key's own (has no Key): a
+	// key's move onto a plan without one keeps its record (see lockPlan).
+	own bool
 	// carried is the latest instant until which a move into the plan
 	// carried an amount in (see moveRecord): an Update that replaces the
 	// plan keeps its stores at least that long, so that the keys' records
@@ -380,6 +385,7 @@ func (p *Plans) buildPlan(name string, pl Plan, old *planGen) (*builtPlan, error
 			store = s
 		}
 		bp.rules = append(bp.rules, rule)
+		bp.own = bp.own || l.Key == nil
 		bp.comp.layers[i] = compositeLayer{store: store, key: l.Key, shadow: l.Shadow, report: l.OnShadow}
 		if !l.Shadow {
 			bp.comp.enforced++
@@ -826,6 +832,12 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 	}
 	if !adds && !moved {
 		return locks, now, true // a look, or a refund, adds no key
+	}
+	if from != nil && from.bp.own && !bp.own {
+		// Nothing of the key's own can be held on bp (its every layer has
+		// a Key): the record keeps naming the plan that holds the key's own
+		// state, for the key's next move, or a Reset, to find it there.
+		return locks, now, true
 	}
 	if rec == nil {
 		rec, _ = rs.t.Insert(rk.key, rk.tag, now) // nothing is pinned: always room

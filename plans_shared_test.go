@@ -17,8 +17,11 @@ import (
 // per-key layer and a global layer (Key "global") of 5 per hour, and plan
 // c has a per-key layer where a and b have their global one. Redis's test
 // of the same name reads it too.
-func sharedPlans(t *testing.T) ratelimit.PlanSet {
-	b, err := os.ReadFile("testdata/sharedplans.json")
+func sharedPlans(t *testing.T) ratelimit.PlanSet { return readPlanSet(t, "testdata/sharedplans.json") }
+
+// readPlanSet reads the rule set of a JSON file.
+func readPlanSet(t *testing.T, path string) ratelimit.PlanSet {
+	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	var set ratelimit.PlanSet
 	require.NoError(t, json.Unmarshal(b, &set))
@@ -87,4 +90,55 @@ func TestPlansMoveLeavesSharedLayers(t *testing.T) {
 		assert.False(t, d.Allowed, "%s: 5 of 5 is 10 of 10 under a's new global rule", key)
 		assert.Equal(t, "a-all2", d.Policy)
 	}
+}
+
+// allSharedPlans returns a Plans over testdata/allsharedplans.json: plans
+// free (2 per hour) and pro (4 per hour) are of one rule, the key's own;
+// plan team has only a layer with a Key (a global limit of 100 per hour),
+// so nothing of a key's own can move onto it. Redis's tests of these plans
+// read the file too. check checks key a1 on a plan.
+func allSharedPlans(t *testing.T) (p *ratelimit.Plans, check func(plan string) ratelimit.Decision) {
+	var kp keyPlans
+	p, err := ratelimit.NewPlans(readPlanSet(t, "testdata/allsharedplans.json"), kp.of, ratelimit.WithClock(ratelimit.NewManualClock(0)))
+	require.NoError(t, err)
+	return p, func(plan string) ratelimit.Decision {
+		t.Helper()
+		kp.set("a1", plan)
+		d, err := p.Check("a1", ratelimit.Unit)
+		require.NoError(t, err)
+		return d
+	}
+}
+
+// TestPlansMoveOntoAllSharedPlanKeepsOwnState: a key that spent free and
+// was then checked once on team, whose every layer is shared, still has
+// what it spent: back on free it is refused, and moving on to pro carries
+// free's count (2 of 2 is 4 of 4), rather than starting fresh.
+func TestPlansMoveOntoAllSharedPlanKeepsOwnState(t *testing.T) {
+	_, check := allSharedPlans(t)
+	require.True(t, check("free").Allowed)
+	require.True(t, check("free").Allowed)
+	require.True(t, check("team").Allowed, "the global limit admits")
+	assert.False(t, check("free").Allowed, "back on free: still spent")
+	d := check("pro")
+	assert.False(t, d.Allowed, "free's count moves on to pro: %+v", d)
+	assert.Equal(t, "pro", d.Policy)
+}
+
+// TestPlansResetAfterAllSharedPlan: a Reset of a key that spent free and
+// was then checked on team, whose every layer is shared, finds its state in
+// free: back on free it starts fresh, and it moves on to pro with the one
+// unit it spent since (1 of 2 is 2 of 4).
+func TestPlansResetAfterAllSharedPlan(t *testing.T) {
+	p, check := allSharedPlans(t)
+	require.True(t, check("free").Allowed)
+	require.True(t, check("free").Allowed)
+	require.True(t, check("team").Allowed)
+	p.Reset("a1")
+	d := check("free")
+	assert.True(t, d.Allowed, "reset: free starts fresh: %+v", d)
+	assert.Equal(t, int64(1), d.Remaining)
+	d = check("pro")
+	assert.True(t, d.Allowed, "1 of 2 spent moves to 2 of 4: %+v", d)
+	assert.Equal(t, int64(1), d.Remaining)
 }

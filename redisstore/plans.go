@@ -60,7 +60,10 @@ import (
 // different plans uses the set's OnMove, as in process, and leaves the
 // keys of the old plan's layers with a Key (shared by the plan's keys) as
 // they are; an Update's change of such a layer's rule moves its state once,
-// as in process (see [ratelimit.Migration]).
+// as in process (see [ratelimit.Migration]). A key that moved onto a plan
+// whose every layer has a Key keeps, as in process, a record naming the
+// plan it came from: each check of it on that plan is two script calls,
+// as a move's is, for as long as the record lives.
 //
 // Of the options, Plans reads [WithPrefix], [WithClock], [WithTimeout],
 // [WithExpiryMargin], [WithFailureMode], [WithFallback] (a local limiter,
@@ -118,6 +121,9 @@ type redisPlan struct {
 	json   string   // {"plan": name, "rules": [...]}, the record's second line
 	heads  []string // each layer's key head: prefix, "P", a hash of the plan's name, the index and the rule
 	keyFns []func(string) string
+	// own is whether a layer of the plan is the key's own (has no Key): a
+	// key's move onto a plan without one keeps its record (see move).
+	own    bool
 	single *Store     // a plan of one rule, with no Key and no Shadow
 	comp   *Composite // a plan of layers
 	// counts is whether a check spends a refusal the rule counts, as a
@@ -294,6 +300,7 @@ func (p *Plans) buildPlan(name string, pl ratelimit.Plan) (*redisPlan, error) {
 		doc.Rules = append(doc.Rules, rule)
 		rp.heads = append(rp.heads, p.r.o.prefix+"P"+shortHash(name+"\x00"+strconv.Itoa(i)+"\x00"+string(rule))+":")
 		rp.keyFns = append(rp.keyFns, l.Key)
+		rp.own = rp.own || l.Key == nil
 	}
 	b, err := json.Marshal(doc)
 	if err != nil {
@@ -871,9 +878,15 @@ func (p *Plans) move(g *plansGen, rp *redisPlan, key string, keys []string, id s
 		// and moved nothing leaves the record naming where the key was.
 		return stay()
 	}
-	newRec := id + "\n" + strconv.Itoa(int(policy))
-	if len(record) > 0 {
-		newRec += " " + string(record)
+	// As in process, a move onto a plan with no layer of the key's own
+	// (every layer has a Key) keeps the record naming the keys that hold
+	// the key's own state, for its next move, or a Reset, to find them.
+	newRec := rec
+	if rp.own || !p.ownsAny(from, key) {
+		newRec = id + "\n" + strconv.Itoa(int(policy))
+		if len(record) > 0 {
+			newRec += " " + string(record)
+		}
 	}
 	mv.head = []any{rec, newRec, strconv.FormatInt(recMs, 10), ""}
 	for i := range keys {
@@ -910,20 +923,42 @@ func (p *Plans) move(g *plansGen, rp *redisPlan, key string, keys []string, id s
 // record names keys, not key functions: the old layer is shared if its key
 // is not the one the key itself has under that layer's head.
 func (p *Plans) movesLayer(from recordedPlan, rp *redisPlan, i int, key string) bool {
-	old, n := from.keys[i], len(p.r.o.prefix)+len("P")+8+len(":") // a head (see buildPlan)
+	old, n := from.keys[i], headLen(p.r.o.prefix)
 	if len(old) > n && old[:n] == rp.heads[i] {
 		return false // the same rule: what the layer holds stays, as in process
 	}
-	fromShared := true
-	if len(old) > n {
-		own, _ := p.keyName(old[:n], key)
-		fromShared = old != own
-	}
+	fromShared := !p.ownKey(old, key)
 	toShared := rp.keyFns[i] != nil
 	if !fromShared || !toShared {
 		return !fromShared && !toShared
 	}
 	return from.name == rp.name
+}
+
+// headLen is the length of a plan's layer's key head under prefix (see
+// buildPlan).
+func headLen(prefix string) int { return len(prefix) + len("P") + 8 + len(":") }
+
+// ownKey reports whether old, a key a record names, is key's own under its
+// layer's head (a layer without a Key), not one a layer with a Key shares.
+func (p *Plans) ownKey(old, key string) bool {
+	n := headLen(p.r.o.prefix)
+	if len(old) <= n {
+		return false
+	}
+	own, _ := p.keyName(old[:n], key)
+	return old == own
+}
+
+// ownsAny reports whether a key that from (as key's record names it) names
+// is key's own.
+func (p *Plans) ownsAny(from recordedPlan, key string) bool {
+	for _, old := range from.keys {
+		if p.ownKey(old, key) {
+			return true
+		}
+	}
+	return false
 }
 
 // recordedPlan is a plan as a record names it: its keys for the key, its

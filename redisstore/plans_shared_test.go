@@ -12,6 +12,29 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// readPlanSet reads the rule set of a JSON file.
+func readPlanSet(t *testing.T, path string) ratelimit.PlanSet {
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var set ratelimit.PlanSet
+	require.NoError(t, json.Unmarshal(b, &set))
+	return set
+}
+
+// twinPlans returns an in-process Plans and one in Redis over set, on one
+// client clock, with the plan function of on.
+func twinPlans(t *testing.T, set ratelimit.PlanSet) (local *ratelimit.Plans, remote *Plans, on map[string]string) {
+	rdb := needRedis(t)
+	clk := ratelimit.NewManualClock(unixNow)
+	on = map[string]string{}
+	planOf := func(key string) string { return on[key] }
+	local, err := ratelimit.NewPlans(set, planOf, ratelimit.WithClock(clk), ratelimit.WithLogger(nil))
+	require.NoError(t, err)
+	remote, err = NewPlans(rdb, set, planOf, WithClock(clk), WithPrefix(testPrefix()), WithTimeout(10*time.Second))
+	require.NoError(t, err)
+	return local, remote, on
+}
+
 // TestPlansMoveLeavesSharedLayers: the in-process test of the same name,
 // in Redis, each check compared with the in-process Plans': a key that
 // moves to another plan leaves its plan's global layer (a constant Key)
@@ -19,18 +42,8 @@ import (
 // the new plan's nor gives it to a layer of the key's own; an Update that
 // changes the global layer's rule moves its state once, as a whole.
 func TestPlansMoveLeavesSharedLayers(t *testing.T) {
-	rdb := needRedis(t)
-	b, err := os.ReadFile("../testdata/sharedplans.json") // the in-process test's plans
-	require.NoError(t, err)
-	var set ratelimit.PlanSet
-	require.NoError(t, json.Unmarshal(b, &set))
-	clk := ratelimit.NewManualClock(unixNow)
-	on := map[string]string{}
-	planOf := func(key string) string { return on[key] }
-	local, err := ratelimit.NewPlans(set, planOf, ratelimit.WithClock(clk), ratelimit.WithLogger(nil))
-	require.NoError(t, err)
-	remote, err := NewPlans(rdb, set, planOf, WithClock(clk), WithPrefix(testPrefix()), WithTimeout(10*time.Second))
-	require.NoError(t, err)
+	set := readPlanSet(t, "../testdata/sharedplans.json") // the in-process test's plans
+	local, remote, on := twinPlans(t, set)
 	check := func(key string) ratelimit.Decision {
 		t.Helper()
 		want, err := local.Check(key, ratelimit.Unit)
@@ -73,4 +86,62 @@ func TestPlansMoveLeavesSharedLayers(t *testing.T) {
 	}
 	st := remote.Stats()
 	assert.Zero(t, st.InvalidStates+st.Mismatches+st.Failures)
+}
+
+// allSharedTrace runs the in-process Plans and Redis's over the plans of
+// ../testdata/allsharedplans.json (free and pro of the key's own rule, team
+// of a global layer only) and returns a check of key a1 on a plan, which
+// requires both to decide alike, and a Reset of it in both.
+func allSharedTrace(t *testing.T) (check func(plan string) ratelimit.Decision, reset func()) {
+	local, remote, on := twinPlans(t, readPlanSet(t, "../testdata/allsharedplans.json")) // the in-process tests' plans
+	t.Cleanup(func() {
+		st := remote.Stats()
+		assert.Zero(t, st.InvalidStates+st.Mismatches+st.Failures)
+	})
+	check = func(plan string) ratelimit.Decision {
+		t.Helper()
+		on["a1"] = plan
+		got, err := remote.Check("a1", ratelimit.Unit)
+		require.NoError(t, err)
+		want, err := local.Check("a1", ratelimit.Unit)
+		require.NoError(t, err)
+		assert.Equal(t, want, got, "on %s", plan)
+		return got
+	}
+	reset = func() {
+		local.Reset("a1")
+		require.NoError(t, remote.Reset("a1"))
+	}
+	return check, reset
+}
+
+// TestPlansMoveOntoAllSharedPlanKeepsOwnState: the in-process test of the
+// same name, in Redis, each check compared with the in-process Plans': a
+// key that spent free and was then checked once on team, whose every layer
+// is shared, is refused back on free, and carries free's count on to pro.
+func TestPlansMoveOntoAllSharedPlanKeepsOwnState(t *testing.T) {
+	check, _ := allSharedTrace(t)
+	require.True(t, check("free").Allowed)
+	require.True(t, check("free").Allowed)
+	require.True(t, check("team").Allowed, "the global limit admits")
+	assert.False(t, check("free").Allowed, "back on free: still spent")
+	d := check("pro")
+	assert.False(t, d.Allowed, "free's count moves on to pro: %+v", d)
+}
+
+// TestPlansResetAfterAllSharedPlan: the in-process test of the same name,
+// in Redis, each check compared with the in-process Plans': a Reset of a
+// key that spent free and was then checked on team finds its state in free.
+func TestPlansResetAfterAllSharedPlan(t *testing.T) {
+	check, reset := allSharedTrace(t)
+	require.True(t, check("free").Allowed)
+	require.True(t, check("free").Allowed)
+	require.True(t, check("team").Allowed)
+	reset()
+	d := check("free")
+	assert.True(t, d.Allowed, "reset: free starts fresh: %+v", d)
+	assert.Equal(t, int64(1), d.Remaining)
+	d = check("pro")
+	assert.True(t, d.Allowed, "1 of 2 spent moves to 2 of 4: %+v", d)
+	assert.Equal(t, int64(1), d.Remaining)
 }
