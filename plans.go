@@ -732,13 +732,18 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 		unlockAll(locks)
 		return nil, 0, false
 	}
-	if !lacking(layers, turns, now, g.shared) {
+	rk := p.records.prepare(key)
+	// A key whose every layer holds its state stays where it is, though
+	// one its last move left behind there (a move to a plan whose layer at
+	// that place has a Key leaves the key's own state where it was) and a
+	// Reset since left without a record gets one here, for the key's next
+	// move to carry that state on, as in Redis.
+	if !lacking(layers, turns, now, g.shared) && (!adds || !g.shared || p.records.has(rk)) {
 		return locks, now, true
 	}
 	// A key new to the rule set, the common case, has no record: if the
 	// record's lock is free, holding the stores' locks out of order cannot
 	// deadlock (it does not wait), and there is nothing to move.
-	rk := p.records.prepare(key)
 	if !adds && p.records.absent(rk) || adds && p.records.add(rk, planRecord{plan: bp.id, lineage: bp.lineage}, now) {
 		return locks, now, true
 	}
@@ -798,7 +803,11 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 			t := &turns[i]
 			l := &layers[i]
 			src := srcs[i].store
-			if src == nil || l.store.holdsSpent(t.k, now) {
+			// A look or a refund moves only a state that holds something
+			// spent: an entry as good as fresh (a refused check leaves one)
+			// is no move, and the record keeps naming the plan whose other
+			// layers may still hold the key's own state, as in Redis.
+			if src == nil || l.store.holdsSpent(t.k, now) || !adds && !src.holdsSpent(srcs[i].k, now) {
 				continue
 			}
 			spent, whole, ok := src.take(srcs[i].k, now)

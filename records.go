@@ -183,6 +183,17 @@ func (r *planRecords) absent(k storeKey) bool {
 	return sh.t.Find(k.key, k.tag) == nil
 }
 
+// has reports whether k, a prepared key, has a record, if its shard's lock
+// is free (false if it is not: see add).
+func (r *planRecords) has(k storeKey) bool {
+	sh := &r.shards[k.h&r.mask]
+	if !sh.mu.TryLock() {
+		return false
+	}
+	defer sh.mu.Unlock()
+	return sh.t.Find(k.key, k.tag) != nil
+}
+
 // names reports whether the record of k, a prepared key, names plan id,
 // if its shard's lock is free (as add, it must not wait).
 func (r *planRecords) names(k storeKey, id uint64) bool {

@@ -861,7 +861,7 @@ func (c *storeCore[S, A]) checkHeld(k storeKey, cost int64, gen *atomic.Pointer[
 		if c.obs != nil {
 			ev = sh.evictions()
 		}
-	} else if g.shared && c.alg.fresh(s, now) && !recs.names(k, bp.id) {
+	} else if g.shared && (c.alg.fresh(s, now) && !recs.names(k, bp.id) || !recs.has(k)) {
 		// An entry that holds nothing spent may be one a move left: the
 		// key's record may name another plan it must move from (see
 		// lacking).

@@ -860,7 +860,16 @@ func (p *Plans) move(g *plansGen, rp *redisPlan, key string, keys []string, id s
 			return mv, err
 		}
 		del[i] = true
-		took = took || olds[i] != ""
+		if olds[i] != "" && !took {
+			// Only a state that holds something spent is taken, as in
+			// process: an operation that adds no key and finds only states
+			// as good as fresh leaves the record as it is.
+			fresh, err := from.machines[i].Fresh([]byte(olds[i]), time.Duration(now))
+			if err != nil {
+				return mv, err
+			}
+			took = !fresh
+		}
 		if len(m.State) > 0 {
 			writes[i] = string(m.State)
 			ms[i] = ceilMs(m.Whole-m.At) + p.marginMs

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"strconv"
@@ -98,16 +99,7 @@ func allSharedTrace(t *testing.T) (check func(plan string) ratelimit.Decision, r
 		st := remote.Stats()
 		assert.Zero(t, st.InvalidStates+st.Mismatches+st.Failures)
 	})
-	check = func(plan string) ratelimit.Decision {
-		t.Helper()
-		on["a1"] = plan
-		got, err := remote.Check("a1", ratelimit.Unit)
-		require.NoError(t, err)
-		want, err := local.Check("a1", ratelimit.Unit)
-		require.NoError(t, err)
-		assert.Equal(t, want, got, "on %s", plan)
-		return got
-	}
+	check = twinCheck(t, local, remote, on, "a1")
 	reset = func() {
 		local.Reset("a1")
 		require.NoError(t, remote.Reset("a1"))
@@ -144,4 +136,93 @@ func TestPlansResetAfterAllSharedPlan(t *testing.T) {
 	d = check("pro")
 	assert.True(t, d.Allowed, "1 of 2 spent moves to 2 of 4: %+v", d)
 	assert.Equal(t, int64(1), d.Remaining)
+}
+
+// TestPlansLookLeavesRecordOnEmptyEntry: a key that spent its plan's own
+// layer and was then refused on a plan of two layers of its own (the
+// second, which the first's refusal left untouched, holds nothing spent)
+// is still refused on a third plan after a Peek on a plan whose first
+// layer is shared and whose second is the key's own: the Peek finds only
+// an entry as good as fresh to move, which moves nothing, so the record
+// keeps naming the plan that holds the key's spent state, in process as
+// in Redis.
+func TestPlansLookLeavesRecordOnEmptyEntry(t *testing.T) {
+	tb := func(name string) ratelimit.Rule {
+		return ratelimit.TokenBucket{Rate: ratelimit.Rate{Count: 1, Per: time.Second}, Burst: 1, Name: name}
+	}
+	set := ratelimit.PlanSet{Default: "free", Plans: map[string]ratelimit.Plan{
+		"free": {Rule: tb("free")},
+		"pro":  {Layers: []ratelimit.Layer{{Rule: tb("pro0")}, {Rule: tb("pro1")}}},
+		"team": {Rule: tb("team")},
+	}}
+	local, remote, _ := twinPlans(t, set)
+	check := func(plan string) ratelimit.Decision {
+		t.Helper()
+		ctx := ratelimit.ContextWithPlan(context.Background(), plan)
+		want, err := local.CheckContext(ctx, "a2", ratelimit.Unit)
+		require.NoError(t, err)
+		got, err := remote.CheckContext(ctx, "a2", ratelimit.Unit)
+		require.NoError(t, err)
+		assert.Equal(t, want, got, "on %s", plan)
+		return got
+	}
+	require.True(t, check("free").Allowed)
+	set.Plans["free"] = ratelimit.Plan{Layers: []ratelimit.Layer{
+		{Rule: tb("free-all"), Key: func(string) string { return "all" }},
+		{Rule: tb("free-own")},
+	}}
+	require.NoError(t, local.Update(set, ratelimit.MigrateProportional))
+	require.NoError(t, remote.Update(set, ratelimit.MigrateProportional))
+	require.False(t, check("pro").Allowed, "free's count moves on to pro's first layer")
+	want, err := local.Peek("a2", ratelimit.Unit)
+	require.NoError(t, err)
+	got, err := remote.Peek("a2", ratelimit.Unit)
+	require.NoError(t, err)
+	assert.Equal(t, want, got, "peek on free")
+	d := check("team")
+	assert.False(t, d.Allowed, "pro's spent first layer moves on to team: %+v", d)
+	st := remote.Stats()
+	assert.Zero(t, st.InvalidStates+st.Mismatches+st.Failures)
+}
+
+// TestPlansResetKeepsStateLeftBehind: a key that spent free, a rule of
+// its own, and moved to team, whose first layer is shared, left free's
+// state where it was; after a Reset on team, a check back on free finds
+// that state still spent, and the key's next move carries it on to pro,
+// in process as in Redis, rather than start the key fresh there.
+func TestPlansResetKeepsStateLeftBehind(t *testing.T) {
+	tb := func(name string) ratelimit.Rule {
+		return ratelimit.TokenBucket{Rate: ratelimit.Rate{Count: 1, Per: time.Second}, Burst: 1, Name: name}
+	}
+	set := ratelimit.PlanSet{Default: "free", Plans: map[string]ratelimit.Plan{
+		"free": {Rule: tb("free")},
+		"pro":  {Rule: tb("pro")},
+		"team": {Layers: []ratelimit.Layer{{Rule: tb("team-all"), Key: func(string) string { return "all" }}, {Rule: tb("team-own")}}},
+	}}
+	local, remote, on := twinPlans(t, set)
+	check := twinCheck(t, local, remote, on, "a1")
+	require.True(t, check("free").Allowed)
+	require.True(t, check("team").Allowed, "free's state stays in free")
+	local.Reset("a1")
+	require.NoError(t, remote.Reset("a1"))
+	require.False(t, check("free").Allowed, "free's state is still spent")
+	d := check("pro")
+	assert.False(t, d.Allowed, "free's spent state moves on to pro: %+v", d)
+	st := remote.Stats()
+	assert.Zero(t, st.InvalidStates+st.Mismatches+st.Failures)
+}
+
+// twinCheck returns a check of key on a plan, in process and in Redis,
+// that requires both to decide alike.
+func twinCheck(t *testing.T, local *ratelimit.Plans, remote *Plans, on map[string]string, key string) func(plan string) ratelimit.Decision {
+	return func(plan string) ratelimit.Decision {
+		t.Helper()
+		on[key] = plan
+		want, err := local.Check(key, ratelimit.Unit)
+		require.NoError(t, err)
+		got, err := remote.Check(key, ratelimit.Unit)
+		require.NoError(t, err)
+		assert.Equal(t, want, got, "on %s", plan)
+		return got
+	}
 }
