@@ -738,17 +738,18 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 	// that place has a Key leaves the key's own state where it was) and a
 	// Reset since left without a record gets one here, for the key's next
 	// move to carry that state on, as in Redis.
-	if !lacking(layers, turns, now, g.shared) && (!adds || !g.shared || p.records.has(rk)) {
+	stays := !lacking(layers, turns, now, g.shared)
+	if stays && (!adds || !g.shared) {
 		return locks, now, true
 	}
 	// A key new to the rule set, the common case, has no record: if the
 	// record's lock is free, holding the stores' locks out of order cannot
 	// deadlock (it does not wait), and there is nothing to move.
-	if !adds && p.records.absent(rk) || adds && p.records.add(rk, planRecord{plan: bp.id, lineage: bp.lineage}, now) {
+	if adds && p.records.add(rk, planRecord{plan: bp.id, lineage: bp.lineage}, now) {
 		return locks, now, true
 	}
-	if p.records.names(rk, bp.id) {
-		return locks, now, true // on its plan already: nothing to move
+	if id, found, locked := p.records.look(rk); stays && found || !adds && locked && !found || found && id == bp.id {
+		return locks, now, true // held with its record, new, or on its plan already: nothing to move
 	}
 	rs := &p.records.shards[rk.h&p.records.mask]
 	// Relock holding the key's record, with the stores it names.

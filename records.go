@@ -172,38 +172,19 @@ func (r *planRecords) add(k storeKey, rec planRecord, now int64) bool {
 	return true
 }
 
-// absent reports whether k, a prepared key, has no record, if its shard's
-// lock is free (false if it is not: see add).
-func (r *planRecords) absent(k storeKey) bool {
+// look returns the plan id of the record of k, a prepared key, and
+// whether it has one, if its shard's lock is free (locked is false, and
+// so is found, if it is not: as add, it must not wait).
+func (r *planRecords) look(k storeKey) (id uint64, found, locked bool) {
 	sh := &r.shards[k.h&r.mask]
 	if !sh.mu.TryLock() {
-		return false
+		return 0, false, false
 	}
 	defer sh.mu.Unlock()
-	return sh.t.Find(k.key, k.tag) == nil
-}
-
-// has reports whether k, a prepared key, has a record, if its shard's lock
-// is free (false if it is not: see add).
-func (r *planRecords) has(k storeKey) bool {
-	sh := &r.shards[k.h&r.mask]
-	if !sh.mu.TryLock() {
-		return false
+	if rec := sh.t.Find(k.key, k.tag); rec != nil {
+		return rec.id(), true, true
 	}
-	defer sh.mu.Unlock()
-	return sh.t.Find(k.key, k.tag) != nil
-}
-
-// names reports whether the record of k, a prepared key, names plan id,
-// if its shard's lock is free (as add, it must not wait).
-func (r *planRecords) names(k storeKey, id uint64) bool {
-	sh := &r.shards[k.h&r.mask]
-	if !sh.mu.TryLock() {
-		return false
-	}
-	defer sh.mu.Unlock()
-	rec := sh.t.Find(k.key, k.tag)
-	return rec != nil && rec.id() == id
+	return 0, false, true
 }
 
 // carry returns the moveRecord of rec, the record of k in shard sh, which

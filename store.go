@@ -861,12 +861,15 @@ func (c *storeCore[S, A]) checkHeld(k storeKey, cost int64, gen *atomic.Pointer[
 		if c.obs != nil {
 			ev = sh.evictions()
 		}
-	} else if g.shared && (c.alg.fresh(s, now) && !recs.names(k, bp.id) || !recs.has(k)) {
-		// An entry that holds nothing spent may be one a move left: the
-		// key's record may name another plan it must move from (see
-		// lacking).
-		sh.release()
-		return Decision{}, false
+	} else if g.shared {
+		if id, found, _ := recs.look(k); !found || id != bp.id && c.alg.fresh(s, now) {
+			// An entry that holds nothing spent may be one a move left: the
+			// key's record may name another plan it must move from (see
+			// lacking). A key without a record (or whose record's shard is
+			// busy) takes the slow path, which writes one.
+			sh.release()
+			return Decision{}, false
+		}
 	}
 	var d Decision
 	if bp.counts || !c.refused {

@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"strconv"
 	"strings"
@@ -282,8 +281,10 @@ func (p *Plans) ResetContext(ctx context.Context, key string) error {
 	ctx, cancel := p.r.bounded(ctx)
 	defer cancel()
 	own, _ := p.keyName("", key)
-	name, _ := json.Marshal(rp.name)
-	args := []any{"z", "o", "", strconv.Itoa(len(keys)), p.r.o.prefix, "", "9", own, `{"plan":` + string(name) + ","}
+	// A record names a version of the key's plan when its JSON starts as
+	// the plan's does, up to its rules.
+	same := rp.json[:strings.Index(rp.json, `"rules":`)]
+	args := []any{"z", "o", "", strconv.Itoa(len(keys)), p.r.o.prefix, "", "9", own, same}
 	if _, err := p.call(ctx, append([]string{p.RecordKey(key)}, keys...), args); err != nil {
 		err, _ = p.unanswered(key, err)
 		return err
