@@ -796,7 +796,11 @@ func TestLeaseKeysBounded(t *testing.T) {
 	assert.NotZero(t, leaseOf(l, "a"))
 	assert.NotZero(t, leaseOf(l, "b"))
 	assert.Zero(t, leaseOf(l, "c"), "no room: checked alone")
-	// Two periods later "a" and "b" are idle, their leases ended.
+	// Two periods later "a" and "b" are idle, their leases ended: once each
+	// lease's end is asleep on the clock, or the clock would move first.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, clk.BlockUntilSleepers(ctx, 2))
 	clk.Advance(3 * time.Second)
 	require.Eventually(t, func() bool { return leaseOf(l, "a") == 0 && leaseOf(l, "b") == 0 }, 5*time.Second, time.Millisecond)
 	hammer("c")
