@@ -152,7 +152,21 @@ type Attempt struct {
 // committed. Its errors are Step's.
 func (lm *LayeredMachine) StepWithin(states [][]byte, now time.Duration, cost Units, maxDelay time.Duration) (Attempt, [][]byte, []ShadowReport, error) {
 	a, next, reports, err := lm.step(states, now, cost, true, maxDelay, nil)
-	return Attempt{Decision: a.d, Committed: a.committed, GoOn: a.goOn, TooSlow: a.tooSlow}, next, reports, err
+	return a.attempt(), next, reports, err
+}
+
+// StepWithinLayers is [LayeredMachine.StepWithin] that also appends to
+// dst, in layer order, the Decision of every enforced layer, as
+// [Composite.CheckLayers] with a positive maxDelay does, and returns the
+// extended slice; on an error nothing is appended.
+func (lm *LayeredMachine) StepWithinLayers(states [][]byte, now time.Duration, cost Units, maxDelay time.Duration, dst []Decision) (Attempt, [][]byte, []ShadowReport, []Decision, error) {
+	a, next, reports, err := lm.step(states, now, cost, true, maxDelay, &dst)
+	return a.attempt(), next, reports, dst, err
+}
+
+// attempt is a as the exported Attempt.
+func (a *attempt) attempt() Attempt {
+	return Attempt{Decision: a.d, Committed: a.committed, GoOn: a.goOn, TooSlow: a.tooSlow}
 }
 
 // step is Step for a request that may wait at most budget, appending the

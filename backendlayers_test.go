@@ -1,6 +1,7 @@
 package ratelimit_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -74,8 +75,17 @@ func layeredTrace(t *testing.T, within bool) {
 			cost := ratelimit.Units(rapid.SampledFrom([]int64{1, 1000, 1000, 2500, 6000, 7000, 0}).Draw(t, "cost"))
 			reports = reports[:0]
 			maxDelay := time.Duration(rapid.SampledFrom([]int64{0, 1, 1e6, 1e9, 3e9}).Draw(t, "maxDelay"))
+			// With a positive bound, CheckLayers is CheckWithin that also
+			// lists every enforced layer, which StepWithinLayers must list
+			// alike.
+			var wantLayers []ratelimit.Decision
 			check := func() (ratelimit.Decision, error) { return c.Check(key, cost) }
-			if within {
+			if within && maxDelay > 0 {
+				check = func() (d ratelimit.Decision, err error) {
+					d, wantLayers, err = c.CheckLayers(context.Background(), key, cost, maxDelay, nil)
+					return d, err
+				}
+			} else if within {
 				check = func() (ratelimit.Decision, error) { return c.CheckWithin(key, cost, maxDelay) }
 			}
 			want, werr := check()
@@ -94,7 +104,13 @@ func layeredTrace(t *testing.T, within bool) {
 			got, out, gotReports, gerr := lm.Step(in, clk.Now(), cost, true)
 			if within {
 				var a ratelimit.Attempt
-				a, out, gotReports, gerr = lm.StepWithin(in, clk.Now(), cost, maxDelay)
+				var gotLayers []ratelimit.Decision
+				if maxDelay > 0 {
+					a, out, gotReports, gotLayers, gerr = lm.StepWithinLayers(in, clk.Now(), cost, maxDelay, nil)
+					require.Equal(t, wantLayers, gotLayers, "step %d: key %q cost %d: the layers' Decisions", step, key, cost)
+				} else {
+					a, out, gotReports, gerr = lm.StepWithin(in, clk.Now(), cost, maxDelay)
+				}
 				got = a.Decision
 				if !a.Committed && got.Allowed {
 					got = a.TooSlow

@@ -18,13 +18,21 @@ import (
 // maxDelay is [ratelimit.Composite.CheckWithin]'s cap on a leaky bucket's
 // Delay. A composite with no enforced leaky bucket never has a Delay, and
 // checks alike whatever maxDelay is. One with a leaky bucket checks, for
-// a positive maxDelay, as [Composite.CheckWithinContext] does, and
-// appends nothing (the caller then describes the combined Decision
-// alone); so does a refusal the deny cache answers.
+// a positive maxDelay, as [Composite.CheckWithinContext] does, and lists
+// the layers as [ratelimit.LayeredMachine.StepWithinLayers] recomputes
+// them. A refusal the deny cache answers appends nothing (the caller then
+// describes the combined Decision alone).
 func (c *Composite) CheckLayers(ctx context.Context, key string, cost ratelimit.Units, maxDelay time.Duration, dst []ratelimit.Decision) (ratelimit.Decision, []ratelimit.Decision, error) {
 	if maxDelay > 0 && c.delays() {
-		d, err := c.CheckWithinContext(ctx, key, cost, maxDelay)
-		return d, dst, err
+		if err := ctx.Err(); err != nil {
+			return c.refused(), dst, err
+		}
+		out := dst
+		a, err := c.tryWithin(ctx, key, cost, maxDelay, &out)
+		if err != nil {
+			return a.within(), dst, err
+		}
+		return a.within(), out, nil
 	}
 	if err := ctx.Err(); err != nil {
 		return c.refused(), dst, err

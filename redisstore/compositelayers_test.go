@@ -21,7 +21,7 @@ import (
 // gives the in-process Composite's combined Decision and every enforced
 // layer's Decision, field for field, on one ManualClock, for layers of
 // every algorithm, enforced or shadow, keyed globally, per customer or per
-// whole key.
+// whole key, with and without a cap on a leaky bucket's Delay.
 func TestCompositeCheckLayersAsInProcess(t *testing.T) {
 	rdb := needRedis(t)
 	ctx := context.Background()
@@ -36,9 +36,10 @@ func TestCompositeCheckLayersAsInProcess(t *testing.T) {
 			clk.Advance(rapid.SampledFrom([]time.Duration{0, 0, 1, time.Millisecond, time.Second, time.Hour}).Draw(t, "advance"))
 			key := rapid.SampledFrom([]string{"x 1", "x 2", "y 1"}).Draw(t, "key")
 			cost := drawCost(t, capacity)
-			wd, wl, werr := want.CheckLayers(ctx, key, cost, 0, nil)
+			maxDelay := rapid.SampledFrom([]time.Duration{0, 0, time.Millisecond, 10 * time.Second}).Draw(t, "maxDelay")
+			wd, wl, werr := want.CheckLayers(ctx, key, cost, maxDelay, nil)
 			before := got.Stats().LocalDenials
-			gd, gl, gerr := got.CheckLayers(ctx, key, cost, 0, nil)
+			gd, gl, gerr := got.CheckLayers(ctx, key, cost, maxDelay, nil)
 			require.NoError(t, werr)
 			require.NoError(t, gerr)
 			if got.Stats().LocalDenials > before {

@@ -461,7 +461,8 @@ type checkMode struct {
 	// attempts spend none, as in process.
 	counts bool
 	// out, if not nil, gets the Decision of every enforced layer of a plan
-	// of layers appended (see CheckLayers).
+	// of layers appended (see CheckLayers); a check bounded on its Delay
+	// (see Plans.within) appends a plan of one rule's too.
 	out *[]ratelimit.Decision
 }
 

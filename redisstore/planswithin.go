@@ -82,7 +82,7 @@ func (p *Plans) try(ctx context.Context, g *plansGen, rp *redisPlan, key string,
 	if err := ctx.Err(); err != nil {
 		return attempt{d: rp.fill(rp.refused())}, err
 	}
-	a, err := p.within(ctx, g, rp, key, cost, budget)
+	a, err := p.within(ctx, g, rp, key, cost, budget, mode.out)
 	a.d, a.tooSlow = rp.fill(a.d), rp.fill(a.tooSlow)
 	err = degradedError(err)
 	d := a.within()
@@ -96,8 +96,9 @@ func (p *Plans) try(ctx context.Context, g *plansGen, rp *redisPlan, key string,
 // commits the request only if it goes on within budget and else writes
 // nothing, verified as the plan's Store or Composite verifies its own
 // CheckWithin (see Store.verifyWithin). The deny cache is not asked; an
-// admission drops the key's refusal from it.
-func (p *Plans) within(ctx context.Context, g *plansGen, rp *redisPlan, key string, cost ratelimit.Units, budget time.Duration) (attempt, error) {
+// admission drops the key's refusal from it. out, if not nil, gets every
+// enforced layer's Decision appended once the reply is verified.
+func (p *Plans) within(ctx context.Context, g *plansGen, rp *redisPlan, key string, cost ratelimit.Units, budget time.Duration, out *[]ratelimit.Decision) (attempt, error) {
 	if d, err := rp.costError(cost); err != nil {
 		return attempt{d: d}, err
 	}
@@ -119,13 +120,13 @@ func (p *Plans) within(ctx context.Context, g *plansGen, rp *redisPlan, key stri
 		return attempt{d: rp.refused()}, err
 	}
 	if rp.single == nil {
-		a, reports, err := rp.comp.verifyWithin(key, cost, budget, reply)
+		a, reports, err := rp.comp.verifyWithin(key, cost, budget, reply, out)
 		if err == nil {
 			rp.comp.report(key, reports)
 		}
 		return a, err
 	}
-	a, err := rp.single.verifyWithin(key, cost, budget, reply)
+	a, err := rp.single.verifyWithin(key, cost, budget, reply, out)
 	if d := rp.deny(); d != nil && err == nil && a.committed {
 		d.forget(keys[0])
 	}
@@ -150,17 +151,23 @@ func (p *Plans) within(ctx context.Context, g *plansGen, rp *redisPlan, key stri
 // [Plans.CheckWithinContext]'s cap on a leaky bucket's Delay. A plan with
 // no leaky bucket (as its rule, or an enforced layer's) never has a Delay,
 // and checks alike whatever maxDelay is. One with a leaky bucket checks,
-// for a positive maxDelay, as CheckWithinContext does, and appends nothing
-// (the caller then describes the combined Decision alone), as
-// Composite.CheckLayers does.
+// for a positive maxDelay, as CheckWithinContext does, and lists the
+// layers as [ratelimit.LayeredMachine.StepWithinLayers] recomputes them,
+// as Composite.CheckLayers does.
 func (p *Plans) CheckLayers(ctx context.Context, key string, cost ratelimit.Units, maxDelay time.Duration, dst []ratelimit.Decision) (ratelimit.Decision, []ratelimit.Decision, error) {
 	g := p.gen.Load()
 	rp := p.plan(ctx, g, key)
-	if maxDelay > 0 && rp.delays() {
-		a, err := p.try(ctx, g, rp, key, cost, maxDelay, checkMode{})
-		return a.within(), dst, err
-	}
 	out := dst
+	if maxDelay > 0 && rp.delays() {
+		a, err := p.try(ctx, g, rp, key, cost, maxDelay, checkMode{out: &out})
+		if err != nil {
+			return a.within(), dst, err
+		}
+		for i := len(dst); i < len(out); i++ {
+			out[i] = rp.fill(out[i])
+		}
+		return a.within(), out, nil
+	}
 	d, err := p.check(ctx, g, rp, key, cost, checkMode{out: &out})
 	switch {
 	case err != nil:

@@ -49,7 +49,7 @@ func (s *Store) within(ctx context.Context, key string, cost ratelimit.Units, bu
 	case err != nil:
 		return attempt{d: s.refused()}, err
 	}
-	a, err := s.verifyWithin(key, cost, budget, reply)
+	a, err := s.verifyWithin(key, cost, budget, reply, nil)
 	if err == nil && a.committed && s.deny != nil {
 		s.deny.forget(rk)
 	}
@@ -60,13 +60,25 @@ func (s *Store) within(ctx context.Context, key string, cost ratelimit.Units, bu
 // attempt is the rule's StepWithin on the old state at the instant the
 // script read, and the script must have made the same choice (1 for a
 // commit, 2 for an admission too slow, 0 for a refusal) and written the
-// state StepWithin computes, or nothing if it did not commit.
-func (s *Store) verifyWithin(key string, cost ratelimit.Units, budget time.Duration, reply []any) (attempt, error) {
+// state StepWithin computes, or nothing if it did not commit. out, if not
+// nil, gets the rule's Decision as a layer's appended once all is verified
+// (see ratelimit.LayeredMachine.StepWithinLayers).
+func (s *Store) verifyWithin(key string, cost ratelimit.Units, budget time.Duration, reply []any, out *[]ratelimit.Decision) (attempt, error) {
 	old, at, written, admitted, err := s.parseStep(reply)
 	if err != nil {
 		return attempt{d: s.refused()}, err
 	}
-	w, next, _, err := s.layered.StepWithin([][]byte{[]byte(old)}, time.Duration(at), cost, budget)
+	var (
+		w      ratelimit.Attempt
+		next   [][]byte
+		layers []ratelimit.Decision
+		states = [][]byte{[]byte(old)}
+	)
+	if out != nil {
+		w, next, _, layers, err = s.layered.StepWithinLayers(states, time.Duration(at), cost, budget, *out)
+	} else {
+		w, next, _, err = s.layered.StepWithin(states, time.Duration(at), cost, budget)
+	}
 	if err != nil {
 		if errors.Is(err, ratelimit.ErrInvalidState) {
 			s.invalid.Add(1)
@@ -83,6 +95,9 @@ func (s *Store) verifyWithin(key string, cost ratelimit.Units, budget time.Durat
 	if written != want || admitted != code {
 		s.mismatches.Add(1)
 		return attempt{d: s.refused()}, fmt.Errorf("%w: key %q at %d: script wrote %q (%d), machine %q (%d)", ErrMismatch, clipKey(key), at, clipKey(written), admitted, clipKey(want), code)
+	}
+	if out != nil {
+		*out = layers
 	}
 	return fromAttempt(w), nil
 }
@@ -117,7 +132,7 @@ func (c *Composite) Wait(ctx context.Context, key string, cost ratelimit.Units) 
 			c.observe(d, shadow, cost, err)
 			return checked(d), err
 		}
-		return c.tryWithin(ctx, key, cost, budget)
+		return c.tryWithin(ctx, key, cost, budget, nil)
 	}, nil)
 }
 
@@ -150,16 +165,17 @@ func (c *Composite) CheckWithinContext(ctx context.Context, key string, cost rat
 	if !c.delays() {
 		return c.CheckContext(ctx, key, cost)
 	}
-	a, err := c.tryWithin(ctx, key, cost, max(maxDelay, 0))
+	a, err := c.tryWithin(ctx, key, cost, max(maxDelay, 0), nil)
 	return a.within(), err
 }
 
 // tryWithin is one attempt of a request of cost for key that may wait at
 // most budget, in one script over the layers' keys (see Composite.within),
 // reported to the shadow layers and to the observer as CheckWithin reports
-// it.
-func (c *Composite) tryWithin(ctx context.Context, key string, cost ratelimit.Units, budget time.Duration) (attempt, error) {
-	a, reports, err := c.within(ctx, key, cost, budget)
+// it; out, if not nil, gets every enforced layer's Decision appended (see
+// Composite.CheckLayers).
+func (c *Composite) tryWithin(ctx context.Context, key string, cost ratelimit.Units, budget time.Duration, out *[]ratelimit.Decision) (attempt, error) {
+	a, reports, err := c.within(ctx, key, cost, budget, out)
 	err = degradedError(err)
 	var shadow ratelimit.Decision
 	if err == nil {
@@ -175,7 +191,7 @@ func (c *Composite) tryWithin(ctx context.Context, key string, cost ratelimit.Un
 // if each admits it within budget, and else writes nothing; the attempt is
 // the layers' StepWithin on the states and at the instant the script read,
 // which must have made the same choice and written the same states.
-func (c *Composite) within(ctx context.Context, key string, cost ratelimit.Units, budget time.Duration) (attempt, []ratelimit.ShadowReport, error) {
+func (c *Composite) within(ctx context.Context, key string, cost ratelimit.Units, budget time.Duration, out *[]ratelimit.Decision) (attempt, []ratelimit.ShadowReport, error) {
 	if d, _, _, err := c.lm.Step(make([][]byte, c.lm.Len()), 0, cost, false); err != nil {
 		return attempt{d: d}, nil, err
 	}
@@ -195,19 +211,30 @@ func (c *Composite) within(ctx context.Context, key string, cost ratelimit.Units
 	case err != nil:
 		return attempt{d: c.refused()}, nil, err
 	}
-	return c.verifyWithin(key, cost, budget, reply)
+	return c.verifyWithin(key, cost, budget, reply, out)
 }
 
 // verifyWithin is verify for a request bounded on its Delay by budget: the
 // attempt is the layers' StepWithin, and the script must have committed
-// exactly when it does, writing the states it computes.
-func (c *Composite) verifyWithin(key string, cost ratelimit.Units, budget time.Duration, reply []any) (attempt, []ratelimit.ShadowReport, error) {
+// exactly when it does, writing the states it computes. out, if not nil,
+// gets the enforced layers' Decisions appended once all is verified.
+func (c *Composite) verifyWithin(key string, cost ratelimit.Units, budget time.Duration, reply []any, out *[]ratelimit.Decision) (attempt, []ratelimit.ShadowReport, error) {
 	refused := attempt{d: c.refused()}
 	at, admitted, old, written, err := c.parse(reply)
 	if err != nil {
 		return refused, nil, err
 	}
-	w, next, reports, err := c.lm.StepWithin(old, time.Duration(at), cost, budget)
+	var (
+		w       ratelimit.Attempt
+		next    [][]byte
+		reports []ratelimit.ShadowReport
+		layers  []ratelimit.Decision
+	)
+	if out != nil {
+		w, next, reports, layers, err = c.lm.StepWithinLayers(old, time.Duration(at), cost, budget, *out)
+	} else {
+		w, next, reports, err = c.lm.StepWithin(old, time.Duration(at), cost, budget)
+	}
 	if err != nil {
 		if errors.Is(err, ratelimit.ErrInvalidState) {
 			c.invalid.Add(1)
@@ -220,6 +247,9 @@ func (c *Composite) verifyWithin(key string, cost ratelimit.Units, budget time.D
 	}
 	if err := c.sameWritten(key, at, old, next, written); err != nil {
 		return refused, nil, err
+	}
+	if out != nil {
+		*out = layers
 	}
 	return fromAttempt(w), reports, nil
 }
