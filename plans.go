@@ -89,7 +89,7 @@ type Plans struct {
 	obs     Observer // nil: none
 	opts    []Option
 	seed    maphash.Seed // of every store, and of records (see options.seed)
-	update  sync.Mutex   // serialises Update
+	update  sync.RWMutex // serialises Update; held for reading by a fenced attempt (see fence)
 	gen     atomic.Pointer[planGen]
 }
 
@@ -173,11 +173,12 @@ const maxReplaced = 64
 
 // NewPlans validates set and builds a [Plans] over it. planOf returns the
 // plan name of a key; it must be safe for concurrent use and quick (it runs
-// on every check, outside any lock). A nil planOf puts every key on the
-// default plan. opts apply to every plan's stores: [WithClock] (one clock
-// for all), [WithMaxKeys] and [WithShards] (per store), and
-// [WithPreallocation] (per store, and for the table of key records, whose
-// bound is that of all the plans' stores together). A malformed rule is an
+// on every check, outside any lock, and must not call the Plans' Update).
+// A nil planOf puts every key on the default plan. opts apply to every
+// plan's stores: [WithClock] (one clock for all), [WithMaxKeys] and
+// [WithShards] (per store), and [WithPreallocation] (per store, and for
+// the table of key records, whose bound is that of all the plans' stores
+// together). A malformed rule is an
 // error matching [ErrInvalidRule], naming the plan.
 //
 // A plan function that names no plan of the set for 256 distinct keys,
@@ -213,6 +214,11 @@ func (p *Plans) Update(set PlanSet, m Migration) error {
 	}
 	p.update.Lock()
 	defer p.update.Unlock()
+	return p.replace(set, m)
+}
+
+// replace is Update with the update lock held.
+func (p *Plans) replace(set PlanSet, m Migration) error {
 	old := p.gen.Load()
 	g, err := p.build(set, old, clampTime(p.clock.Now()), m)
 	if err != nil {
@@ -593,7 +599,9 @@ func (p *Plans) try(ctx context.Context, key string, cost Units, budget time.Dur
 // Store's Check does. A pick (not zero) is the key's plan as the caller
 // found it: the first attempt starts from it.
 func (p *Plans) tryOut(ctx context.Context, key string, cost Units, budget time.Duration, out *[]Decision, counts bool, pick planPick) (attempt, error) {
-	for {
+	var f fence
+	defer f.lift()
+	for ; ; p.again(&f) {
 		g, bp := pick.g, pick.bp
 		if g == nil {
 			g = p.gen.Load()
@@ -620,6 +628,40 @@ func (p *Plans) tryOut(ctx context.Context, key string, cost Units, budget time.
 			bp.name.fill(&a.shadow)
 			return a, nil
 		}
+	}
+}
+
+// fence is what an operation on a key that starts over when an Update
+// replaces the rule set before it holds its locks (see tryIn) keeps
+// between its attempts. A stream of Updates could otherwise start it over
+// for as long as it lasts; after unfencedTries attempts it holds Updates
+// off (the update lock, for reading, which it takes holding no other
+// lock, and which Update takes holding no other) until it is done, so that
+// it makes at most unfencedTries+1 attempts. A check of a held key makes
+// one, and never takes the lock.
+type fence struct {
+	tries int
+	held  *sync.RWMutex
+}
+
+// unfencedTries is how many attempts an operation makes before it holds
+// Updates off (see fence).
+const unfencedTries = 2
+
+// again counts an attempt that found the rule set replaced, holding
+// Updates off from the unfencedTries-th on.
+func (p *Plans) again(f *fence) {
+	f.tries++
+	if f.tries == unfencedTries {
+		p.update.RLock()
+		f.held = &p.update
+	}
+}
+
+// lift lets Updates go on, if f held them off.
+func (f *fence) lift() {
+	if f.held != nil {
+		f.held.RUnlock()
 	}
 }
 
@@ -679,13 +721,13 @@ func unlockAll(locks []shardLock) {
 // key's record is locked before any store, and only by an attempt that
 // moves or adds the key; since every attempt locks in that order, attempts
 // cannot deadlock. An attempt that began on a rule set since replaced finds
-// out once it holds its locks and starts over; one that held them first is
-// ordered before the Update, and the keys it spent move with what they
-// spent. A budget of peekOnly makes the attempt a look (Plans.Peek): it
-// records no instant and spends nothing, though a key that moved is still
-// moved. If counts, a refusal that a plan of one rule counts is counted,
-// and the Decision is the one after it, as a Store's Check gives (see
-// builtPlan.counts).
+// out once it holds its locks and starts over (a few times at most: see
+// fence); one that held them first is ordered before the Update, and the
+// keys it spent move with what they spent. A budget of peekOnly makes the
+// attempt a look (Plans.Peek): it records no instant and spends nothing,
+// though a key that moved is still moved. If counts, a refusal that a plan
+// of one rule counts is counted, and the Decision is the one after it, as
+// a Store's Check gives (see builtPlan.counts).
 func (p *Plans) tryIn(g *planGen, bp *builtPlan, key string, cost int64, budget time.Duration, out *[]Decision, counts bool) (attempt, bool) {
 	layers := bp.comp.layers
 	var buf [inlineLayers]layerTurn

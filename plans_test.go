@@ -271,9 +271,8 @@ func TestPlansMatchModel(t *testing.T) {
 // changes.
 //
 // The changes are fewer than the replaced plans a rule set keeps (64): a
-// burst of Updates can hold off every check (a check that finds the rule set
-// replaced once it holds its locks starts over), and a key last checked
-// under a plan replaced longer ago than that starts fresh, as Plans says.
+// key last checked under a plan replaced longer ago than that starts
+// fresh, as Plans says.
 func TestPlansConcurrentUpdates(t *testing.T) {
 	ten := ratelimit.PlanSet{Plans: map[string]ratelimit.Plan{
 		"p": {Layers: []ratelimit.Layer{

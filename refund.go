@@ -141,7 +141,9 @@ func (p *Plans) Refund(key string, cost Units, at time.Duration) (Units, error) 
 		_, err := p.gen.Load().def.comp.checkCost(cost)
 		return 0, err
 	}
-	for {
+	var f fence
+	defer f.lift()
+	for ; ; p.again(&f) {
 		g := p.gen.Load()
 		bp := p.plan(context.Background(), g, key)
 		layers := bp.comp.layers

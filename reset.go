@@ -98,60 +98,57 @@ func resetLayers(layers []compositeLayer, clock Clock, key string) {
 // plan's, waiting to move into its new layers, and are reset with the
 // plan's. It is atomic with the key's checks and with Update.
 func (p *Plans) Reset(key string) {
+	// Holding Updates off for the whole reset, taken before the record's
+	// lock (see fence), it cannot be started over by them.
+	p.update.RLock()
+	defer p.update.RUnlock()
 	rk := p.records.prepare(key)
 	rs := &p.records.shards[rk.h&p.records.mask]
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	for {
-		g := p.gen.Load()
-		var buf [2 * inlineLayers]storeKey
-		var lbuf [2 * inlineLayers]shardLock
-		keys, locks := buf[:0], lbuf[:0]
-		add := func(l compositeLayer) {
-			for _, have := range locks {
-				if have.store == l.store {
-					return
-				}
-			}
-			k := l.store.prepare(layerKey(l.key, key))
-			keys = append(keys, k)
-			locks = append(locks, shardLock{store: l.store, shard: l.store.shardIndex(k)})
-		}
-		cur := p.plan(context.Background(), g, key)
-		for _, l := range cur.comp.layers {
-			add(l)
-		}
-		if rec := rs.t.Lookup(rk.key, rk.tag); rec != nil {
-			if from := g.recorded(rec); from != nil {
-				// A plan the key's plan replaced holds the shared entries
-				// an Update has yet to move into the plan's new layers:
-				// they are the plan's, and are reset with it.
-				same := from.bp.lineage == cur.lineage
-				for _, l := range from.bp.comp.layers {
-					if l.key == nil || same {
-						add(l)
-					}
-				}
+	g := p.gen.Load()
+	var buf [2 * inlineLayers]storeKey
+	var lbuf [2 * inlineLayers]shardLock
+	keys, locks := buf[:0], lbuf[:0]
+	add := func(l compositeLayer) {
+		for _, have := range locks {
+			if have.store == l.store {
+				return
 			}
 		}
-		// lockAll sorts locks: find each lock's key by its store.
-		byStore := make(map[keyedStore]storeKey, len(locks))
-		for i, l := range locks {
-			byStore[l.store] = keys[i]
-		}
-		now := lockAll(locks, clampTime(p.clock.Now()), false)
-		if p.gen.Load() != g {
-			unlockAll(locks)
-			continue
-		}
-		for _, l := range locks {
-			_, _, _ = l.store.take(byStore[l.store], now)
-		}
-		if rec := rs.t.Lookup(rk.key, rk.tag); rec != nil && rec.carries() {
-			rs.c.Delete(rk.key, rk.tag) // its moveRecord goes with it, rather than take room
-		}
-		rs.t.Delete(rk.key, rk.tag)
-		unlockAll(locks)
-		return
+		k := l.store.prepare(layerKey(l.key, key))
+		keys = append(keys, k)
+		locks = append(locks, shardLock{store: l.store, shard: l.store.shardIndex(k)})
 	}
+	cur := p.plan(context.Background(), g, key)
+	for _, l := range cur.comp.layers {
+		add(l)
+	}
+	if rec := rs.t.Lookup(rk.key, rk.tag); rec != nil {
+		if from := g.recorded(rec); from != nil {
+			// A plan the key's plan replaced holds the shared entries
+			// an Update has yet to move into the plan's new layers:
+			// they are the plan's, and are reset with it.
+			same := from.bp.lineage == cur.lineage
+			for _, l := range from.bp.comp.layers {
+				if l.key == nil || same {
+					add(l)
+				}
+			}
+		}
+	}
+	// lockAll sorts locks: find each lock's key by its store.
+	byStore := make(map[keyedStore]storeKey, len(locks))
+	for i, l := range locks {
+		byStore[l.store] = keys[i]
+	}
+	now := lockAll(locks, clampTime(p.clock.Now()), false)
+	for _, l := range locks {
+		_, _, _ = l.store.take(byStore[l.store], now)
+	}
+	if rec := rs.t.Lookup(rk.key, rk.tag); rec != nil && rec.carries() {
+		rs.c.Delete(rk.key, rk.tag) // its moveRecord goes with it, rather than take room
+	}
+	rs.t.Delete(rk.key, rk.tag)
+	unlockAll(locks)
 }

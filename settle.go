@@ -180,7 +180,9 @@ func (c *Composite) settleCosts(charged, actual Units) (Decision, error) {
 // move it, and settles there. (A key in debt that moves keeps, by its
 // [Migration], at most a whole capacity in use.)
 func (p *Plans) Settle(key string, charged, actual Units, at time.Duration) (Decision, Units, error) {
-	for {
+	var f fence
+	defer f.lift()
+	for ; ; p.again(&f) {
 		g := p.gen.Load()
 		bp := p.plan(context.Background(), g, key)
 		if d, err := bp.comp.settleCosts(charged, actual); err != nil {
