@@ -419,27 +419,32 @@ func withLabel(name string) Option { return func(o *options) { o.label = name } 
 func withSeed(seed *maphash.Seed) Option { return func(o *options) { o.seed = seed } }
 
 // plan returns key's plan in g: the plan ctx names (see ContextWithPlan),
-// else the plan function's; the default if that is not a plan of g.
+// else keyPlan's.
 func (p *Plans) plan(ctx context.Context, g *planGen, key string) *builtPlan {
-	name, named := ctx.Value(planKey{}).(string)
-	switch {
-	case named:
-	case p.planOf == nil:
-		return g.def
-	default:
-		name = p.planOf(key)
-		bp, ok := g.find(name)
-		if !ok {
-			p.warn.unnamed(key, name, g.set.Default)
-			return g.def
+	if name, named := ctx.Value(planKey{}).(string); named {
+		if bp, ok := g.find(name); ok {
+			return bp
 		}
-		p.warn.named()
-		return bp
+		return g.def
 	}
-	if bp, ok := g.find(name); ok {
-		return bp
+	return p.keyPlan(g, key)
+}
+
+// keyPlan returns key's plan in g by the plan function: the default if it
+// names no plan of g. Check, which has no context to name a plan, asks it
+// directly.
+func (p *Plans) keyPlan(g *planGen, key string) *builtPlan {
+	if p.planOf == nil {
+		return g.def
 	}
-	return g.def
+	name := p.planOf(key)
+	bp, ok := g.find(name)
+	if !ok {
+		p.warn.unnamed(key, name, g.set.Default)
+		return g.def
+	}
+	p.warn.named()
+	return bp
 }
 
 // find returns the plan named name, if g has one: for a few plans by
@@ -477,11 +482,12 @@ func ContextWithPlan(ctx context.Context, plan string) context.Context {
 // results and errors of [Composite.Check] (of [Store.Check], for a plan of
 // one rule).
 func (p *Plans) Check(key string, cost Units) (Decision, error) {
-	d, pick, ok := p.checkHeld(context.Background(), key, cost)
-	if ok {
+	g := p.gen.Load()
+	bp := p.keyPlan(g, key)
+	if d, ok := p.checkHeld(g, bp, key, cost); ok {
 		return d, nil
 	}
-	a, err := p.tryOut(context.Background(), key, cost, maxBudget, nil, true, pick)
+	a, err := p.tryOut(context.Background(), key, cost, maxBudget, nil, true, planPick{g, bp})
 	if err != nil {
 		return a.d, err
 	}
@@ -496,17 +502,17 @@ func (p *Plans) Check(key string, cost Units) (Decision, error) {
 // key on the plan ctx names, if it names one (see [ContextWithPlan]). It
 // makes Plans a [ContextChecker].
 func (p *Plans) CheckContext(ctx context.Context, key string, cost Units) (Decision, error) {
+	g := p.gen.Load()
+	bp := p.plan(ctx, g, key)
 	if err := ctx.Err(); err != nil {
-		bp := p.plan(ctx, p.gen.Load(), key)
 		d := bp.comp.layers[0].store.policy().decision()
 		bp.name.fill(&d)
 		return d, err
 	}
-	d, pick, ok := p.checkHeld(ctx, key, cost)
-	if ok {
+	if d, ok := p.checkHeld(g, bp, key, cost); ok {
 		return d, nil
 	}
-	a, err := p.tryOut(ctx, key, cost, maxBudget, nil, true, pick)
+	a, err := p.tryOut(ctx, key, cost, maxBudget, nil, true, planPick{g, bp})
 	if err != nil {
 		return a.d, err
 	}
@@ -516,30 +522,18 @@ func (p *Plans) CheckContext(ctx context.Context, key string, cost Units) (Decis
 	return a.d, a.err
 }
 
-// checkHeld is Check's quick path: a valid cost for a key that its plan of
-// one rule holds, or that is new to the rule set, is decided with its
-// store's lock (and, for a new key, its record's), as the attempt would
-// decide it (see storeCore.checkHeld); ok is false, with nothing done,
-// otherwise, and pick is the plan it found, for the attempt to start from
-// rather than run the plan function again.
-func (p *Plans) checkHeld(ctx context.Context, key string, cost Units) (Decision, planPick, bool) {
-	g := p.gen.Load()
-	bp := p.plan(ctx, g, key)
-	pick := planPick{g, bp}
-	st := bp.single
-	if st == nil || cost <= 0 || int64(cost) > st.capacity() {
-		return Decision{}, pick, false
+// checkHeld is Check's quick path: a valid cost for a key that bp, its plan
+// in g, holds in its one store (a plan of one rule), or that is new to the
+// rule set, is decided with that store's lock (and, for a new key, its
+// record's), as the attempt would decide it, and told to the Observer
+// (see storeCore.checkHeld); ok is false, with nothing done, otherwise,
+// and the attempt starts from bp rather than run the plan function again.
+// It inlines, so that the Decision is copied once on its way out.
+func (p *Plans) checkHeld(g *planGen, bp *builtPlan, key string, cost Units) (d Decision, ok bool) {
+	if bp.single != nil {
+		d, ok = bp.single.checkHeld(key, cost, p, g, bp)
 	}
-	d, ok := st.checkHeld(st.prepare(key), int64(cost), &p.gen, g, &p.records, bp)
-	if !ok {
-		return d, pick, false
-	}
-	bp.name.fill(&d)
-	if p.obs != nil {
-		a := attempt{d: d}
-		observe(p.obs, &a, int64(cost))
-	}
-	return d, pick, true
+	return
 }
 
 // planPick is a key's plan as found in a rule set (see Plans.tryOut).

@@ -371,15 +371,17 @@ type keyedStore interface {
 	// at now and whole again by until (see Migration), or a fresh one if x
 	// <= 0 or until <= now.
 	setSpent(k storeKey, now, x, until int64)
-	// checkHeld is plan bp's check of key k (prepared by the store, whose
-	// seed is recs': see options.seed) in its one store (see
-	// Plans.checkHeld): with k's shard locked, if gen still holds g and the
-	// store holds k, or k is new to the rule set (recs has no record of
-	// it, and its lock is free: then a record of bp is added, and k), it
-	// decides cost as a Composite of this one store would, committing it if
-	// admitted, or, if bp counts refusals (see builtPlan.counts), as the
-	// store's Check would; ok is false, with nothing done, otherwise.
-	checkHeld(k storeKey, cost int64, gen *atomic.Pointer[planGen], g *planGen, recs *planRecords, bp *builtPlan) (d Decision, ok bool)
+	// checkHeld is plan bp's check of key in its one store, of rule set g
+	// of p (see Plans.checkHeld): for a valid cost, with the key's shard
+	// locked, if p still holds g and the store holds the key, or the key is
+	// new to the rule set (p's records have none of it, and their lock is
+	// free: then a record of bp is added, and the key), it decides cost as
+	// a Composite of this one store would, committing it if admitted, or,
+	// if bp counts refusals (see builtPlan.counts), as the store's Check
+	// would, with bp's name for a rule without one, and tells p's Observer;
+	// ok is false, with nothing done, otherwise. The store hashes the key
+	// with the seed of p's records (see options.seed).
+	checkHeld(key string, cost Units, p *Plans, g *planGen, bp *builtPlan) (d Decision, ok bool)
 	// countsRefused reports whether the rule counts refused cost
 	// (CountRefused), as the store's Check does.
 	countsRefused() bool
@@ -839,14 +841,19 @@ func (c *storeCore[S, A]) setSpent(k storeKey, now, x, until int64) {
 	c.alg.withSpent(s, now, x, until)
 }
 
-func (c *storeCore[S, A]) checkHeld(k storeKey, cost int64, gen *atomic.Pointer[planGen], g *planGen, recs *planRecords, bp *builtPlan) (Decision, bool) {
+func (c *storeCore[S, A]) checkHeld(key string, units Units, p *Plans, g *planGen, bp *builtPlan) (Decision, bool) {
+	cost := int64(units)
+	if cost <= 0 || cost > c.capMil {
+		return Decision{}, false
+	}
+	k, recs := c.prepare(key), &p.records
 	sh := &c.shards[k.h&c.mask]
 	now := sh.hold(clampTime(c.clk.Now()))
 	s := sh.t.Find(k.key, k.tag)
 	if s == nil {
 		now, s = sh.ready(k, now)
 	}
-	if gen.Load() != g {
+	if p.gen.Load() != g {
 		sh.release()
 		return Decision{}, false
 	}
@@ -880,6 +887,10 @@ func (c *storeCore[S, A]) checkHeld(k storeKey, cost int64, gen *atomic.Pointer[
 	sh.release()
 	if ev.n|ev.lossy != 0 {
 		c.evicted(ev)
+	}
+	bp.name.fill(&d)
+	if p.obs != nil {
+		p.obs.Decided(d, units, outcomeOf(&d))
 	}
 	return d, true
 }
