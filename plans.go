@@ -768,24 +768,21 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 		unlockAll(locks)
 		return nil, 0, false
 	}
-	rk := p.records.prepare(key)
-	// A key whose every layer holds its state stays where it is, though
-	// one its last move left behind there (a move to a plan whose layer at
-	// that place has a Key leaves the key's own state where it was) and a
-	// Reset since left without a record gets one here, for the key's next
-	// move to carry that state on, as in Redis.
-	stays := !lacking(layers, turns, now, g.shared)
-	if stays && (!adds || !g.shared) {
+	// A key whose every layer holds its state stays where it is: no
+	// state of the key's own outlives its record (a Reset drops them
+	// together, see Plans.Reset), but by the record's loss to make room.
+	if !lacking(layers, turns, now, g.shared) {
 		return locks, now, true
 	}
+	rk := p.records.prepare(key)
 	// A key new to the rule set, the common case, has no record: if the
 	// record's lock is free, holding the stores' locks out of order cannot
 	// deadlock (it does not wait), and there is nothing to move.
 	if adds && p.records.add(rk, planRecord{plan: bp.id, lineage: bp.lineage}, now) {
 		return locks, now, true
 	}
-	if id, found, locked := p.records.look(rk); stays && found || !adds && locked && !found || found && id == bp.id {
-		return locks, now, true // held with its record, new, or on its plan already: nothing to move
+	if id, found, locked := p.records.look(rk); !adds && locked && !found || found && id == bp.id {
+		return locks, now, true // new, or on its plan already: nothing to move
 	}
 	rs := &p.records.shards[rk.h&p.records.mask]
 	// Relock holding the key's record, with the stores it names.

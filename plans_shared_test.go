@@ -98,8 +98,14 @@ func TestPlansMoveLeavesSharedLayers(t *testing.T) {
 // so nothing of a key's own can move onto it. Redis's tests of these plans
 // read the file too. check checks key a1 on a plan.
 func allSharedPlans(t *testing.T) (p *ratelimit.Plans, check func(plan string) ratelimit.Decision) {
+	return filePlans(t, "testdata/allsharedplans.json")
+}
+
+// filePlans returns a Plans over the rule set of the JSON file path, and
+// a check of key a1 on a plan.
+func filePlans(t *testing.T, path string) (p *ratelimit.Plans, check func(plan string) ratelimit.Decision) {
 	var kp keyPlans
-	p, err := ratelimit.NewPlans(readPlanSet(t, "testdata/allsharedplans.json"), kp.of, ratelimit.WithClock(ratelimit.NewManualClock(0)))
+	p, err := ratelimit.NewPlans(readPlanSet(t, path), kp.of, ratelimit.WithClock(ratelimit.NewManualClock(0)))
 	require.NoError(t, err)
 	return p, func(plan string) ratelimit.Decision {
 		t.Helper()
@@ -127,13 +133,29 @@ func TestPlansMoveOntoAllSharedPlanKeepsOwnState(t *testing.T) {
 
 // TestPlansResetAfterAllSharedPlan: a Reset of a key that spent free and
 // was then checked on team, whose every layer is shared, finds its state in
-// free: back on free it starts fresh, and it moves on to pro with the one
-// unit it spent since (1 of 2 is 2 of 4).
+// free (see resetAfterTeam).
 func TestPlansResetAfterAllSharedPlan(t *testing.T) {
-	p, check := allSharedPlans(t)
+	resetAfterTeam(t, "testdata/allsharedplans.json")
+}
+
+// TestPlansResetDropsStateLeftBehind: a key that spent free, a rule of its
+// own, and moved to team, whose first layer is shared and whose second is
+// the key's own, left free's state in free and its record with team; a
+// Reset drops free's state too (see resetAfterTeam).
+func TestPlansResetDropsStateLeftBehind(t *testing.T) {
+	resetAfterTeam(t, "testdata/splitplans.json")
+}
+
+// resetAfterTeam checks, over the plans of the JSON file path (free, 2
+// per hour, and pro, 4 per hour, each a rule of the key's own; team, whose
+// first layer is shared), that a key that spent free and was then checked
+// on team is fresh on free after a Reset, and moves on to pro with the one
+// unit it spent since (1 of 2 is 2 of 4).
+func resetAfterTeam(t *testing.T, path string) {
+	p, check := filePlans(t, path)
 	require.True(t, check("free").Allowed)
 	require.True(t, check("free").Allowed)
-	require.True(t, check("team").Allowed)
+	require.True(t, check("team").Allowed, "free's count stays in free")
 	p.Reset("a1")
 	d := check("free")
 	assert.True(t, d.Allowed, "reset: free starts fresh: %+v", d)

@@ -1,6 +1,9 @@
 package ratelimit
 
-import "context"
+import (
+	"context"
+	"sort"
+)
 
 // Reset makes lim start again as a fresh limiter, full, whatever it had
 // spent: an administrative action, such as forgiving a client locked out by
@@ -89,14 +92,21 @@ func resetLayers(layers []compositeLayer, clock Clock, key string) {
 // [Composite.Reset] does over the plan's layers (a layer with a Key, such
 // as a global limit, included: its shared entry is reset for every key
 // that maps to it), and drops what the rule set still holds of the key's
-// own elsewhere: its entries in the layers without a Key of the plan it
-// was last checked under (which may be a plan an Update replaced), and its
-// record, so that no earlier state of the key can move back to it later.
-// The layers with a Key of that earlier plan are left as they are (other
-// keys still on it share them), unless it is an earlier version of the
-// key's plan that an Update replaced: its shared entries are then the
-// plan's, waiting to move into its new layers, and are reset with the
-// plan's. It is atomic with the key's checks and with Update.
+// own elsewhere: its entries in the layers without a Key of every plan of
+// the rule set and of the plan it was last checked under (which may be a
+// plan an Update replaced), and its record, so that no earlier state of
+// the key can move back to it later, nor refuse it on a plan it comes back
+// to. (A move onto a plan whose layer at some place has a Key leaves the
+// key's own state at that place in the plan it came from, while its record
+// names the plan it moved to when that plan has a layer of the key's own:
+// a record names one plan, so a Reset looks for the key's own state in
+// every plan.) The layers with a Key of other plans are left as they are
+// (other keys on them share them), unless the record names an earlier
+// version of the key's plan that an Update replaced: its shared entries
+// are then the plan's, waiting to move into its new layers, and are reset
+// with the plan's. It is atomic with the key's checks and with Update, and
+// it locks a shard of every store of the rule set that has a layer without
+// a Key: its cost grows with the number of plans.
 func (p *Plans) Reset(key string) {
 	// Holding Updates off for the whole reset, taken before the record's
 	// lock (see fence), it cannot be started over by them.
@@ -107,28 +117,29 @@ func (p *Plans) Reset(key string) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
 	g := p.gen.Load()
-	var buf [2 * inlineLayers]storeKey
-	var lbuf [2 * inlineLayers]shardLock
-	keys, locks := buf[:0], lbuf[:0]
+	// The stores to reset, each with the key's entry there.
+	at := map[keyedStore]storeKey{}
 	add := func(l compositeLayer) {
-		for _, have := range locks {
-			if have.store == l.store {
-				return
-			}
+		if _, ok := at[l.store]; !ok {
+			at[l.store] = l.store.prepare(layerKey(l.key, key))
 		}
-		k := l.store.prepare(layerKey(l.key, key))
-		keys = append(keys, k)
-		locks = append(locks, shardLock{store: l.store, shard: l.store.shardIndex(k)})
 	}
 	cur := p.plan(context.Background(), g, key)
 	for _, l := range cur.comp.layers {
 		add(l)
 	}
+	for _, bp := range g.byName {
+		for _, l := range bp.comp.layers {
+			if l.key == nil {
+				add(l)
+			}
+		}
+	}
 	if rec := rs.t.Lookup(rk.key, rk.tag); rec != nil {
 		if from := g.recorded(rec); from != nil {
-			// A plan the key's plan replaced holds the shared entries
-			// an Update has yet to move into the plan's new layers:
-			// they are the plan's, and are reset with it.
+			// A plan the key's plan replaced holds the shared entries an
+			// Update has yet to move into the plan's new layers: they are
+			// the plan's, and are reset with it.
 			same := from.bp.lineage == cur.lineage
 			for _, l := range from.bp.comp.layers {
 				if l.key == nil || same {
@@ -137,14 +148,15 @@ func (p *Plans) Reset(key string) {
 			}
 		}
 	}
-	// lockAll sorts locks: find each lock's key by its store.
-	byStore := make(map[keyedStore]storeKey, len(locks))
-	for i, l := range locks {
-		byStore[l.store] = keys[i]
+	locks := make([]shardLock, 0, len(at))
+	for st, k := range at {
+		locks = append(locks, shardLock{store: st, shard: st.shardIndex(k)})
 	}
+	// In lockAll's order already, which its sort then only checks.
+	sort.Slice(locks, func(i, j int) bool { return locks[i].store.id() < locks[j].store.id() })
 	now := lockAll(locks, clampTime(p.clock.Now()), false)
 	for _, l := range locks {
-		_, _, _ = l.store.take(byStore[l.store], now)
+		_, _, _ = l.store.take(at[l.store], now)
 	}
 	if rec := rs.t.Lookup(rk.key, rk.tag); rec != nil && rec.carries() {
 		rs.c.Delete(rk.key, rk.tag) // its moveRecord goes with it, rather than take room

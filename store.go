@@ -373,14 +373,15 @@ type keyedStore interface {
 	setSpent(k storeKey, now, x, until int64)
 	// checkHeld is plan bp's check of key in its one store, of rule set g
 	// of p (see Plans.checkHeld): for a valid cost, with the key's shard
-	// locked, if p still holds g and the store holds the key, or the key is
-	// new to the rule set (p's records have none of it, and their lock is
-	// free: then a record of bp is added, and the key), it decides cost as
-	// a Composite of this one store would, committing it if admitted, or,
-	// if bp counts refusals (see builtPlan.counts), as the store's Check
-	// would, with bp's name for a rule without one, and tells p's Observer;
-	// ok is false, with nothing done, otherwise. The store hashes the key
-	// with the seed of p's records (see options.seed).
+	// locked, if p still holds g and the store holds the key (something
+	// spent, if g.shared), or the key is new to the rule set (p's records
+	// have none of it, and their lock is free: then a record of bp is
+	// added, and the key), it decides cost as a Composite of this one store
+	// would, committing it if admitted, or, if bp counts refusals (see
+	// builtPlan.counts), as the store's Check would, with bp's name for a
+	// rule without one, and tells p's Observer; ok is false, with nothing
+	// done, otherwise. The store hashes the key with the seed of p's
+	// records (see options.seed).
 	checkHeld(key string, cost Units, p *Plans, g *planGen, bp *builtPlan) (d Decision, ok bool)
 	// countsRefused reports whether the rule counts refused cost
 	// (CountRefused), as the store's Check does.
@@ -868,15 +869,14 @@ func (c *storeCore[S, A]) checkHeld(key string, units Units, p *Plans, g *planGe
 		if c.obs != nil {
 			ev = sh.evictions()
 		}
-	} else if g.shared {
-		if id, found, _ := recs.look(k); !found || id != bp.id && c.alg.fresh(s, now) {
-			// An entry that holds nothing spent may be one a move left: the
-			// key's record may name another plan it must move from (see
-			// lacking). A key without a record (or whose record's shard is
-			// busy) takes the slow path, which writes one.
-			sh.release()
-			return Decision{}, false
-		}
+	} else if g.shared && c.alg.fresh(s, now) {
+		// An entry that holds nothing spent may be one a move left: the
+		// key's record may name another plan it must move from (see
+		// lacking), which the slow path looks up. One that holds something
+		// spent stays, as lockPlan decides, with no look at the record: no
+		// state of the key's own outlives its record (see Plans.Reset).
+		sh.release()
+		return Decision{}, false
 	}
 	var d Decision
 	if bp.counts || !c.refused {

@@ -185,12 +185,12 @@ func TestPlansLookLeavesRecordOnEmptyEntry(t *testing.T) {
 	assert.Zero(t, st.InvalidStates+st.Mismatches+st.Failures)
 }
 
-// TestPlansResetKeepsStateLeftBehind: a key that spent free, a rule of
+// TestPlansResetDropsStateLeftBehind: a key that spent free, a rule of
 // its own, and moved to team, whose first layer is shared, left free's
-// state where it was; after a Reset on team, a check back on free finds
-// that state still spent, and the key's next move carries it on to pro,
-// in process as in Redis, rather than start the key fresh there.
-func TestPlansResetKeepsStateLeftBehind(t *testing.T) {
+// state where it was; a Reset on team drops it too, in process as in
+// Redis (where free's deny cache forgets its refusal): back on free the key
+// starts fresh, and what it spends there moves on to pro.
+func TestPlansResetDropsStateLeftBehind(t *testing.T) {
 	tb := func(name string) ratelimit.Rule {
 		return ratelimit.TokenBucket{Rate: ratelimit.Rate{Count: 1, Per: time.Second}, Burst: 1, Name: name}
 	}
@@ -202,12 +202,65 @@ func TestPlansResetKeepsStateLeftBehind(t *testing.T) {
 	local, remote, on := twinPlans(t, set)
 	check := twinCheck(t, local, remote, on, "a1")
 	require.True(t, check("free").Allowed)
+	require.False(t, check("free").Allowed, "spent: free's deny cache remembers it")
 	require.True(t, check("team").Allowed, "free's state stays in free")
 	local.Reset("a1")
 	require.NoError(t, remote.Reset("a1"))
-	require.False(t, check("free").Allowed, "free's state is still spent")
+	require.True(t, check("free").Allowed, "reset: free starts fresh")
 	d := check("pro")
 	assert.False(t, d.Allowed, "free's spent state moves on to pro: %+v", d)
+	st := remote.Stats()
+	assert.Zero(t, st.InvalidStates+st.Mismatches+st.Failures)
+}
+
+// TestPlansResetLeavesNoStateToMoveAfterUpdate: a key that spent pro, a
+// rule of its own, and moved to free, whose first layer is shared, left
+// pro's state where it was; a Reset drops it, so that, in process as in
+// Redis, a check back on pro starts fresh, and after an Update that
+// replaces both plans the key's settlement on free finds the same state in
+// both (not pro's spent state in one and none in the other).
+func TestPlansResetLeavesNoStateToMoveAfterUpdate(t *testing.T) {
+	tb := func(c int64, name string) ratelimit.Rule {
+		return ratelimit.TokenBucket{Rate: ratelimit.Rate{Count: c, Per: time.Second}, Burst: c, Name: name}
+	}
+	all := func(string) string { return "all" }
+	set := ratelimit.PlanSet{Default: "free", Plans: map[string]ratelimit.Plan{
+		"free": {Layers: []ratelimit.Layer{{Rule: tb(2, "free-all"), Key: all}, {Rule: tb(1, "free-own"), Shadow: true}}},
+		"pro":  {Rule: tb(1, "pro")},
+	}}
+	local, remote, _ := twinPlans(t, set)
+	check := func(key, plan string, cost ratelimit.Units) ratelimit.Decision {
+		t.Helper()
+		ctx := ratelimit.ContextWithPlan(context.Background(), plan)
+		want, err := local.CheckContext(ctx, key, cost)
+		require.NoError(t, err)
+		got, err := remote.CheckContext(ctx, key, cost)
+		require.NoError(t, err)
+		require.Equal(t, want, got, "%s on %s", key, plan)
+		return got
+	}
+	require.True(t, check("a2", "pro", ratelimit.Unit).Allowed)
+	require.True(t, check("a2", "free", ratelimit.Unit).Allowed, "pro's state stays in pro")
+	local.Reset("a2")
+	require.NoError(t, remote.Reset("a2"))
+	require.True(t, check("a1", "free", ratelimit.Unit).Allowed)
+	// A key new to free, refused by its shared layer: a record in process,
+	// none in Redis, where the refusal writes nothing.
+	require.False(t, check("a2", "free", 2*ratelimit.Unit).Allowed)
+	assert.True(t, check("a2", "pro", ratelimit.Unit).Allowed, "reset: pro starts fresh")
+	set = ratelimit.PlanSet{Default: "free", Plans: map[string]ratelimit.Plan{
+		"free": {Layers: []ratelimit.Layer{{Rule: tb(1, "free-own2")}, {Rule: tb(1, "free-all2"), Key: all, Shadow: true}}},
+		"pro":  {Layers: []ratelimit.Layer{{Rule: tb(1, "pro-all2"), Key: all}, {Rule: tb(1, "pro-all3"), Key: all}}},
+	}}
+	require.NoError(t, local.Update(set, ratelimit.MigrateProportional))
+	require.NoError(t, remote.Update(set, ratelimit.MigrateProportional))
+	local.Clock().(*ratelimit.ManualClock).Advance(1)
+	want, wx, err := local.Settle("a2", ratelimit.Unit, ratelimit.Unit, unixNow)
+	require.NoError(t, err)
+	got, gx, err := remote.Settle("a2", ratelimit.Unit, ratelimit.Unit, unixNow)
+	require.NoError(t, err)
+	assert.Equal(t, want, got, "settle on free")
+	assert.Equal(t, wx, gx)
 	st := remote.Stats()
 	assert.Zero(t, st.InvalidStates+st.Mismatches+st.Failures)
 }

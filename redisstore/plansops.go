@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -261,12 +262,13 @@ func (p *Plans) Reset(key string) error {
 // ResetContext makes key start again as a fresh key, in one script call,
 // as [ratelimit.Plans.Reset] does: it deletes every key of the key's plan,
 // those of layers with a Key included (so that a global limit is reset for
-// every key, as [Composite.ResetContext] resets it), the keys its record
-// names (those of the plan it was last checked under) that are the key's
-// own, those of layers without a Key, and the record. The keys of the
-// record's plan's layers with a Key are left as they are (other keys of
-// that plan share them), unless it is an earlier version of the key's plan
-// that an Update replaced: they are deleted with the plan's. Unlike [Store.ResetContext] it keeps no clamp on
+// every key, as [Composite.ResetContext] resets it), the key's own keys
+// (of layers without a Key) of every plan of the rule set and of the plan
+// its record names (the plan it was last checked under), and the record.
+// The keys of other plans' layers with a Key are left as they are (other
+// keys of those plans share them), unless the record names an earlier
+// version of the key's plan that an Update replaced: they are deleted
+// with the plan's. Unlike [Store.ResetContext] it keeps no clamp on
 // time: as in process, where a reset drops the key's entries, the key is
 // then one Redis does not hold. ctx may name the plan (see
 // [ratelimit.ContextWithPlan]). When Redis fails the error wraps
@@ -278,19 +280,46 @@ func (p *Plans) ResetContext(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
+	// The key's own keys of every plan: a move onto a plan whose layer at
+	// some place has a Key leaves the key's own state at that place where
+	// it was, and a record names one plan. They share the record's slot.
+	all := append([]string{p.RecordKey(key)}, keys...)
+	for _, name := range sortedPlans(g) {
+		op := g.plans[name]
+		for i, h := range op.heads {
+			if op.keyFns[i] == nil && op != rp {
+				k, _ := p.keyName(h, key)
+				all = append(all, k)
+			}
+		}
+	}
 	ctx, cancel := p.r.bounded(ctx)
 	defer cancel()
 	own, _ := p.keyName("", key)
 	// A record names a version of the key's plan when its JSON starts as
 	// the plan's does, up to its rules.
 	same := rp.json[:strings.Index(rp.json, `"rules":`)]
-	args := []any{"z", "o", "", strconv.Itoa(len(keys)), p.r.o.prefix, "", "9", own, same}
-	if _, err := p.call(ctx, append([]string{p.RecordKey(key)}, keys...), args); err != nil {
+	args := []any{"z", "o", "", strconv.Itoa(len(all) - 1), p.r.o.prefix, "", "9", own, same}
+	if _, err := p.call(ctx, all, args); err != nil {
 		err, _ = p.unanswered(key, err)
 		return err
 	}
-	if d := rp.deny(); d != nil {
-		d.drop(keys[0])
+	for _, op := range g.plans {
+		if d := op.deny(); d != nil {
+			k, _ := p.keyName(op.heads[0], key)
+			d.drop(k)
+		}
 	}
 	return nil
+}
+
+// sortedPlans returns the names of g's plans, sorted, so that a script
+// is given their keys in one order.
+func sortedPlans(g *plansGen) []string {
+	names := make([]string, 0, len(g.plans))
+	for name := range g.plans {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
 }

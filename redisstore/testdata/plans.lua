@@ -3333,7 +3333,7 @@ end
 --          'x' a refund or settlement (settle.lua's); 'o' a read (ops.lua's)
 -- ARGV[3]  the plan's record but for its last line: the plan's keys,
 --          separated by single spaces, a newline and the plan as JSON
--- ARGV[4]  n, the number of the plan's keys
+-- ARGV[4]  n, the number of the plan's keys (for 'z', see below)
 -- ARGV[5]  the prefix that every key a record names starts with
 -- ARGV[6]  now in ns since the Unix epoch, or '' for the server's TIME,
 --          as the check's own arguments say it
@@ -3349,15 +3349,16 @@ end
 --          its expiry in ms; then per old key: its state as read, '1' to
 --          delete it ('' to leave it).
 --
--- 'z':     ARGV[8] the part of a key's name after a plan's layer's head
---          that the key's own keys end with (a layer without a Key);
---          ARGV[9] how a record's second line starts when it names a plan
---          of the same name as the key's ('{"plan":' and the name). Every
---          plan's key, every key the record names that is the key's own
---          (or every key it names, when it names an earlier version of the
---          key's plan: its shared keys wait to move into the plan's), and
---          the record are deleted, as in process a reset drops the key's
---          entries; returns {'z'}.
+-- 'z':     KEYS[2..n+1] the plan's keys, then the key's own keys of the
+--          set's other plans; ARGV[8] the part of a key's name after a
+--          plan's layer's head that the key's own keys end with (a layer
+--          without a Key); ARGV[9] how a record's second line starts when it
+--          names a plan of the same name as the key's ('{"plan":' and the
+--          name). Those n keys, every key the record names that is the
+--          key's own (or every key it names, when it names an earlier
+--          version of the key's plan: its shared keys wait to move into the
+--          plan's), and the record are deleted, as in process a reset drops
+--          the key's entries; returns {'z'}.
 --
 -- A record is three lines: the keys of the plan that holds the key's
 -- state, the plan as JSON, and what the key's last move carried into the
