@@ -24,8 +24,9 @@ type scriptRunner interface {
 // that the step's sources read it as the script's ARGV; the caches of the
 // arguments each path has read (argCache, which keeps the seconds of the
 // times the fast path reads too, see fast.lua; ppCache and limbCache, see
-// pairs.lua and arith.lua) are set up once too, and last
-// while the library stays loaded. The library's name carries a digest of
+// pairs.lua and arith.lua) and the texts of the expiries the fast path
+// writes (pxCache, see fast.lua) are set up once too, and last while the
+// library stays loaded. The library's name carries a digest of
 // its source, so that stores of different versions on one server each
 // find their own.
 var stepLibrary, stepFunction = stepLibrarySource("")
@@ -33,7 +34,7 @@ var stepLibrary, stepFunction = stepLibrarySource("")
 // stepLibrarySource assembles the step's library; override is Lua run
 // after the fast path is defined, as for scriptSource.
 func stepLibrarySource(override string) (src, fn string) {
-	return library("step", expandLua("local ARGV\n"+fastLua+"\nargCache = {}\n"+override+"\n"+exactHoisted()), expandLua(stepLua))
+	return library("step", expandLua("local ARGV\n"+fastLua+"\nargCache, pxCache = {}, {}\n"+override+"\n"+exactHoisted()), expandLua(stepLua))
 }
 
 // library returns the source of a library that registers body as a

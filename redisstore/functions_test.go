@@ -92,9 +92,11 @@ func statCalls(info, cmd string) int64 {
 
 // TestFunctionArgumentCache: the library's fast path keeps the arguments
 // it has read (argCache in fast.lua), at most 256 texts before it starts
-// afresh. Rules whose arguments together have many more texts than that,
-// checked in turn twice over (so that the second round reads some from
-// the cache and some after it started afresh), decide as in process.
+// afresh, and the texts of the expiries it has written (pxCache), as many,
+// each the number's own digits. Rules whose arguments together have many
+// more texts than that, checked in turn twice over (so that the second
+// round reads some from the cache and some after it started afresh),
+// decide as in process.
 func TestFunctionArgumentCache(t *testing.T) {
 	rdb := needRedis(t)
 	clk := ratelimit.NewManualClock(unixNow)
@@ -124,7 +126,12 @@ func TestFunctionArgumentCache(t *testing.T) {
 	probed := src + "redis.register_function('" + fn + `_probe', function()
   local n = 0
   for _ in pairs(argCache) do n = n + 1 end
-  return {n, argCached}
+  local m, bad = 0, 0
+  for px, s in pairs(pxCache) do
+    m = m + 1
+    if s ~= string.format('%d', px) then bad = bad + 1 end
+  end
+  return {n, argCached, m, pxCached, bad}
 end)
 `
 	require.NoError(t, rdb.FunctionLoadReplace(ctx, probed).Err())
@@ -132,7 +139,7 @@ end)
 	for _, p := range pairs {
 		p.s.script = lib
 	}
-	most := int64(0)
+	most, mostPx := int64(0), int64(0)
 	for round := range 2 {
 		for i, p := range pairs {
 			if i%50 == 0 {
@@ -141,6 +148,10 @@ end)
 				require.Equal(t, got[0], got[1], "the cache's count is not its size")
 				require.LessOrEqual(t, got[0], int64(256), "the argument cache outgrew its bound")
 				most = max(most, got[0])
+				require.Equal(t, got[2], got[3], "the expiry cache's count is not its size")
+				require.LessOrEqual(t, got[2], int64(256), "the expiry cache outgrew its bound")
+				require.Zero(t, got[4], "the expiry cache keeps a text that is not its number's")
+				mostPx = max(mostPx, got[2])
 			}
 			cost := ratelimit.Units(i%4+1) * ratelimit.Unit / 4
 			want, err := p.local.Check(cost)
@@ -152,6 +163,7 @@ end)
 		}
 	}
 	require.Greater(t, most, int64(128), "the checks never filled the cache: the bound is untested")
+	require.Greater(t, mostPx, int64(1), "the checks kept no expiries' texts")
 }
 
 // TestFunctionKeepsTimeSeconds: the library's fast path keeps the seconds

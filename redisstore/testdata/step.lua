@@ -48,6 +48,15 @@ end
 -- its locals last one call. fast looks a text up in argCache itself before
 -- it calls farg, where a call would cost more than the lookup.
 local argCache, argCached = false, 0
+
+-- pxCache is the library's too (false in a script): it keeps the text of
+-- each expiry fast has written, by its number, at most 256 of them, then
+-- starts afresh. A number passed to redis.call is written out with
+-- "%.17g", a costly conversion of a double; a text passes as it is, and a
+-- rule's expiries take few values (a bucket's without debt, one), so most
+-- checks find theirs kept. A whole number below 2^53 reads the same either
+-- way, and each expiry is one (fceilms, plus a margin below 2^51).
+local pxCache, pxCached = false, 0
 local function farg(s)
   if argCache then
     local v = argCache[s]
@@ -428,7 +437,17 @@ local function fast(key, alg, old, tm)
     end
   end
 
-  redis.call('SET', key, new, 'PX', fceilms(ttl) + margin)
+  local px = fceilms(ttl) + margin
+  if pxCache then
+    local t = pxCache[px]
+    if not t then
+      t = string.format('%d', px)
+      if pxCached >= 256 then pxCache, pxCached = {}, 0 end
+      pxCache[px], pxCached = t, pxCached + 1
+    end
+    px = t
+  end
+  redis.call('SET', key, new, 'PX', px)
   return {old or '', reading, new, admitted}
 end
 
