@@ -217,6 +217,7 @@ local function fast(key, alg, old, tm)
 
   -- The state's fields: f1..f4 for the fixed shapes, fs for a log.
   local fs, nf, f1, f2, f3, f4 = nil, 0, nil, nil, nil, nil
+  local canon = false -- f1 and f2 are known canonical
   if old and #old > 0 then
     if alg == 'l' or alg == 's' then
       if string.find(old, '[^ 0-9]') or string.find(old, '  ') or string.byte(old, 1) == 32 or string.byte(old, -1) == 32 then
@@ -232,19 +233,25 @@ local function fast(key, alg, old, tm)
       if alg == 'c' then
         f1, f2, f3, f4 = string.match(old, '^(%d+) (%d+) (%d+) (%d+)$')
         nf = 4
+      elseif alg == 'm' then
+        -- A bucket's two instants are matched canonical and nonzero, so
+        -- that neither needs a look at its first digit; a state with an
+        -- instant of 0 goes to the exact path.
+        f1, f2, f3 = string.match(old, '^([1-9]%d*) ([1-9]%d*) (%d+)$')
+        nf, canon = 3, true
       else
         f1, f2, f3 = string.match(old, '^(%d+) (%d+) (%d+)$')
         nf = 3
       end
       if not f1 then
-        f1, nf = string.match(old, '^%d+$'), 1
+        f1, nf, canon = string.match(old, '^%d+$'), 1, false
         if not f1 then return nil end
       end
     end
     -- Canonical decimals compare as numbers by length, then as strings:
     -- the latest instant needs reading only when it is later than now.
     local n1, nn = #f1, #now
-    if n1 > 1 and string.byte(f1, 1) == 48 then return nil end
+    if not canon and n1 > 1 and string.byte(f1, 1) == 48 then return nil end
     if n1 > nn or (n1 == nn and f1 > now) then
       local h, l = ftime(f1)
       if not h then return nil end
@@ -260,9 +267,10 @@ local function fast(key, alg, old, tm)
       -- A whole span's fraction is '0': no need to read it. Nor a time
       -- before now (t < 0, no debt), which canonical decimals show by
       -- length, then as strings, as for the latest instant above: a
-      -- canonical time below now is a valid one.
+      -- canonical time below now is a valid one, and the state's pattern
+      -- above matched it canonical.
       local fr, t, nt, nn = 0, -1, #ts, #now
-      if nt > nn or (nt == nn and ts >= now) or (nt > 1 and string.byte(ts, 1) == 48) then t = frel(ts, H, L) end
+      if nt > nn or (nt == nn and ts >= now) then t = frel(ts, H, L) end
       if frs ~= '0' then fr = fdig(frs) end
       if not (fr and t) or fr >= n then return nil end
       if t >= 0 then
@@ -1409,6 +1417,7 @@ local function fast(key, alg, old, tm)
 
   -- The state's fields: f1..f4 for the fixed shapes, fs for a log.
   local fs, nf, f1, f2, f3, f4 = nil, 0, nil, nil, nil, nil
+  local canon = false -- f1 and f2 are known canonical
   if old and #old > 0 then
     if alg == 'l' or alg == 's' then
       if string.find(old, '[^ 0-9]') or string.find(old, '  ') or string.byte(old, 1) == 32 or string.byte(old, -1) == 32 then
@@ -1424,19 +1433,25 @@ local function fast(key, alg, old, tm)
       if alg == 'c' then
         f1, f2, f3, f4 = string.match(old, '^(%d+) (%d+) (%d+) (%d+)$')
         nf = 4
+      elseif alg == 'm' then
+        -- A bucket's two instants are matched canonical and nonzero, so
+        -- that neither needs a look at its first digit; a state with an
+        -- instant of 0 goes to the exact path.
+        f1, f2, f3 = string.match(old, '^([1-9]%d*) ([1-9]%d*) (%d+)$')
+        nf, canon = 3, true
       else
         f1, f2, f3 = string.match(old, '^(%d+) (%d+) (%d+)$')
         nf = 3
       end
       if not f1 then
-        f1, nf = string.match(old, '^%d+$'), 1
+        f1, nf, canon = string.match(old, '^%d+$'), 1, false
         if not f1 then return nil end
       end
     end
     -- Canonical decimals compare as numbers by length, then as strings:
     -- the latest instant needs reading only when it is later than now.
     local n1, nn = #f1, #now
-    if n1 > 1 and string.byte(f1, 1) == 48 then return nil end
+    if not canon and n1 > 1 and string.byte(f1, 1) == 48 then return nil end
     if n1 > nn or (n1 == nn and f1 > now) then
       local h, l = ftime(f1)
       if not h then return nil end
@@ -1452,9 +1467,10 @@ local function fast(key, alg, old, tm)
       -- A whole span's fraction is '0': no need to read it. Nor a time
       -- before now (t < 0, no debt), which canonical decimals show by
       -- length, then as strings, as for the latest instant above: a
-      -- canonical time below now is a valid one.
+      -- canonical time below now is a valid one, and the state's pattern
+      -- above matched it canonical.
       local fr, t, nt, nn = 0, -1, #ts, #now
-      if nt > nn or (nt == nn and ts >= now) or (nt > 1 and string.byte(ts, 1) == 48) then t = frel(ts, H, L) end
+      if nt > nn or (nt == nn and ts >= now) then t = frel(ts, H, L) end
       if frs ~= '0' then fr = fdig(frs) end
       if not (fr and t) or fr >= n then return nil end
       if t >= 0 then
