@@ -44,27 +44,6 @@ local function N(s, digits)
   return parse(s, 19, digits)
 end
 
--- NA reads an argument as N does, false if it is not one. A library
--- (functions.go) sets limbCache to a table once, when it loads, and NA
--- then keeps what it read for each argument's text, as fast.lua's farg
--- does: a rule's arguments are the same on every check. The numbers it
--- keeps are shared by every later call, which reads them and never writes
--- to them (see above); it holds at most 256 texts, then starts afresh. A
--- script keeps nothing.
-local limbCache, limbCached = false, 0
-local function NA(s)
-  if limbCache then
-    local v = limbCache[s]
-    if v ~= nil then return v end
-  end
-  local v = N(s) or false
-  if limbCache and s then
-    if limbCached >= 256 then limbCache, limbCached = {}, 0 end
-    limbCache[s], limbCached = v, limbCached + 1
-  end
-  return v
-end
-
 local function S(a)
   local n = #a
   if n == 1 then return string.format('%d', a[1]) end
@@ -222,35 +201,57 @@ local function divmod(a, d)
   return trim(q), r
 end
 
--- divtime returns divmod(a, d) for an instant a (at most MaxTime, 2^62
--- ns) and a span d > 0: the index of the window of length d that holds a,
--- and how far into it a is. As fast.lua's fwindow, it works in doubles
--- where that is exact, for d below 2^51 of whole microseconds or dividing
--- a second: a is split into H s and L ns, and a in microseconds is below
--- 2^53.
-local function divtime(a, d)
-  if #a == 3 and #d <= 3 then
-    local w = approx(d)
-    local l2 = a[2]
-    local r2 = math.fmod(l2, 100)
-    local H, L = a[3] * 100000 + (l2 - r2) / 100, r2 * B + a[1]
-    if w >= 1 and w < 2251799813685248 and H <= 4611686018 then
-      if math.fmod(w, 1000) == 0 then
-        local k = w / 1000
-        local lr = math.fmod(L, 1000)
-        local us = H * 1000000 + (L - lr) / 1000
-        local r = math.fmod(us, k)
-        return fromnum((us - r) / k), fromnum(r * 1000 + lr)
-      elseif math.fmod(1000000000, w) == 0 then
-        local m = 1000000000 / w
-        if H * m < 2251799813685248 then
-          local r = math.fmod(L, w)
-          return fromnum(H * m + (L - r) / w), fromnum(r)
-        end
+-- plimbs returns a pair (pairs.lua), h*10^9 + l below 2^64, in limbs.
+local function plimbs(h, l)
+  local l1 = l % B
+  local c = h * 100 + (l - l1) / B
+  local l2 = c % B
+  return trim({l1, l2, (c - l2) / B})
+end
+
+-- lpair returns a number below 2^64 in limbs as a pair.
+local function lpair(a)
+  local l2, l3 = a[2] or 0, a[3] or 0
+  local r = l2 % 100
+  return l3 * 100000 + (l2 - r) / 100, r * B + a[1]
+end
+
+-- psplit returns a whole 0 <= x < 2^53 as a pair.
+local function psplit(x)
+  local l = math.fmod(x, 1000000000)
+  return (x - l) / 1000000000, l
+end
+
+-- pdivtime returns, for an instant (th, tl) of at most MaxTime (2^62 ns)
+-- and a span (dh, dl) > 0, as pairs: the index of the window of that
+-- length that holds the instant, and how far into it the instant is. As
+-- fast.lua's fwindow, it works in doubles where that is exact, for a span
+-- below 2^51 of whole microseconds or dividing a second (the instant in
+-- microseconds is below 2^53), else in limbs (divmod).
+local function pdivtime(th, tl, dh, dl)
+  if dh < 2251799 then
+    local w = dh * 1000000000 + dl
+    if math.fmod(w, 1000) == 0 then
+      local k = w / 1000
+      local lr = math.fmod(tl, 1000)
+      local us = th * 1000000 + (tl - lr) / 1000
+      local r = math.fmod(us, k)
+      local qh, ql = psplit((us - r) / k)
+      local rh, rl = psplit(r * 1000 + lr)
+      return qh, ql, rh, rl
+    elseif math.fmod(1000000000, w) == 0 then
+      local m = 1000000000 / w
+      if th * m < 2251799813685248 then
+        local r = math.fmod(tl, w)
+        local qh, ql = psplit(th * m + (tl - r) / w)
+        return qh, ql, 0, r
       end
     end
   end
-  return divmod(a, d)
+  local q, r = divmod(plimbs(th, tl), plimbs(dh, dl))
+  local qh, ql = lpair(q)
+  local rh, rl = lpair(r)
+  return qh, ql, rh, rl
 end
 
 -- fromtime returns the instant TIME replied, sec*10^9 + usec*10^3 ns, in

@@ -24,13 +24,20 @@ for i = 1, #ARGV, 3 do
   elseif op == 'mul' then out[#out + 1] = S(mul(x, y))
   elseif op == 'muls' then out[#out + 1] = S(muls(x, tonumber(ARGV[i + 2])))
   elseif op == 'cmp' then out[#out + 1] = tostring(cmp(x, y))
-  elseif op == 'divmod' or op == 'divtime' then
-    local q, r
-    if op == 'divmod' then q, r = divmod(x, y) else q, r = divtime(x, y) end
+  elseif op == 'divmod' then
+    local q, r = divmod(x, y)
     out[#out + 1] = S(q)
     out[#out + 1] = S(r)
+  elseif op == 'divtime' then
+    local th, tl = lpair(x)
+    local dh, dl = lpair(y)
+    local qh, ql, rh, rl = pdivtime(th, tl, dh, dl)
+    out[#out + 1] = pstr(qh, ql)
+    out[#out + 1] = pstr(rh, rl)
   elseif op == 'time' then out[#out + 1] = S(fromtime(ARGV[i + 1], ARGV[i + 2]))
+  elseif op == 'ptime' then out[#out + 1] = pstr(pnow({ARGV[i + 1], ARGV[i + 2]}))
   elseif op == 'ceilms' then out[#out + 1] = string.format('%d', ceilms(x))
+  elseif op == 'pms' then out[#out + 1] = string.format('%d', pms(lpair(x)))
   elseif op == 'N' then
     local v = N(ARGV[i + 1])
     out[#out + 1] = v and S(v) or 'nil'
@@ -39,7 +46,9 @@ end
 return out
 `
 
-var arithScript = redis.NewScript(arithLua + "\n" + arithHarness)
+// arithScript runs the harness on the limbs (arith.lua), beside the pairs
+// (pairs.lua) that the windows' step moves between them and limbs.
+var arithScript = redis.NewScript(expandLua(pairsLua + "\n" + arithLua + "\n" + arithHarness))
 
 type arithCase struct {
 	op   string
@@ -167,9 +176,10 @@ func TestArithmeticAgainstBig(t *testing.T) {
 	runArith(t, rdb, cases)
 }
 
-// TestWindowOfAnInstant: divtime, the window of an instant (in doubles
-// for spans of whole microseconds or dividing a second, below 2^51), is
-// divmod's for instants up to MaxTime, on either side of each bound.
+// TestWindowOfAnInstant: pdivtime, the window of an instant (in doubles
+// for spans of whole microseconds or dividing a second, below 2^51, else
+// in limbs), is the quotient and remainder for instants up to MaxTime, on
+// either side of each bound, for spans up to 10^19.
 func TestWindowOfAnInstant(t *testing.T) {
 	rdb := needRedis(t)
 	r := rand.New(rand.NewPCG(3, 4))
@@ -206,7 +216,8 @@ func TestWindowOfAnInstant(t *testing.T) {
 	runArith(t, rdb, cases)
 }
 
-// TestTimeAndMilliseconds: TIME's reply in ns, and spans in ms rounded up.
+// TestTimeAndMilliseconds: TIME's reply in ns, and spans in ms rounded up,
+// in limbs (settle.lua's) and in pairs (the check's).
 func TestTimeAndMilliseconds(t *testing.T) {
 	rdb := needRedis(t)
 	r := rand.New(rand.NewPCG(5, 6))
@@ -217,14 +228,17 @@ func TestTimeAndMilliseconds(t *testing.T) {
 		if i < 4 {
 			sec, usec = []int64{0, 0, 1_780_000_000, 4_611_686_017}[i], []int64{0, 999_999, 9_999, 10_000}[i]
 		}
+		ns0 := new(big.Int).Add(new(big.Int).Mul(big.NewInt(sec), big.NewInt(1e9)), big.NewInt(usec*1000)).String()
 		args = append(args, "time", strconv.FormatInt(sec, 10), strconv.FormatInt(usec, 10))
-		want = append(want, new(big.Int).Add(new(big.Int).Mul(big.NewInt(sec), big.NewInt(1e9)), big.NewInt(usec*1000)).String())
+		args = append(args, "ptime", strconv.FormatInt(sec, 10), strconv.FormatInt(usec, 10))
+		want = append(want, ns0, ns0)
 		ns := r.Int64N(1 << 62)
 		if i < 4 {
 			ns = []int64{0, 1, 1_000_000, 1_000_001}[i]
 		}
-		args = append(args, "ceilms", strconv.FormatInt(ns, 10), "0")
-		want = append(want, strconv.FormatInt((ns+999_999)/1_000_000, 10))
+		args = append(args, "ceilms", strconv.FormatInt(ns, 10), "0", "pms", strconv.FormatInt(ns, 10), "0")
+		ms := strconv.FormatInt((ns+999_999)/1_000_000, 10)
+		want = append(want, ms, ms)
 	}
 	for len(args) > 0 {
 		n := min(len(args), 3000)

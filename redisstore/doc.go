@@ -34,10 +34,10 @@
 //     counts and spans are below 2^51; windows (a SubWindow's buckets)
 //     are whole microseconds or divide a second. Rules of everyday sizes
 //     (up to weeks, up to billions of units) run here;
-//   - an exact path for everything else: the buckets (which only add,
-//     subtract and compare) hold each integer as two doubles, h*10^9 + l;
-//     the windows (which also divide and multiply) split integers into
-//     base-10^7 limbs. It takes spans of months or years, capacities of
+//   - an exact path for everything else: it holds each integer as two
+//     doubles, h*10^9 + l, and the windows go through base-10^7 limbs
+//     only to divide an instant by a window the fast path's division does
+//     not take and for a sliding counter's products past 2^53. It takes spans of months or years, capacities of
 //     2^51 milli-units or more, windows such as 1.5 µs, a sliding log
 //     holding entries more than 48 days old, and every state that is not
 //     well formed (which it refuses).
@@ -199,8 +199,8 @@
 // instant in one round trip and decides in Go with the rule's Machine,
 // writing nothing. A refund is one script, on every rule, that reads the
 // key, computes the amount and the new state in exact integer arithmetic
-// (base-10^7 limbs, as the check's exact path computes, whatever the
-// numbers' sizes) and writes it, keeping the key's
+// (base-10^7 limbs, as the check's exact path divides and multiplies,
+// whatever the numbers' sizes) and writes it, keeping the key's
 // expiry: atomic with the checks around it, so it never conflicts, however
 // hot the key. The store then runs the rule's Machine
 // ([ratelimit.Machine.Refund]) on the state and instant the script read

@@ -14,15 +14,11 @@ import (
 // sharedProbe is Lua that registers, beside a library's step, a function
 // returning what the library's exact helpers share between calls:
 // arith.lua's zero and one, each as its length and limbs, then how many
-// arguments it keeps read (limbCache, ppCache) and how many of them no
+// arguments it keeps read (ppCache) and how many of them no
 // longer read as their text.
 func sharedProbe(fn string) string {
 	return "redis.register_function('" + fn + `_probe', function()
   local kept, wrong = 0, 0
-  for s, v in pairs(limbCache) do
-    kept = kept + 1
-    if v ~= (N(s) or false) and (not v or S(v) ~= s) then wrong = wrong + 1 end
-  end
   for s, v in pairs(ppCache) do
     kept = kept + 1
     local h, l = pp(s)
@@ -40,7 +36,7 @@ end)
 // take the exact path decides checks of every kind of rule, many rules in
 // turn on one loaded library, as in process; after each sequence the
 // shared tables are still zero and one, and each argument kept read
-// (limbCache, ppCache) still reads as its text.
+// (ppCache) still reads as its text.
 func TestExactSharedStateUntouched(t *testing.T) {
 	rdb := needRedis(t)
 	ctx := context.Background()
@@ -53,8 +49,8 @@ func TestExactSharedStateUntouched(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, got, 8)
 		require.Equal(t, []int64{1, 0, -1, 1, 1, -1}, got[:6], "the shared zero and one were written to")
-		require.Zero(t, got[7], "kept arguments' limbs were written to")
-		require.LessOrEqual(t, got[6], int64(2*256), "the kept arguments outgrew their two caches' bounds")
+		require.Zero(t, got[7], "kept arguments were written to")
+		require.LessOrEqual(t, got[6], int64(256), "the kept arguments outgrew their cache's bound")
 		kept = max(kept, got[6])
 	}
 	probe(t)
@@ -119,5 +115,42 @@ func TestFixedWindowExpiryAhead(t *testing.T) {
 		ttl, err := rdb.PTTL(ctx, s.Key("k")).Result()
 		require.NoError(t, err)
 		assert.InDelta(t, 1700, ttl.Milliseconds(), 50, "%s: the state's expiry", name)
+	}
+}
+
+// TestSlidingCounterAtTheBoundary: a sliding counter's request whose
+// estimate plus cost is exactly the limit is admitted, and refused a
+// nanosecond earlier, on the exact path as a script and as the library
+// runs it, with the comparison's products within doubles' exact range
+// and beyond it.
+func TestSlidingCounterAtTheBoundary(t *testing.T) {
+	rdb := needRedis(t)
+	for _, w := range []time.Duration{time.Second, 1_000_000 * time.Second} {
+		rule := ratelimit.SlidingCounter{Limit: 2, Window: w}
+		for name, script := range map[string]scriptRunner{"script": exactScript, "library": exactFunction} {
+			for _, early := range []time.Duration{0, 1} {
+				start := unixNow / w * w
+				clk := ratelimit.NewManualClock(start)
+				s, err := New(rdb, rule, WithClock(clk), WithPrefix(testPrefix()), WithDenyCache(0))
+				require.NoError(t, err)
+				s.script = script
+				l, err := ratelimit.New(rule, ratelimit.WithClock(clk))
+				require.NoError(t, err)
+				d, err := s.Check("k", 2*ratelimit.Unit)
+				require.NoError(t, err)
+				require.True(t, d.Allowed)
+				_, err = l.Check(2 * ratelimit.Unit)
+				require.NoError(t, err)
+				// Half the previous window's two count at its middle: one,
+				// and one more is exactly the limit.
+				clk.Set(start + w + w/2 - early)
+				want, err := l.Check(ratelimit.Unit)
+				require.NoError(t, err)
+				got, err := s.Check("k", ratelimit.Unit)
+				require.NoError(t, err)
+				require.Equal(t, want, got, "%s, window %v, %v early", name, w, early)
+				assert.Equal(t, early == 0, got.Allowed, "%s, window %v, %v early", name, w, early)
+			}
+		}
 	}
 }

@@ -23,12 +23,11 @@ type scriptRunner interface {
 // ARGV is an upvalue the registered function sets before each step, so
 // that the step's sources read it as the script's ARGV; the caches of the
 // arguments each path has read (argCache, which keeps the seconds of the
-// times the fast path reads too, see fast.lua; ppCache and limbCache, see
-// pairs.lua and arith.lua) and the texts of the expiries the fast path
-// writes (pxCache, see fast.lua) are set up once too, and last while the
-// library stays loaded. The library's name carries a digest of
-// its source, so that stores of different versions on one server each
-// find their own.
+// times the fast path reads too, see fast.lua; ppCache, see pairs.lua)
+// and the texts of the expiries the fast path writes (pxCache, see
+// fast.lua) are set up once too, and last while the library stays loaded.
+// The library's name carries a digest of its source, so that stores of
+// different versions on one server each find their own.
 var stepLibrary, stepFunction = stepLibrarySource("")
 
 // stepLibrarySource assembles the step's library; override is Lua run

@@ -1,227 +1,292 @@
--- The step of the window rules in exact limb arithmetic (arith.lua), for
--- any state, argument or time: the end of the body of exact(key, alg, old,
--- tm), which the script defines around pairs.lua, arith.lua and this file
--- so that a check the fast path decides never builds these functions (a
--- library defines pairs.lua's and arith.lua's once, when it loads). The
--- buckets have returned by pmeter (pairs.lua) before this runs. old is the
--- key's value or false, tm TIME's reply or false.
+-- The step of the window rules, exact for any state, argument or time: the
+-- end of the body of exact(key, alg, old, tm), which the script defines
+-- around pairs.lua, arith.lua and this file so that a check the fast path
+-- decides never builds these functions (a library defines pairs.lua's and
+-- arith.lua's once, when it loads). The buckets have returned by pmeter
+-- (pairs.lua) before this runs. old is the key's value or false, tm TIME's
+-- reply or false.
+--
+-- Every quantity is below 2^63 (a sum of two below 2^64, of a sub-window's
+-- counts below 2^70) and is kept as a pair of doubles (pairs.lua), which
+-- adds, subtracts and compares exactly without a table; only the window of
+-- an instant (pdivtime) and the sliding counter's products, where doubles
+-- cannot show them exactly, go through limbs (arith.lua).
 
-local function fail(why)
-  return redis.error_reply('RATELIMIT ' .. why)
-end
+local fail = pfail
 
--- The limb path: any state, argument or time.
-local cost, margin = NA(ARGV[ARG_COST]), NA(ARGV[ARG_MARGIN])
-if not cost or iszero(cost) or not margin then return fail('invalid argument') end
+local ch, cl = ppa(ARGV[ARG_COST])
+local mh = ppa(ARGV[ARG_MARGIN])
+if not (ch and mh) or (ch == 0 and cl == 0) then return fail('invalid argument') end
 
-local MAXT = {7387904, 8601842, 46116} -- 2^62 ns: MaxTime
-local now
-if tm then
-  now = fromtime(tm[1], tm[2])
-else
-  now = N(ARGV[ARG_NOW])
-  if not now then return fail('invalid argument') end
-end
-if cmp(now, MAXT) > 0 then now = MAXT end
-local reading = S(now)
+local wh, wl = pnow(tm)
+if not wh then return fail('invalid argument') end
+local reading = pstr(wh, wl)
+-- now as written: the reading, or the state's latest instant when later.
+local nows = reading
 
 -- The state: space-separated canonical decimals, the latest instant first.
--- An empty value is a fresh key's, as for the Machine.
-local f, fs = {}, {}
+-- An empty value is a fresh key's, as for the Machine. The fixed window
+-- and the sliding counter have a shape of their own (or a fresh key's
+-- lone instant); the others a list, fh, fl and their texts fs.
+local nf, f2, f3, f4 = 0, nil, nil, nil
+local fh, fl, fs
 if old and #old > 0 then
-  if old:find('[^ 0-9]') or old:find('  ') or old:byte(1) == 32 or old:byte(-1) == 32 then
-    return fail('invalid state')
+  local f1
+  if alg == ALG_FIXED or alg == ALG_COUNTER then
+    if alg == ALG_FIXED then
+      f1, f2, f3 = string.match(old, '^(%d+) (%d+) (%d+)$')
+      nf = 3
+    else
+      f1, f2, f3, f4 = string.match(old, '^(%d+) (%d+) (%d+) (%d+)$')
+      nf = 4
+    end
+    if not f1 then
+      f1, nf = string.match(old, '^%d+$'), 1
+      if not f1 then return fail('invalid state') end
+    end
+  else
+    if string.find(old, '[^ 0-9]') or string.find(old, '  ') or string.byte(old, 1) == 32 or string.byte(old, -1) == 32 then
+      return fail('invalid state')
+    end
+    fh, fl, fs = {}, {}, {}
+    for w in string.gmatch(old, '%d+') do
+      local h, l = pp(w, true)
+      if not h then return fail('invalid state') end
+      nf = nf + 1
+      fh[nf], fl[nf], fs[nf] = h, l, w
+    end
+    f1 = fs[1]
   end
-  for w in old:gmatch('%d+') do
-    local v = N(w, true)
-    if not v then return fail('invalid state') end
-    f[#f + 1], fs[#fs + 1] = v, w
-  end
-  if cmp(f[1], MAXT) > 0 then return fail('invalid state') end
-  now = max(now, f[1])
+  local h, l = pp(f1, true)
+  if not h or pcmp(h, l, 4611686018, 427387904) > 0 then return fail('invalid state') end
+  if pcmp(h, l, wh, wl) > 0 then wh, wl, nows = h, l, f1 end
 else
   old = old or ''
 end
 -- A state with nothing after its instant is a fresh key's.
-local fresh = #f <= 1
+local fresh = nf <= 1
 
-local admitted, new, ttl = 0, nil, nil
+local Wh, Wl = ppa(ARGV[ARG_WINDOW])
+local ah, al = ppa(ARGV[ARG_CAPACITY])
+if not (Wh and ah) or (Wh == 0 and Wl == 0) then return fail('invalid argument') end
+-- A state in debt (after a settlement) holds up to twice the capacity.
+local a2h, a2l = padd(ah, al, ah, al)
+
+local admitted, new, th, tl = 0, nil, 0, 0
 
 if alg == ALG_SUB then
   -- Buckets of g = W/k ns: the state is the latest bucket's index sc and
   -- the counts of buckets sc-k+1 to sc, oldest first; a bucket before the
   -- origin holds nothing.
-  local w, cap, kk = NA(ARGV[ARG_WINDOW]), NA(ARGV[ARG_CAPACITY]), NA(ARGV[ARG_BUCKETS])
-  if not (w and cap and kk) or iszero(w) or iszero(kk) or #kk > 1 or kk[1] > 60 then
-    return fail('invalid argument')
-  end
+  local kh, k = ppa(ARGV[ARG_BUCKETS])
+  if not kh or kh ~= 0 or k == 0 or k > 60 then return fail('invalid argument') end
   -- '1' counts refusals; '2' (a composite's step, which never spends a
   -- refusal) counts none but reads the states of a rule that does.
-  local k, refused, counts = kk[1], ARGV[ARG_REFUSED] ~= '0', ARGV[ARG_REFUSED] == '1'
-  -- A state in debt (after a settlement) holds up to twice the capacity.
-  local cap2 = add(cap, cap)
-  local g, gr = divmod(w, kk)
-  if not iszero(gr) then return fail('invalid argument') end
-  local win, e = divtime(now, g)
-  -- Each count is kept with its text (as canonical as S writes it), so
-  -- that a count carried over is not written out again.
-  local sc, a, at = Z, {}, {}
-  for i = 1, k do a[i], at[i] = Z, '0' end
+  local refused, counts = ARGV[ARG_REFUSED] ~= '0', ARGV[ARG_REFUSED] == '1'
+  -- g = W/k, exactly: the remainder of W's high part carried into its low.
+  local gr = math.fmod(Wh, k)
+  local x = gr * 1000000000 + Wl
+  local gl = math.fmod(x, k)
+  if gl ~= 0 then return fail('invalid argument') end
+  local gh
+  gh, gl = (Wh - gr) / k, (x - gl) / k
+  local nh, nl, eh, el = pdivtime(wh, wl, gh, gl)
+  -- Each count is kept as a pair with its text (as canonical as pstr
+  -- writes it), so that a count carried over is not written out again.
+  local sh, sl = 0, 0
+  local qh, ql, qt = {}, {}, {}
+  for i = 1, k do qh[i], ql[i], qt[i] = 0, 0, '0' end
   if not fresh then
-    if #f ~= k + 2 then return fail('invalid state') end
-    sc = f[2]
-    if cmp(sc, win) > 0 then return fail('invalid state') end
-    local sum = Z
+    if nf ~= k + 2 then return fail('invalid state') end
+    sh, sl = fh[2], fl[2]
+    if pcmp(sh, sl, nh, nl) > 0 then return fail('invalid state') end
+    local uh, ul = 0, 0
     for i = 1, k do
-      local n = f[i + 2]
-      if not iszero(n) then
-        if cmp(n, cap2) > 0 or cmp(add(sc, {i}), kk) < 0 then return fail('invalid state') end
-        sum = add(sum, n)
-        if not refused and cmp(sum, cap2) > 0 then return fail('invalid state') end
-        a[i], at[i] = n, fs[i + 2]
+      local h, l = fh[i + 2], fl[i + 2]
+      if h ~= 0 or l ~= 0 then
+        if pcmp(h, l, a2h, a2l) > 0 or (sh == 0 and sl + i < k) then return fail('invalid state') end
+        uh, ul = padd(uh, ul, h, l)
+        if not refused and pcmp(uh, ul, a2h, a2l) > 0 then return fail('invalid state') end
+        qh[i], ql[i], qt[i] = h, l, fs[i + 2]
       end
     end
   end
-  -- The counts seen from bucket win: shifted on by win - sc buckets.
-  local d = sub(win, sc)
-  local b, bt, sum = {}, {}, Z
-  local shift = cmp(d, kk) < 0 and d[1]
+  -- The counts seen from bucket n: shifted on by n - sc buckets.
+  local dh, dl = psubp(nh, nl, sh, sl)
+  local shift = dh == 0 and dl < k and dl
+  local bh, bl, bt, uh, ul = {}, {}, {}, 0, 0
   for i = 1, k do
-    b[i], bt[i] = Z, '0'
-    if shift and a[i + shift] then b[i], bt[i] = a[i + shift], at[i + shift] end
-    if not iszero(b[i]) then sum = add(sum, b[i]) end
+    bh[i], bl[i], bt[i] = 0, 0, '0'
+    if shift and i + shift <= k then
+      local j = i + shift
+      bh[i], bl[i], bt[i] = qh[j], ql[j], qt[j]
+      uh, ul = padd(uh, ul, bh[i], bl[i])
+    end
   end
-  local put = nil
-  if cmp(add(sum, cost), cap) <= 0 then
-    admitted, put = 1, add(b[k], cost)
+  local put, ph, pl = false, 0, 0
+  local xh, xl = padd(uh, ul, ch, cl)
+  if pcmp(xh, xl, ah, al) <= 0 then
+    admitted, put = 1, true
+    ph, pl = padd(bh[k], bl[k], ch, cl)
   elseif counts then
-    local nc = add(b[k], cost)
-    if cmp(nc, cap) > 0 then nc = cap end
-    if cmp(nc, b[k]) > 0 then put = nc end
+    ph, pl = padd(bh[k], bl[k], ch, cl)
+    if pcmp(ph, pl, ah, al) > 0 then ph, pl = ah, al end
+    put = pcmp(ph, pl, bh[k], bl[k]) > 0
   end
-  local last, out, outt = sc, a, at
+  local lh, ll, oh, ol, ot = sh, sl, qh, ql, qt
   if put then
-    b[k], bt[k] = put, S(put)
-    last, out, outt = win, b, bt
+    bh[k], bl[k], bt[k] = ph, pl, pstr(ph, pl)
+    lh, ll, oh, ol, ot = nh, nl, bh, bl, bt
   end
-  local parts, any = {S(now), S(last)}, false
+  local parts, any = {nows, pstr(lh, ll)}, false
   for i = 1, k do
-    parts[i + 2] = outt[i]
-    if not iszero(out[i]) then any = true end
+    parts[i + 2] = ot[i]
+    if oh[i] ~= 0 or ol[i] ~= 0 then any = true end
   end
   -- The newest bucket that may hold anything leaves the window at bucket
-  -- last + k.
-  -- That is (last + k - win) g - e from now (now is win g + e), with
-  -- last + k - win at most k, and none when it is not above 0 (e < g).
-  ttl = Z
-  local left = add(last, kk)
-  if any and cmp(left, win) > 0 then ttl = sub(muls(g, sub(left, win)[1]), e) end
-  new = table.concat(parts, ' ')
-elseif alg == ALG_FIXED or alg == ALG_COUNTER or alg == ALG_LOG then
-  local w, cap = NA(ARGV[ARG_WINDOW]), NA(ARGV[ARG_CAPACITY])
-  if not (w and cap) or iszero(w) then return fail('invalid argument') end
-  -- A state in debt (after a settlement) holds up to twice the capacity.
-  local cap2 = add(cap, cap)
-  if alg == ALG_FIXED then
-    local win, e = divtime(now, w)
-    local sw, sc = Z, Z
-    if not fresh then
-      if #f ~= 3 then return fail('invalid state') end
-      sw, sc = f[2], f[3]
-      if cmp(sw, add(win, ONE)) > 0 or cmp(sc, cap2) > 0 then return fail('invalid state') end
+  -- last + k: that is (last + k - n) g - e from now (now is n g + e),
+  -- with last + k - n at most k, and none when it is not above 0 (e < g).
+  if any then
+    local xh, xl = padd(lh, ll, 0, k)
+    local mh2, m = 0, 0
+    if pcmp(xh, xl, nh, nl) > 0 then mh2, m = psubp(xh, xl, nh, nl) end
+    if mh2 == 0 and m > 0 then
+      -- g m - e, with m at most k: each part's product is exact.
+      local y = gl * m
+      local r = math.fmod(y, 1000000000)
+      th, tl = psubp(gh * m + (y - r) / 1000000000, r, eh, el)
     end
-    -- A count in the window after now's, as a Plans' move writes it (the
-    -- fast path declines it), applies from now on, to that window's end.
-    local ahead = cmp(sw, win) > 0
-    if ahead then win = sw end
-    local count = Z
-    if cmp(win, sw) == 0 then count = sc end
-    local used = add(count, cost)
-    if cmp(used, cap) <= 0 then
-      admitted, sw, sc = 1, win, used
-    end
-    -- (win + 1) w - now: w - e, now being win w + e, or a window more
-    -- when win is the one after now's.
-    ttl = sub(w, e)
-    if ahead then ttl = add(ttl, w) end
-    new = S(now) .. ' ' .. S(sw) .. ' ' .. S(sc)
-  elseif alg == ALG_COUNTER then
-    local win, e = divtime(now, w)
-    local sw, sp, sc = Z, Z, Z
-    if not fresh then
-      if #f ~= 4 then return fail('invalid state') end
-      sw, sp, sc = f[2], f[3], f[4]
-      if cmp(sw, win) > 0 or cmp(sp, cap2) > 0 or cmp(sc, cap2) > 0 then return fail('invalid state') end
-    end
-    local prev, cur = Z, Z
-    local c = cmp(win, sw)
-    if c == 0 then
-      prev, cur = sp, sc
-    elseif cmp(win, add(sw, ONE)) == 0 then
-      prev = sc
-    end
-    -- estimate + cost <= capacity  <=>  prev*(W-e) <= (capacity-cur-cost)*W
-    local used = add(cur, cost)
-    if cmp(used, cap) <= 0 and cmp(mul(prev, sub(w, e)), mul(sub(cap, used), w)) <= 0 then
-      admitted, cur = 1, used
-      sw, sp, sc = win, prev, cur
-    elseif ARGV[ARG_REFUSED] == '1' then
-      -- CountRefused: the refusal spends too, the count capped at the
-      -- capacity; a count above it (a debt) stays as it is.
-      if cmp(used, cap) > 0 then used = max(cap, cur) end
-      cur = used
-      sw, sp, sc = win, prev, cur
-    end
-    if not iszero(cur) then
-      ttl = sub(add(w, w), e)
-    elseif not iszero(prev) then
-      ttl = sub(w, e)
-    else
-      ttl = Z
-    end
-    new = S(now) .. ' ' .. S(sw) .. ' ' .. S(sp) .. ' ' .. S(sc)
-  else
-    -- Entries t cost, oldest first, at strictly increasing instants no
-    -- later than now; those with t + W <= now have expired (k is the first
-    -- live one).
-    local m = #f
-    if m > 0 and m % 2 ~= 1 then return fail('invalid state') end
-    local k, inside = m + 1, Z
-    for i = 2, m, 2 do
-      local t, c = f[i], f[i + 1]
-      if cmp(t, now) > 0 or (i > 2 and cmp(f[i - 2], t) >= 0) or iszero(c) or cmp(c, cap2) > 0 then
-        return fail('invalid state')
-      end
-      if cmp(add(t, w), now) > 0 then
-        if k > m then k = i end
-        inside = add(inside, c)
-      end
-    end
-    if cmp(inside, cap2) > 0 then return fail('invalid state') end
-    local parts = {S(now)}
-    if cmp(add(inside, cost), cap) <= 0 then
-      admitted = 1
-      local last = m - 1
-      local merge = k < m and cmp(f[last], now) == 0
-      for i = k, m, 2 do
-        if merge and i == last then
-          parts[#parts + 1] = fs[i] .. ' ' .. S(add(f[i + 1], cost))
-        else
-          parts[#parts + 1] = fs[i] .. ' ' .. fs[i + 1]
-        end
-      end
-      if not merge then parts[#parts + 1] = S(now) .. ' ' .. S(cost) end
-      ttl = w
-    else
-      for i = 2, m do parts[#parts + 1] = fs[i] end
-      ttl = sub(add(f[m - 1], w), now)
-    end
-    new = table.concat(parts, ' ')
   end
+  new = table.concat(parts, ' ')
+elseif alg == ALG_FIXED then
+  local nh, nl, eh, el = pdivtime(wh, wl, Wh, Wl)
+  local sh, sl, oh, ol = 0, 0, 0, 0
+  local sws, scs = '0', '0'
+  if not fresh then
+    sws, scs = f2, f3
+    local h, l = pp(f3, true)
+    sh, sl = pp(f2, true)
+    if not (sh and h) then return fail('invalid state') end
+    oh, ol = h, l
+    local n1h, n1l = padd(nh, nl, 0, 1)
+    if pcmp(sh, sl, n1h, n1l) > 0 or pcmp(oh, ol, a2h, a2l) > 0 then return fail('invalid state') end
+  end
+  -- A count in the window after now's, as a Plans' move writes it (the
+  -- fast path declines it), applies from now on, to that window's end.
+  local ahead = pcmp(sh, sl, nh, nl) > 0
+  if ahead then nh, nl = sh, sl end
+  local uh, ul = ch, cl
+  if sh == nh and sl == nl then uh, ul = padd(oh, ol, ch, cl) end
+  if pcmp(uh, ul, ah, al) <= 0 then
+    admitted, sws, scs = 1, pstr(nh, nl), pstr(uh, ul)
+  end
+  -- (n + 1) W - now: W - e, now being n W + e, or a window more when n
+  -- is the one after now's.
+  th, tl = psubp(Wh, Wl, eh, el)
+  if ahead then th, tl = padd(th, tl, Wh, Wl) end
+  new = nows .. ' ' .. sws .. ' ' .. scs
+elseif alg == ALG_COUNTER then
+  local nh, nl, eh, el = pdivtime(wh, wl, Wh, Wl)
+  local sh, sl, ph, pl, uh, ul = 0, 0, 0, 0, 0, 0
+  local sws, sps, scs = '0', '0', '0'
+  if not fresh then
+    sws, sps, scs = f2, f3, f4
+    sh, sl = pp(f2, true)
+    ph, pl = pp(f3, true)
+    uh, ul = pp(f4, true)
+    if not (sh and ph and uh) then return fail('invalid state') end
+    if pcmp(sh, sl, nh, nl) > 0 or pcmp(ph, pl, a2h, a2l) > 0 or pcmp(uh, ul, a2h, a2l) > 0 then
+      return fail('invalid state')
+    end
+  end
+  -- prev and cur, with prev's text.
+  local vh, vl, rh, rl, vs = 0, 0, 0, 0, '0'
+  if sh == nh and sl == nl then
+    vh, vl, rh, rl, vs = ph, pl, uh, ul, sps
+  else
+    local s1h, s1l = padd(sh, sl, 0, 1)
+    if s1h == nh and s1l == nl then vh, vl, vs = uh, ul, scs end
+  end
+  -- estimate + cost <= capacity  <=>  prev*(W-e) <= (capacity-cur-cost)*W
+  local xh, xl = padd(rh, rl, ch, cl)
+  local fits = pcmp(xh, xl, ah, al) <= 0
+  if fits and (vh ~= 0 or vl ~= 0) then
+    local bh, bl = psubp(Wh, Wl, eh, el)
+    local dh, dl = psubp(ah, al, xh, xl)
+    -- In doubles where both products are below 2^53 (a rounded product
+    -- below 2^53 is an exact one), else in limbs.
+    local p, q = (vh * 1000000000 + vl) * (bh * 1000000000 + bl), (dh * 1000000000 + dl) * (Wh * 1000000000 + Wl)
+    if p < 9007199254740992 and q < 9007199254740992 then
+      fits = p <= q
+    else
+      fits = cmp(mul(plimbs(vh, vl), plimbs(bh, bl)), mul(plimbs(dh, dl), plimbs(Wh, Wl))) <= 0
+    end
+  end
+  if fits then
+    admitted, rh, rl = 1, xh, xl
+    sws, sps, scs = pstr(nh, nl), vs, pstr(xh, xl)
+  elseif ARGV[ARG_REFUSED] == '1' then
+    -- CountRefused: the refusal spends too, the count capped at the
+    -- capacity; a count above it (a debt) stays as it is.
+    if pcmp(xh, xl, ah, al) > 0 then
+      xh, xl = ah, al
+      if pcmp(rh, rl, ah, al) > 0 then xh, xl = rh, rl end
+    end
+    rh, rl = xh, xl
+    sws, sps, scs = pstr(nh, nl), vs, pstr(xh, xl)
+  end
+  if rh ~= 0 or rl ~= 0 then
+    th, tl = padd(Wh, Wl, Wh, Wl)
+    th, tl = psubp(th, tl, eh, el)
+  elseif vh ~= 0 or vl ~= 0 then
+    th, tl = psubp(Wh, Wl, eh, el)
+  end
+  new = nows .. ' ' .. sws .. ' ' .. sps .. ' ' .. scs
+elseif alg == ALG_LOG then
+  -- Entries t cost, oldest first, at strictly increasing instants no
+  -- later than now; those with t + W <= now have expired (k is the first
+  -- live one).
+  local m = nf
+  if m > 0 and m % 2 ~= 1 then return fail('invalid state') end
+  local k, uh, ul = m + 1, 0, 0
+  for i = 2, m, 2 do
+    local h, l, c1, c2 = fh[i], fl[i], fh[i + 1], fl[i + 1]
+    if pcmp(h, l, wh, wl) > 0 or (i > 2 and pcmp(fh[i - 2], fl[i - 2], h, l) >= 0) or (c1 == 0 and c2 == 0)
+        or pcmp(c1, c2, a2h, a2l) > 0 then
+      return fail('invalid state')
+    end
+    local eh, el = padd(h, l, Wh, Wl)
+    if pcmp(eh, el, wh, wl) > 0 then
+      if k > m then k = i end
+      uh, ul = padd(uh, ul, c1, c2)
+    end
+  end
+  if pcmp(uh, ul, a2h, a2l) > 0 then return fail('invalid state') end
+  local parts = {nows}
+  local xh, xl = padd(uh, ul, ch, cl)
+  if pcmp(xh, xl, ah, al) <= 0 then
+    admitted = 1
+    local last = m - 1
+    local merge = k < m and fh[last] == wh and fl[last] == wl
+    for i = k, m, 2 do
+      if merge and i == last then
+        parts[#parts + 1] = fs[i] .. ' ' .. pstr(padd(fh[i + 1], fl[i + 1], ch, cl))
+      else
+        parts[#parts + 1] = fs[i] .. ' ' .. fs[i + 1]
+      end
+    end
+    if not merge then parts[#parts + 1] = nows .. ' ' .. pstr(ch, cl) end
+    th, tl = Wh, Wl
+  else
+    for i = 2, m do parts[#parts + 1] = fs[i] end
+    th, tl = padd(fh[m - 1], fl[m - 1], Wh, Wl)
+    th, tl = psubp(th, tl, wh, wl)
+  end
+  new = table.concat(parts, ' ')
 else
   return fail('invalid argument')
 end
 
 -- Keep the state until it is as good as a fresh key's, plus the margin.
-redis.call('SET', key, new, 'PX', string.format('%d', ceilms(ttl) + tonumber(ARGV[ARG_MARGIN])))
+redis.call('SET', key, new, 'PX', string.format('%d', pms(th, tl) + tonumber(ARGV[ARG_MARGIN])))
 return {old, reading, new, admitted}

@@ -2,7 +2,8 @@
 -- state, argument or time. Their step only adds, subtracts and compares
 -- integers below 2^64, so each is kept as two doubles, h*10^9 + l with
 -- 0 <= l < 10^9 (h below 2^35): every operation on such pairs is exact,
--- and none needs a table. pmeter(key, old, tm) is defined inside the
+-- and none needs a table; the windows' step (limbs.lua) computes in such
+-- pairs too. pmeter(key, old, tm) is defined inside the
 -- script's exact function, built only when the fast path declines, and in
 -- a library once, when it loads (see exactHoisted). As in fast.lua,
 -- numbers and library functions are written out, not captured.
@@ -63,6 +64,28 @@ local function pstr(h, l)
   return string.format('%d', l)
 end
 
+-- pnow returns now, TIME's reply tm or else the argument, clamped to
+-- MaxTime (2^62 ns); nil if the argument is not a time.
+local function pnow(tm)
+  local wh, wl
+  if tm then
+    wh, wl = tonumber(tm[1]), tonumber(tm[2]) * 1000
+  else
+    wh, wl = pp(ARGV[ARG_NOW])
+    if not wh then return nil end
+  end
+  if pcmp(wh, wl, 4611686018, 427387904) > 0 then return 4611686018, 427387904 end
+  return wh, wl
+end
+
+-- pms returns a span below 2^64 ns in whole ms, rounded up.
+local function pms(h, l)
+  local r = l % 1000000
+  local ms = h * 1000 + (l - r) / 1000000
+  if r ~= 0 then ms = ms + 1 end
+  return ms
+end
+
 local function pfail(why)
   return redis.error_reply('RATELIMIT ' .. why)
 end
@@ -88,15 +111,8 @@ local function pmeter(key, old, tm)
     if not (qh and qfh) then return fail('invalid argument') end
   end
 
-  -- now, clamped to MaxTime (2^62 ns), as the limbs read it.
-  local wh, wl
-  if tm then
-    wh, wl = tonumber(tm[1]), tonumber(tm[2]) * 1000
-  else
-    wh, wl = pp(ARGV[ARG_NOW])
-    if not wh then return fail('invalid argument') end
-  end
-  if pcmp(wh, wl, 4611686018, 427387904) > 0 then wh, wl = 4611686018, 427387904 end
+  local wh, wl = pnow(tm)
+  if not wh then return fail('invalid argument') end
   local reading = pstr(wh, wl)
 
   -- The state "last t f", or "last", or nothing: a fresh key.
@@ -158,11 +174,8 @@ local function pmeter(key, old, tm)
   if eh ~= 0 or el ~= 0 then dh, dl = padd(dh, dl, 0, 1) end
   local new = pstr(wh, wl) .. ' ' .. pstr(sh, sl) .. ' ' .. pstr(rh, rl)
 
-  -- Keep the state until it is as good as a fresh key's, plus the margin:
-  -- the debt in whole ms, rounded up.
-  local r = dl % 1000000
-  local ms = dh * 1000 + (dl - r) / 1000000
-  if r ~= 0 then ms = ms + 1 end
-  redis.call('SET', key, new, 'PX', string.format('%d', ms + tonumber(ARGV[ARG_MARGIN])))
+  -- Keep the state until it is as good as a fresh key's (the debt), plus
+  -- the margin.
+  redis.call('SET', key, new, 'PX', string.format('%d', pms(dh, dl) + tonumber(ARGV[ARG_MARGIN])))
   return {old, reading, new, admitted}
 end

@@ -11,8 +11,8 @@ import (
 )
 
 // The script is the fast path in doubles (fast.lua); the exact step, in
-// pairs of doubles for the buckets (pairs.lua) and in limbs for the
-// windows (arith.lua and limbs.lua), inside a function of its own so that
+// pairs of doubles (pairs.lua) for the buckets and for the windows
+// (limbs.lua, which divides and multiplies in limbs, arith.lua), inside a function of its own so that
 // a check the fast path decides never builds it; and the step that tries
 // the first and falls back to the second (step.lua). All are plain Lua 5.1
 // as Redis runs it: numbers are doubles, exact only up to 2^53.
@@ -48,7 +48,7 @@ func scriptSource(override string) string {
 
 // exactSource is the exact path's function, exact(key, alg, old, tm):
 // pairs.lua, then a call of each step's own exact function (the table's
-// exact: pmeter for the buckets), and for the others the limbs, with their
+// exact: pmeter for the buckets), and for the others limbs.lua, with their
 // helpers (pairs.lua, arith.lua) inside it, so that a script built on every
 // call builds them only when the fast path declines.
 func exactSource() string {
@@ -58,10 +58,10 @@ func exactSource() string {
 // exactHoisted is exactSource with the helpers (pairs.lua and arith.lua)
 // outside exact, for a library, which builds them once when it loads.
 // What they share between calls (arith.lua's zero and one, and the
-// arguments they keep read, ppCache and limbCache) nothing writes to;
+// arguments they keep read, ppCache) nothing writes to;
 // TestExactSharedStateUntouched checks it.
 func exactHoisted() string {
-	return pairsLua + "\n" + arithLua + "\nppCache, limbCache = {}, {}\nlocal function exact(key, alg, old, tm)\n" + exactDispatch() + limbsLua + "\nend\n"
+	return pairsLua + "\n" + arithLua + "\nppCache = {}\nlocal function exact(key, alg, old, tm)\n" + exactDispatch() + limbsLua + "\nend\n"
 }
 
 // exactDispatch calls each step's own exact function (the table's exact).

@@ -466,7 +466,8 @@ local function exact(key, alg, old, tm)
 -- state, argument or time. Their step only adds, subtracts and compares
 -- integers below 2^64, so each is kept as two doubles, h*10^9 + l with
 -- 0 <= l < 10^9 (h below 2^35): every operation on such pairs is exact,
--- and none needs a table. pmeter(key, old, tm) is defined inside the
+-- and none needs a table; the windows' step (limbs.lua) computes in such
+-- pairs too. pmeter(key, old, tm) is defined inside the
 -- script's exact function, built only when the fast path declines, and in
 -- a library once, when it loads (see exactHoisted). As in fast.lua,
 -- numbers and library functions are written out, not captured.
@@ -527,6 +528,28 @@ local function pstr(h, l)
   return string.format('%d', l)
 end
 
+-- pnow returns now, TIME's reply tm or else the argument, clamped to
+-- MaxTime (2^62 ns); nil if the argument is not a time.
+local function pnow(tm)
+  local wh, wl
+  if tm then
+    wh, wl = tonumber(tm[1]), tonumber(tm[2]) * 1000
+  else
+    wh, wl = pp(ARGV[2])
+    if not wh then return nil end
+  end
+  if pcmp(wh, wl, 4611686018, 427387904) > 0 then return 4611686018, 427387904 end
+  return wh, wl
+end
+
+-- pms returns a span below 2^64 ns in whole ms, rounded up.
+local function pms(h, l)
+  local r = l % 1000000
+  local ms = h * 1000 + (l - r) / 1000000
+  if r ~= 0 then ms = ms + 1 end
+  return ms
+end
+
 local function pfail(why)
   return redis.error_reply('RATELIMIT ' .. why)
 end
@@ -552,15 +575,8 @@ local function pmeter(key, old, tm)
     if not (qh and qfh) then return fail('invalid argument') end
   end
 
-  -- now, clamped to MaxTime (2^62 ns), as the limbs read it.
-  local wh, wl
-  if tm then
-    wh, wl = tonumber(tm[1]), tonumber(tm[2]) * 1000
-  else
-    wh, wl = pp(ARGV[2])
-    if not wh then return fail('invalid argument') end
-  end
-  if pcmp(wh, wl, 4611686018, 427387904) > 0 then wh, wl = 4611686018, 427387904 end
+  local wh, wl = pnow(tm)
+  if not wh then return fail('invalid argument') end
   local reading = pstr(wh, wl)
 
   -- The state "last t f", or "last", or nothing: a fresh key.
@@ -622,12 +638,9 @@ local function pmeter(key, old, tm)
   if eh ~= 0 or el ~= 0 then dh, dl = padd(dh, dl, 0, 1) end
   local new = pstr(wh, wl) .. ' ' .. pstr(sh, sl) .. ' ' .. pstr(rh, rl)
 
-  -- Keep the state until it is as good as a fresh key's, plus the margin:
-  -- the debt in whole ms, rounded up.
-  local r = dl % 1000000
-  local ms = dh * 1000 + (dl - r) / 1000000
-  if r ~= 0 then ms = ms + 1 end
-  redis.call('SET', key, new, 'PX', string.format('%d', ms + tonumber(ARGV[4])))
+  -- Keep the state until it is as good as a fresh key's (the debt), plus
+  -- the margin.
+  redis.call('SET', key, new, 'PX', string.format('%d', pms(dh, dl) + tonumber(ARGV[4])))
   return {old, reading, new, admitted}
 end
 
@@ -676,27 +689,6 @@ local function N(s, digits)
     return nil
   end
   return parse(s, 19, digits)
-end
-
--- NA reads an argument as N does, false if it is not one. A library
--- (functions.go) sets limbCache to a table once, when it loads, and NA
--- then keeps what it read for each argument's text, as fast.lua's farg
--- does: a rule's arguments are the same on every check. The numbers it
--- keeps are shared by every later call, which reads them and never writes
--- to them (see above); it holds at most 256 texts, then starts afresh. A
--- script keeps nothing.
-local limbCache, limbCached = false, 0
-local function NA(s)
-  if limbCache then
-    local v = limbCache[s]
-    if v ~= nil then return v end
-  end
-  local v = N(s) or false
-  if limbCache and s then
-    if limbCached >= 256 then limbCache, limbCached = {}, 0 end
-    limbCache[s], limbCached = v, limbCached + 1
-  end
-  return v
 end
 
 local function S(a)
@@ -856,35 +848,57 @@ local function divmod(a, d)
   return trim(q), r
 end
 
--- divtime returns divmod(a, d) for an instant a (at most MaxTime, 2^62
--- ns) and a span d > 0: the index of the window of length d that holds a,
--- and how far into it a is. As fast.lua's fwindow, it works in doubles
--- where that is exact, for d below 2^51 of whole microseconds or dividing
--- a second: a is split into H s and L ns, and a in microseconds is below
--- 2^53.
-local function divtime(a, d)
-  if #a == 3 and #d <= 3 then
-    local w = approx(d)
-    local l2 = a[2]
-    local r2 = math.fmod(l2, 100)
-    local H, L = a[3] * 100000 + (l2 - r2) / 100, r2 * B + a[1]
-    if w >= 1 and w < 2251799813685248 and H <= 4611686018 then
-      if math.fmod(w, 1000) == 0 then
-        local k = w / 1000
-        local lr = math.fmod(L, 1000)
-        local us = H * 1000000 + (L - lr) / 1000
-        local r = math.fmod(us, k)
-        return fromnum((us - r) / k), fromnum(r * 1000 + lr)
-      elseif math.fmod(1000000000, w) == 0 then
-        local m = 1000000000 / w
-        if H * m < 2251799813685248 then
-          local r = math.fmod(L, w)
-          return fromnum(H * m + (L - r) / w), fromnum(r)
-        end
+-- plimbs returns a pair (pairs.lua), h*10^9 + l below 2^64, in limbs.
+local function plimbs(h, l)
+  local l1 = l % B
+  local c = h * 100 + (l - l1) / B
+  local l2 = c % B
+  return trim({l1, l2, (c - l2) / B})
+end
+
+-- lpair returns a number below 2^64 in limbs as a pair.
+local function lpair(a)
+  local l2, l3 = a[2] or 0, a[3] or 0
+  local r = l2 % 100
+  return l3 * 100000 + (l2 - r) / 100, r * B + a[1]
+end
+
+-- psplit returns a whole 0 <= x < 2^53 as a pair.
+local function psplit(x)
+  local l = math.fmod(x, 1000000000)
+  return (x - l) / 1000000000, l
+end
+
+-- pdivtime returns, for an instant (th, tl) of at most MaxTime (2^62 ns)
+-- and a span (dh, dl) > 0, as pairs: the index of the window of that
+-- length that holds the instant, and how far into it the instant is. As
+-- fast.lua's fwindow, it works in doubles where that is exact, for a span
+-- below 2^51 of whole microseconds or dividing a second (the instant in
+-- microseconds is below 2^53), else in limbs (divmod).
+local function pdivtime(th, tl, dh, dl)
+  if dh < 2251799 then
+    local w = dh * 1000000000 + dl
+    if math.fmod(w, 1000) == 0 then
+      local k = w / 1000
+      local lr = math.fmod(tl, 1000)
+      local us = th * 1000000 + (tl - lr) / 1000
+      local r = math.fmod(us, k)
+      local qh, ql = psplit((us - r) / k)
+      local rh, rl = psplit(r * 1000 + lr)
+      return qh, ql, rh, rl
+    elseif math.fmod(1000000000, w) == 0 then
+      local m = 1000000000 / w
+      if th * m < 2251799813685248 then
+        local r = math.fmod(tl, w)
+        local qh, ql = psplit(th * m + (tl - r) / w)
+        return qh, ql, 0, r
       end
     end
   end
-  return divmod(a, d)
+  local q, r = divmod(plimbs(th, tl), plimbs(dh, dl))
+  local qh, ql = lpair(q)
+  local rh, rl = lpair(r)
+  return qh, ql, rh, rl
 end
 
 -- fromtime returns the instant TIME replied, sec*10^9 + usec*10^3 ns, in
@@ -913,232 +927,297 @@ local function max(a, b)
   return a
 end
 
--- The step of the window rules in exact limb arithmetic (arith.lua), for
--- any state, argument or time: the end of the body of exact(key, alg, old,
--- tm), which the script defines around pairs.lua, arith.lua and this file
--- so that a check the fast path decides never builds these functions (a
--- library defines pairs.lua's and arith.lua's once, when it loads). The
--- buckets have returned by pmeter (pairs.lua) before this runs. old is the
--- key's value or false, tm TIME's reply or false.
+-- The step of the window rules, exact for any state, argument or time: the
+-- end of the body of exact(key, alg, old, tm), which the script defines
+-- around pairs.lua, arith.lua and this file so that a check the fast path
+-- decides never builds these functions (a library defines pairs.lua's and
+-- arith.lua's once, when it loads). The buckets have returned by pmeter
+-- (pairs.lua) before this runs. old is the key's value or false, tm TIME's
+-- reply or false.
+--
+-- Every quantity is below 2^63 (a sum of two below 2^64, of a sub-window's
+-- counts below 2^70) and is kept as a pair of doubles (pairs.lua), which
+-- adds, subtracts and compares exactly without a table; only the window of
+-- an instant (pdivtime) and the sliding counter's products, where doubles
+-- cannot show them exactly, go through limbs (arith.lua).
 
-local function fail(why)
-  return redis.error_reply('RATELIMIT ' .. why)
-end
+local fail = pfail
 
--- The limb path: any state, argument or time.
-local cost, margin = NA(ARGV[3]), NA(ARGV[4])
-if not cost or iszero(cost) or not margin then return fail('invalid argument') end
+local ch, cl = ppa(ARGV[3])
+local mh = ppa(ARGV[4])
+if not (ch and mh) or (ch == 0 and cl == 0) then return fail('invalid argument') end
 
-local MAXT = {7387904, 8601842, 46116} -- 2^62 ns: MaxTime
-local now
-if tm then
-  now = fromtime(tm[1], tm[2])
-else
-  now = N(ARGV[2])
-  if not now then return fail('invalid argument') end
-end
-if cmp(now, MAXT) > 0 then now = MAXT end
-local reading = S(now)
+local wh, wl = pnow(tm)
+if not wh then return fail('invalid argument') end
+local reading = pstr(wh, wl)
+-- now as written: the reading, or the state's latest instant when later.
+local nows = reading
 
 -- The state: space-separated canonical decimals, the latest instant first.
--- An empty value is a fresh key's, as for the Machine.
-local f, fs = {}, {}
+-- An empty value is a fresh key's, as for the Machine. The fixed window
+-- and the sliding counter have a shape of their own (or a fresh key's
+-- lone instant); the others a list, fh, fl and their texts fs.
+local nf, f2, f3, f4 = 0, nil, nil, nil
+local fh, fl, fs
 if old and #old > 0 then
-  if old:find('[^ 0-9]') or old:find('  ') or old:byte(1) == 32 or old:byte(-1) == 32 then
-    return fail('invalid state')
+  local f1
+  if alg == 'f' or alg == 'c' then
+    if alg == 'f' then
+      f1, f2, f3 = string.match(old, '^(%d+) (%d+) (%d+)$')
+      nf = 3
+    else
+      f1, f2, f3, f4 = string.match(old, '^(%d+) (%d+) (%d+) (%d+)$')
+      nf = 4
+    end
+    if not f1 then
+      f1, nf = string.match(old, '^%d+$'), 1
+      if not f1 then return fail('invalid state') end
+    end
+  else
+    if string.find(old, '[^ 0-9]') or string.find(old, '  ') or string.byte(old, 1) == 32 or string.byte(old, -1) == 32 then
+      return fail('invalid state')
+    end
+    fh, fl, fs = {}, {}, {}
+    for w in string.gmatch(old, '%d+') do
+      local h, l = pp(w, true)
+      if not h then return fail('invalid state') end
+      nf = nf + 1
+      fh[nf], fl[nf], fs[nf] = h, l, w
+    end
+    f1 = fs[1]
   end
-  for w in old:gmatch('%d+') do
-    local v = N(w, true)
-    if not v then return fail('invalid state') end
-    f[#f + 1], fs[#fs + 1] = v, w
-  end
-  if cmp(f[1], MAXT) > 0 then return fail('invalid state') end
-  now = max(now, f[1])
+  local h, l = pp(f1, true)
+  if not h or pcmp(h, l, 4611686018, 427387904) > 0 then return fail('invalid state') end
+  if pcmp(h, l, wh, wl) > 0 then wh, wl, nows = h, l, f1 end
 else
   old = old or ''
 end
 -- A state with nothing after its instant is a fresh key's.
-local fresh = #f <= 1
+local fresh = nf <= 1
 
-local admitted, new, ttl = 0, nil, nil
+local Wh, Wl = ppa(ARGV[5])
+local ah, al = ppa(ARGV[6])
+if not (Wh and ah) or (Wh == 0 and Wl == 0) then return fail('invalid argument') end
+-- A state in debt (after a settlement) holds up to twice the capacity.
+local a2h, a2l = padd(ah, al, ah, al)
+
+local admitted, new, th, tl = 0, nil, 0, 0
 
 if alg == 's' then
   -- Buckets of g = W/k ns: the state is the latest bucket's index sc and
   -- the counts of buckets sc-k+1 to sc, oldest first; a bucket before the
   -- origin holds nothing.
-  local w, cap, kk = NA(ARGV[5]), NA(ARGV[6]), NA(ARGV[8])
-  if not (w and cap and kk) or iszero(w) or iszero(kk) or #kk > 1 or kk[1] > 60 then
-    return fail('invalid argument')
-  end
+  local kh, k = ppa(ARGV[8])
+  if not kh or kh ~= 0 or k == 0 or k > 60 then return fail('invalid argument') end
   -- '1' counts refusals; '2' (a composite's step, which never spends a
   -- refusal) counts none but reads the states of a rule that does.
-  local k, refused, counts = kk[1], ARGV[7] ~= '0', ARGV[7] == '1'
-  -- A state in debt (after a settlement) holds up to twice the capacity.
-  local cap2 = add(cap, cap)
-  local g, gr = divmod(w, kk)
-  if not iszero(gr) then return fail('invalid argument') end
-  local win, e = divtime(now, g)
-  -- Each count is kept with its text (as canonical as S writes it), so
-  -- that a count carried over is not written out again.
-  local sc, a, at = Z, {}, {}
-  for i = 1, k do a[i], at[i] = Z, '0' end
+  local refused, counts = ARGV[7] ~= '0', ARGV[7] == '1'
+  -- g = W/k, exactly: the remainder of W's high part carried into its low.
+  local gr = math.fmod(Wh, k)
+  local x = gr * 1000000000 + Wl
+  local gl = math.fmod(x, k)
+  if gl ~= 0 then return fail('invalid argument') end
+  local gh
+  gh, gl = (Wh - gr) / k, (x - gl) / k
+  local nh, nl, eh, el = pdivtime(wh, wl, gh, gl)
+  -- Each count is kept as a pair with its text (as canonical as pstr
+  -- writes it), so that a count carried over is not written out again.
+  local sh, sl = 0, 0
+  local qh, ql, qt = {}, {}, {}
+  for i = 1, k do qh[i], ql[i], qt[i] = 0, 0, '0' end
   if not fresh then
-    if #f ~= k + 2 then return fail('invalid state') end
-    sc = f[2]
-    if cmp(sc, win) > 0 then return fail('invalid state') end
-    local sum = Z
+    if nf ~= k + 2 then return fail('invalid state') end
+    sh, sl = fh[2], fl[2]
+    if pcmp(sh, sl, nh, nl) > 0 then return fail('invalid state') end
+    local uh, ul = 0, 0
     for i = 1, k do
-      local n = f[i + 2]
-      if not iszero(n) then
-        if cmp(n, cap2) > 0 or cmp(add(sc, {i}), kk) < 0 then return fail('invalid state') end
-        sum = add(sum, n)
-        if not refused and cmp(sum, cap2) > 0 then return fail('invalid state') end
-        a[i], at[i] = n, fs[i + 2]
+      local h, l = fh[i + 2], fl[i + 2]
+      if h ~= 0 or l ~= 0 then
+        if pcmp(h, l, a2h, a2l) > 0 or (sh == 0 and sl + i < k) then return fail('invalid state') end
+        uh, ul = padd(uh, ul, h, l)
+        if not refused and pcmp(uh, ul, a2h, a2l) > 0 then return fail('invalid state') end
+        qh[i], ql[i], qt[i] = h, l, fs[i + 2]
       end
     end
   end
-  -- The counts seen from bucket win: shifted on by win - sc buckets.
-  local d = sub(win, sc)
-  local b, bt, sum = {}, {}, Z
-  local shift = cmp(d, kk) < 0 and d[1]
+  -- The counts seen from bucket n: shifted on by n - sc buckets.
+  local dh, dl = psubp(nh, nl, sh, sl)
+  local shift = dh == 0 and dl < k and dl
+  local bh, bl, bt, uh, ul = {}, {}, {}, 0, 0
   for i = 1, k do
-    b[i], bt[i] = Z, '0'
-    if shift and a[i + shift] then b[i], bt[i] = a[i + shift], at[i + shift] end
-    if not iszero(b[i]) then sum = add(sum, b[i]) end
+    bh[i], bl[i], bt[i] = 0, 0, '0'
+    if shift and i + shift <= k then
+      local j = i + shift
+      bh[i], bl[i], bt[i] = qh[j], ql[j], qt[j]
+      uh, ul = padd(uh, ul, bh[i], bl[i])
+    end
   end
-  local put = nil
-  if cmp(add(sum, cost), cap) <= 0 then
-    admitted, put = 1, add(b[k], cost)
+  local put, ph, pl = false, 0, 0
+  local xh, xl = padd(uh, ul, ch, cl)
+  if pcmp(xh, xl, ah, al) <= 0 then
+    admitted, put = 1, true
+    ph, pl = padd(bh[k], bl[k], ch, cl)
   elseif counts then
-    local nc = add(b[k], cost)
-    if cmp(nc, cap) > 0 then nc = cap end
-    if cmp(nc, b[k]) > 0 then put = nc end
+    ph, pl = padd(bh[k], bl[k], ch, cl)
+    if pcmp(ph, pl, ah, al) > 0 then ph, pl = ah, al end
+    put = pcmp(ph, pl, bh[k], bl[k]) > 0
   end
-  local last, out, outt = sc, a, at
+  local lh, ll, oh, ol, ot = sh, sl, qh, ql, qt
   if put then
-    b[k], bt[k] = put, S(put)
-    last, out, outt = win, b, bt
+    bh[k], bl[k], bt[k] = ph, pl, pstr(ph, pl)
+    lh, ll, oh, ol, ot = nh, nl, bh, bl, bt
   end
-  local parts, any = {S(now), S(last)}, false
+  local parts, any = {nows, pstr(lh, ll)}, false
   for i = 1, k do
-    parts[i + 2] = outt[i]
-    if not iszero(out[i]) then any = true end
+    parts[i + 2] = ot[i]
+    if oh[i] ~= 0 or ol[i] ~= 0 then any = true end
   end
   -- The newest bucket that may hold anything leaves the window at bucket
-  -- last + k.
-  -- That is (last + k - win) g - e from now (now is win g + e), with
-  -- last + k - win at most k, and none when it is not above 0 (e < g).
-  ttl = Z
-  local left = add(last, kk)
-  if any and cmp(left, win) > 0 then ttl = sub(muls(g, sub(left, win)[1]), e) end
-  new = table.concat(parts, ' ')
-elseif alg == 'f' or alg == 'c' or alg == 'l' then
-  local w, cap = NA(ARGV[5]), NA(ARGV[6])
-  if not (w and cap) or iszero(w) then return fail('invalid argument') end
-  -- A state in debt (after a settlement) holds up to twice the capacity.
-  local cap2 = add(cap, cap)
-  if alg == 'f' then
-    local win, e = divtime(now, w)
-    local sw, sc = Z, Z
-    if not fresh then
-      if #f ~= 3 then return fail('invalid state') end
-      sw, sc = f[2], f[3]
-      if cmp(sw, add(win, ONE)) > 0 or cmp(sc, cap2) > 0 then return fail('invalid state') end
+  -- last + k: that is (last + k - n) g - e from now (now is n g + e),
+  -- with last + k - n at most k, and none when it is not above 0 (e < g).
+  if any then
+    local xh, xl = padd(lh, ll, 0, k)
+    local mh2, m = 0, 0
+    if pcmp(xh, xl, nh, nl) > 0 then mh2, m = psubp(xh, xl, nh, nl) end
+    if mh2 == 0 and m > 0 then
+      -- g m - e, with m at most k: each part's product is exact.
+      local y = gl * m
+      local r = math.fmod(y, 1000000000)
+      th, tl = psubp(gh * m + (y - r) / 1000000000, r, eh, el)
     end
-    -- A count in the window after now's, as a Plans' move writes it (the
-    -- fast path declines it), applies from now on, to that window's end.
-    local ahead = cmp(sw, win) > 0
-    if ahead then win = sw end
-    local count = Z
-    if cmp(win, sw) == 0 then count = sc end
-    local used = add(count, cost)
-    if cmp(used, cap) <= 0 then
-      admitted, sw, sc = 1, win, used
-    end
-    -- (win + 1) w - now: w - e, now being win w + e, or a window more
-    -- when win is the one after now's.
-    ttl = sub(w, e)
-    if ahead then ttl = add(ttl, w) end
-    new = S(now) .. ' ' .. S(sw) .. ' ' .. S(sc)
-  elseif alg == 'c' then
-    local win, e = divtime(now, w)
-    local sw, sp, sc = Z, Z, Z
-    if not fresh then
-      if #f ~= 4 then return fail('invalid state') end
-      sw, sp, sc = f[2], f[3], f[4]
-      if cmp(sw, win) > 0 or cmp(sp, cap2) > 0 or cmp(sc, cap2) > 0 then return fail('invalid state') end
-    end
-    local prev, cur = Z, Z
-    local c = cmp(win, sw)
-    if c == 0 then
-      prev, cur = sp, sc
-    elseif cmp(win, add(sw, ONE)) == 0 then
-      prev = sc
-    end
-    -- estimate + cost <= capacity  <=>  prev*(W-e) <= (capacity-cur-cost)*W
-    local used = add(cur, cost)
-    if cmp(used, cap) <= 0 and cmp(mul(prev, sub(w, e)), mul(sub(cap, used), w)) <= 0 then
-      admitted, cur = 1, used
-      sw, sp, sc = win, prev, cur
-    elseif ARGV[7] == '1' then
-      -- CountRefused: the refusal spends too, the count capped at the
-      -- capacity; a count above it (a debt) stays as it is.
-      if cmp(used, cap) > 0 then used = max(cap, cur) end
-      cur = used
-      sw, sp, sc = win, prev, cur
-    end
-    if not iszero(cur) then
-      ttl = sub(add(w, w), e)
-    elseif not iszero(prev) then
-      ttl = sub(w, e)
-    else
-      ttl = Z
-    end
-    new = S(now) .. ' ' .. S(sw) .. ' ' .. S(sp) .. ' ' .. S(sc)
-  else
-    -- Entries t cost, oldest first, at strictly increasing instants no
-    -- later than now; those with t + W <= now have expired (k is the first
-    -- live one).
-    local m = #f
-    if m > 0 and m % 2 ~= 1 then return fail('invalid state') end
-    local k, inside = m + 1, Z
-    for i = 2, m, 2 do
-      local t, c = f[i], f[i + 1]
-      if cmp(t, now) > 0 or (i > 2 and cmp(f[i - 2], t) >= 0) or iszero(c) or cmp(c, cap2) > 0 then
-        return fail('invalid state')
-      end
-      if cmp(add(t, w), now) > 0 then
-        if k > m then k = i end
-        inside = add(inside, c)
-      end
-    end
-    if cmp(inside, cap2) > 0 then return fail('invalid state') end
-    local parts = {S(now)}
-    if cmp(add(inside, cost), cap) <= 0 then
-      admitted = 1
-      local last = m - 1
-      local merge = k < m and cmp(f[last], now) == 0
-      for i = k, m, 2 do
-        if merge and i == last then
-          parts[#parts + 1] = fs[i] .. ' ' .. S(add(f[i + 1], cost))
-        else
-          parts[#parts + 1] = fs[i] .. ' ' .. fs[i + 1]
-        end
-      end
-      if not merge then parts[#parts + 1] = S(now) .. ' ' .. S(cost) end
-      ttl = w
-    else
-      for i = 2, m do parts[#parts + 1] = fs[i] end
-      ttl = sub(add(f[m - 1], w), now)
-    end
-    new = table.concat(parts, ' ')
   end
+  new = table.concat(parts, ' ')
+elseif alg == 'f' then
+  local nh, nl, eh, el = pdivtime(wh, wl, Wh, Wl)
+  local sh, sl, oh, ol = 0, 0, 0, 0
+  local sws, scs = '0', '0'
+  if not fresh then
+    sws, scs = f2, f3
+    local h, l = pp(f3, true)
+    sh, sl = pp(f2, true)
+    if not (sh and h) then return fail('invalid state') end
+    oh, ol = h, l
+    local n1h, n1l = padd(nh, nl, 0, 1)
+    if pcmp(sh, sl, n1h, n1l) > 0 or pcmp(oh, ol, a2h, a2l) > 0 then return fail('invalid state') end
+  end
+  -- A count in the window after now's, as a Plans' move writes it (the
+  -- fast path declines it), applies from now on, to that window's end.
+  local ahead = pcmp(sh, sl, nh, nl) > 0
+  if ahead then nh, nl = sh, sl end
+  local uh, ul = ch, cl
+  if sh == nh and sl == nl then uh, ul = padd(oh, ol, ch, cl) end
+  if pcmp(uh, ul, ah, al) <= 0 then
+    admitted, sws, scs = 1, pstr(nh, nl), pstr(uh, ul)
+  end
+  -- (n + 1) W - now: W - e, now being n W + e, or a window more when n
+  -- is the one after now's.
+  th, tl = psubp(Wh, Wl, eh, el)
+  if ahead then th, tl = padd(th, tl, Wh, Wl) end
+  new = nows .. ' ' .. sws .. ' ' .. scs
+elseif alg == 'c' then
+  local nh, nl, eh, el = pdivtime(wh, wl, Wh, Wl)
+  local sh, sl, ph, pl, uh, ul = 0, 0, 0, 0, 0, 0
+  local sws, sps, scs = '0', '0', '0'
+  if not fresh then
+    sws, sps, scs = f2, f3, f4
+    sh, sl = pp(f2, true)
+    ph, pl = pp(f3, true)
+    uh, ul = pp(f4, true)
+    if not (sh and ph and uh) then return fail('invalid state') end
+    if pcmp(sh, sl, nh, nl) > 0 or pcmp(ph, pl, a2h, a2l) > 0 or pcmp(uh, ul, a2h, a2l) > 0 then
+      return fail('invalid state')
+    end
+  end
+  -- prev and cur, with prev's text.
+  local vh, vl, rh, rl, vs = 0, 0, 0, 0, '0'
+  if sh == nh and sl == nl then
+    vh, vl, rh, rl, vs = ph, pl, uh, ul, sps
+  else
+    local s1h, s1l = padd(sh, sl, 0, 1)
+    if s1h == nh and s1l == nl then vh, vl, vs = uh, ul, scs end
+  end
+  -- estimate + cost <= capacity  <=>  prev*(W-e) <= (capacity-cur-cost)*W
+  local xh, xl = padd(rh, rl, ch, cl)
+  local fits = pcmp(xh, xl, ah, al) <= 0
+  if fits and (vh ~= 0 or vl ~= 0) then
+    local bh, bl = psubp(Wh, Wl, eh, el)
+    local dh, dl = psubp(ah, al, xh, xl)
+    -- In doubles where both products are below 2^53 (a rounded product
+    -- below 2^53 is an exact one), else in limbs.
+    local p, q = (vh * 1000000000 + vl) * (bh * 1000000000 + bl), (dh * 1000000000 + dl) * (Wh * 1000000000 + Wl)
+    if p < 9007199254740992 and q < 9007199254740992 then
+      fits = p <= q
+    else
+      fits = cmp(mul(plimbs(vh, vl), plimbs(bh, bl)), mul(plimbs(dh, dl), plimbs(Wh, Wl))) <= 0
+    end
+  end
+  if fits then
+    admitted, rh, rl = 1, xh, xl
+    sws, sps, scs = pstr(nh, nl), vs, pstr(xh, xl)
+  elseif ARGV[7] == '1' then
+    -- CountRefused: the refusal spends too, the count capped at the
+    -- capacity; a count above it (a debt) stays as it is.
+    if pcmp(xh, xl, ah, al) > 0 then
+      xh, xl = ah, al
+      if pcmp(rh, rl, ah, al) > 0 then xh, xl = rh, rl end
+    end
+    rh, rl = xh, xl
+    sws, sps, scs = pstr(nh, nl), vs, pstr(xh, xl)
+  end
+  if rh ~= 0 or rl ~= 0 then
+    th, tl = padd(Wh, Wl, Wh, Wl)
+    th, tl = psubp(th, tl, eh, el)
+  elseif vh ~= 0 or vl ~= 0 then
+    th, tl = psubp(Wh, Wl, eh, el)
+  end
+  new = nows .. ' ' .. sws .. ' ' .. sps .. ' ' .. scs
+elseif alg == 'l' then
+  -- Entries t cost, oldest first, at strictly increasing instants no
+  -- later than now; those with t + W <= now have expired (k is the first
+  -- live one).
+  local m = nf
+  if m > 0 and m % 2 ~= 1 then return fail('invalid state') end
+  local k, uh, ul = m + 1, 0, 0
+  for i = 2, m, 2 do
+    local h, l, c1, c2 = fh[i], fl[i], fh[i + 1], fl[i + 1]
+    if pcmp(h, l, wh, wl) > 0 or (i > 2 and pcmp(fh[i - 2], fl[i - 2], h, l) >= 0) or (c1 == 0 and c2 == 0)
+        or pcmp(c1, c2, a2h, a2l) > 0 then
+      return fail('invalid state')
+    end
+    local eh, el = padd(h, l, Wh, Wl)
+    if pcmp(eh, el, wh, wl) > 0 then
+      if k > m then k = i end
+      uh, ul = padd(uh, ul, c1, c2)
+    end
+  end
+  if pcmp(uh, ul, a2h, a2l) > 0 then return fail('invalid state') end
+  local parts = {nows}
+  local xh, xl = padd(uh, ul, ch, cl)
+  if pcmp(xh, xl, ah, al) <= 0 then
+    admitted = 1
+    local last = m - 1
+    local merge = k < m and fh[last] == wh and fl[last] == wl
+    for i = k, m, 2 do
+      if merge and i == last then
+        parts[#parts + 1] = fs[i] .. ' ' .. pstr(padd(fh[i + 1], fl[i + 1], ch, cl))
+      else
+        parts[#parts + 1] = fs[i] .. ' ' .. fs[i + 1]
+      end
+    end
+    if not merge then parts[#parts + 1] = nows .. ' ' .. pstr(ch, cl) end
+    th, tl = Wh, Wl
+  else
+    for i = 2, m do parts[#parts + 1] = fs[i] end
+    th, tl = padd(fh[m - 1], fl[m - 1], Wh, Wl)
+    th, tl = psubp(th, tl, wh, wl)
+  end
+  new = table.concat(parts, ' ')
 else
   return fail('invalid argument')
 end
 
 -- Keep the state until it is as good as a fresh key's, plus the margin.
-redis.call('SET', key, new, 'PX', string.format('%d', ceilms(ttl) + tonumber(ARGV[4])))
+redis.call('SET', key, new, 'PX', string.format('%d', pms(th, tl) + tonumber(ARGV[4])))
 return {old, reading, new, admitted}
 
 end
@@ -1666,7 +1745,8 @@ local function exact(key, alg, old, tm)
 -- state, argument or time. Their step only adds, subtracts and compares
 -- integers below 2^64, so each is kept as two doubles, h*10^9 + l with
 -- 0 <= l < 10^9 (h below 2^35): every operation on such pairs is exact,
--- and none needs a table. pmeter(key, old, tm) is defined inside the
+-- and none needs a table; the windows' step (limbs.lua) computes in such
+-- pairs too. pmeter(key, old, tm) is defined inside the
 -- script's exact function, built only when the fast path declines, and in
 -- a library once, when it loads (see exactHoisted). As in fast.lua,
 -- numbers and library functions are written out, not captured.
@@ -1727,6 +1807,28 @@ local function pstr(h, l)
   return string.format('%d', l)
 end
 
+-- pnow returns now, TIME's reply tm or else the argument, clamped to
+-- MaxTime (2^62 ns); nil if the argument is not a time.
+local function pnow(tm)
+  local wh, wl
+  if tm then
+    wh, wl = tonumber(tm[1]), tonumber(tm[2]) * 1000
+  else
+    wh, wl = pp(ARGV[2])
+    if not wh then return nil end
+  end
+  if pcmp(wh, wl, 4611686018, 427387904) > 0 then return 4611686018, 427387904 end
+  return wh, wl
+end
+
+-- pms returns a span below 2^64 ns in whole ms, rounded up.
+local function pms(h, l)
+  local r = l % 1000000
+  local ms = h * 1000 + (l - r) / 1000000
+  if r ~= 0 then ms = ms + 1 end
+  return ms
+end
+
 local function pfail(why)
   return redis.error_reply('RATELIMIT ' .. why)
 end
@@ -1752,15 +1854,8 @@ local function pmeter(key, old, tm)
     if not (qh and qfh) then return fail('invalid argument') end
   end
 
-  -- now, clamped to MaxTime (2^62 ns), as the limbs read it.
-  local wh, wl
-  if tm then
-    wh, wl = tonumber(tm[1]), tonumber(tm[2]) * 1000
-  else
-    wh, wl = pp(ARGV[2])
-    if not wh then return fail('invalid argument') end
-  end
-  if pcmp(wh, wl, 4611686018, 427387904) > 0 then wh, wl = 4611686018, 427387904 end
+  local wh, wl = pnow(tm)
+  if not wh then return fail('invalid argument') end
   local reading = pstr(wh, wl)
 
   -- The state "last t f", or "last", or nothing: a fresh key.
@@ -1822,12 +1917,9 @@ local function pmeter(key, old, tm)
   if eh ~= 0 or el ~= 0 then dh, dl = padd(dh, dl, 0, 1) end
   local new = pstr(wh, wl) .. ' ' .. pstr(sh, sl) .. ' ' .. pstr(rh, rl)
 
-  -- Keep the state until it is as good as a fresh key's, plus the margin:
-  -- the debt in whole ms, rounded up.
-  local r = dl % 1000000
-  local ms = dh * 1000 + (dl - r) / 1000000
-  if r ~= 0 then ms = ms + 1 end
-  redis.call('SET', key, new, 'PX', string.format('%d', ms + tonumber(ARGV[4])))
+  -- Keep the state until it is as good as a fresh key's (the debt), plus
+  -- the margin.
+  redis.call('SET', key, new, 'PX', string.format('%d', pms(dh, dl) + tonumber(ARGV[4])))
   return {old, reading, new, admitted}
 end
 
@@ -1876,27 +1968,6 @@ local function N(s, digits)
     return nil
   end
   return parse(s, 19, digits)
-end
-
--- NA reads an argument as N does, false if it is not one. A library
--- (functions.go) sets limbCache to a table once, when it loads, and NA
--- then keeps what it read for each argument's text, as fast.lua's farg
--- does: a rule's arguments are the same on every check. The numbers it
--- keeps are shared by every later call, which reads them and never writes
--- to them (see above); it holds at most 256 texts, then starts afresh. A
--- script keeps nothing.
-local limbCache, limbCached = false, 0
-local function NA(s)
-  if limbCache then
-    local v = limbCache[s]
-    if v ~= nil then return v end
-  end
-  local v = N(s) or false
-  if limbCache and s then
-    if limbCached >= 256 then limbCache, limbCached = {}, 0 end
-    limbCache[s], limbCached = v, limbCached + 1
-  end
-  return v
 end
 
 local function S(a)
@@ -2056,35 +2127,57 @@ local function divmod(a, d)
   return trim(q), r
 end
 
--- divtime returns divmod(a, d) for an instant a (at most MaxTime, 2^62
--- ns) and a span d > 0: the index of the window of length d that holds a,
--- and how far into it a is. As fast.lua's fwindow, it works in doubles
--- where that is exact, for d below 2^51 of whole microseconds or dividing
--- a second: a is split into H s and L ns, and a in microseconds is below
--- 2^53.
-local function divtime(a, d)
-  if #a == 3 and #d <= 3 then
-    local w = approx(d)
-    local l2 = a[2]
-    local r2 = math.fmod(l2, 100)
-    local H, L = a[3] * 100000 + (l2 - r2) / 100, r2 * B + a[1]
-    if w >= 1 and w < 2251799813685248 and H <= 4611686018 then
-      if math.fmod(w, 1000) == 0 then
-        local k = w / 1000
-        local lr = math.fmod(L, 1000)
-        local us = H * 1000000 + (L - lr) / 1000
-        local r = math.fmod(us, k)
-        return fromnum((us - r) / k), fromnum(r * 1000 + lr)
-      elseif math.fmod(1000000000, w) == 0 then
-        local m = 1000000000 / w
-        if H * m < 2251799813685248 then
-          local r = math.fmod(L, w)
-          return fromnum(H * m + (L - r) / w), fromnum(r)
-        end
+-- plimbs returns a pair (pairs.lua), h*10^9 + l below 2^64, in limbs.
+local function plimbs(h, l)
+  local l1 = l % B
+  local c = h * 100 + (l - l1) / B
+  local l2 = c % B
+  return trim({l1, l2, (c - l2) / B})
+end
+
+-- lpair returns a number below 2^64 in limbs as a pair.
+local function lpair(a)
+  local l2, l3 = a[2] or 0, a[3] or 0
+  local r = l2 % 100
+  return l3 * 100000 + (l2 - r) / 100, r * B + a[1]
+end
+
+-- psplit returns a whole 0 <= x < 2^53 as a pair.
+local function psplit(x)
+  local l = math.fmod(x, 1000000000)
+  return (x - l) / 1000000000, l
+end
+
+-- pdivtime returns, for an instant (th, tl) of at most MaxTime (2^62 ns)
+-- and a span (dh, dl) > 0, as pairs: the index of the window of that
+-- length that holds the instant, and how far into it the instant is. As
+-- fast.lua's fwindow, it works in doubles where that is exact, for a span
+-- below 2^51 of whole microseconds or dividing a second (the instant in
+-- microseconds is below 2^53), else in limbs (divmod).
+local function pdivtime(th, tl, dh, dl)
+  if dh < 2251799 then
+    local w = dh * 1000000000 + dl
+    if math.fmod(w, 1000) == 0 then
+      local k = w / 1000
+      local lr = math.fmod(tl, 1000)
+      local us = th * 1000000 + (tl - lr) / 1000
+      local r = math.fmod(us, k)
+      local qh, ql = psplit((us - r) / k)
+      local rh, rl = psplit(r * 1000 + lr)
+      return qh, ql, rh, rl
+    elseif math.fmod(1000000000, w) == 0 then
+      local m = 1000000000 / w
+      if th * m < 2251799813685248 then
+        local r = math.fmod(tl, w)
+        local qh, ql = psplit(th * m + (tl - r) / w)
+        return qh, ql, 0, r
       end
     end
   end
-  return divmod(a, d)
+  local q, r = divmod(plimbs(th, tl), plimbs(dh, dl))
+  local qh, ql = lpair(q)
+  local rh, rl = lpair(r)
+  return qh, ql, rh, rl
 end
 
 -- fromtime returns the instant TIME replied, sec*10^9 + usec*10^3 ns, in
@@ -2113,232 +2206,297 @@ local function max(a, b)
   return a
 end
 
--- The step of the window rules in exact limb arithmetic (arith.lua), for
--- any state, argument or time: the end of the body of exact(key, alg, old,
--- tm), which the script defines around pairs.lua, arith.lua and this file
--- so that a check the fast path decides never builds these functions (a
--- library defines pairs.lua's and arith.lua's once, when it loads). The
--- buckets have returned by pmeter (pairs.lua) before this runs. old is the
--- key's value or false, tm TIME's reply or false.
+-- The step of the window rules, exact for any state, argument or time: the
+-- end of the body of exact(key, alg, old, tm), which the script defines
+-- around pairs.lua, arith.lua and this file so that a check the fast path
+-- decides never builds these functions (a library defines pairs.lua's and
+-- arith.lua's once, when it loads). The buckets have returned by pmeter
+-- (pairs.lua) before this runs. old is the key's value or false, tm TIME's
+-- reply or false.
+--
+-- Every quantity is below 2^63 (a sum of two below 2^64, of a sub-window's
+-- counts below 2^70) and is kept as a pair of doubles (pairs.lua), which
+-- adds, subtracts and compares exactly without a table; only the window of
+-- an instant (pdivtime) and the sliding counter's products, where doubles
+-- cannot show them exactly, go through limbs (arith.lua).
 
-local function fail(why)
-  return redis.error_reply('RATELIMIT ' .. why)
-end
+local fail = pfail
 
--- The limb path: any state, argument or time.
-local cost, margin = NA(ARGV[3]), NA(ARGV[4])
-if not cost or iszero(cost) or not margin then return fail('invalid argument') end
+local ch, cl = ppa(ARGV[3])
+local mh = ppa(ARGV[4])
+if not (ch and mh) or (ch == 0 and cl == 0) then return fail('invalid argument') end
 
-local MAXT = {7387904, 8601842, 46116} -- 2^62 ns: MaxTime
-local now
-if tm then
-  now = fromtime(tm[1], tm[2])
-else
-  now = N(ARGV[2])
-  if not now then return fail('invalid argument') end
-end
-if cmp(now, MAXT) > 0 then now = MAXT end
-local reading = S(now)
+local wh, wl = pnow(tm)
+if not wh then return fail('invalid argument') end
+local reading = pstr(wh, wl)
+-- now as written: the reading, or the state's latest instant when later.
+local nows = reading
 
 -- The state: space-separated canonical decimals, the latest instant first.
--- An empty value is a fresh key's, as for the Machine.
-local f, fs = {}, {}
+-- An empty value is a fresh key's, as for the Machine. The fixed window
+-- and the sliding counter have a shape of their own (or a fresh key's
+-- lone instant); the others a list, fh, fl and their texts fs.
+local nf, f2, f3, f4 = 0, nil, nil, nil
+local fh, fl, fs
 if old and #old > 0 then
-  if old:find('[^ 0-9]') or old:find('  ') or old:byte(1) == 32 or old:byte(-1) == 32 then
-    return fail('invalid state')
+  local f1
+  if alg == 'f' or alg == 'c' then
+    if alg == 'f' then
+      f1, f2, f3 = string.match(old, '^(%d+) (%d+) (%d+)$')
+      nf = 3
+    else
+      f1, f2, f3, f4 = string.match(old, '^(%d+) (%d+) (%d+) (%d+)$')
+      nf = 4
+    end
+    if not f1 then
+      f1, nf = string.match(old, '^%d+$'), 1
+      if not f1 then return fail('invalid state') end
+    end
+  else
+    if string.find(old, '[^ 0-9]') or string.find(old, '  ') or string.byte(old, 1) == 32 or string.byte(old, -1) == 32 then
+      return fail('invalid state')
+    end
+    fh, fl, fs = {}, {}, {}
+    for w in string.gmatch(old, '%d+') do
+      local h, l = pp(w, true)
+      if not h then return fail('invalid state') end
+      nf = nf + 1
+      fh[nf], fl[nf], fs[nf] = h, l, w
+    end
+    f1 = fs[1]
   end
-  for w in old:gmatch('%d+') do
-    local v = N(w, true)
-    if not v then return fail('invalid state') end
-    f[#f + 1], fs[#fs + 1] = v, w
-  end
-  if cmp(f[1], MAXT) > 0 then return fail('invalid state') end
-  now = max(now, f[1])
+  local h, l = pp(f1, true)
+  if not h or pcmp(h, l, 4611686018, 427387904) > 0 then return fail('invalid state') end
+  if pcmp(h, l, wh, wl) > 0 then wh, wl, nows = h, l, f1 end
 else
   old = old or ''
 end
 -- A state with nothing after its instant is a fresh key's.
-local fresh = #f <= 1
+local fresh = nf <= 1
 
-local admitted, new, ttl = 0, nil, nil
+local Wh, Wl = ppa(ARGV[5])
+local ah, al = ppa(ARGV[6])
+if not (Wh and ah) or (Wh == 0 and Wl == 0) then return fail('invalid argument') end
+-- A state in debt (after a settlement) holds up to twice the capacity.
+local a2h, a2l = padd(ah, al, ah, al)
+
+local admitted, new, th, tl = 0, nil, 0, 0
 
 if alg == 's' then
   -- Buckets of g = W/k ns: the state is the latest bucket's index sc and
   -- the counts of buckets sc-k+1 to sc, oldest first; a bucket before the
   -- origin holds nothing.
-  local w, cap, kk = NA(ARGV[5]), NA(ARGV[6]), NA(ARGV[8])
-  if not (w and cap and kk) or iszero(w) or iszero(kk) or #kk > 1 or kk[1] > 60 then
-    return fail('invalid argument')
-  end
+  local kh, k = ppa(ARGV[8])
+  if not kh or kh ~= 0 or k == 0 or k > 60 then return fail('invalid argument') end
   -- '1' counts refusals; '2' (a composite's step, which never spends a
   -- refusal) counts none but reads the states of a rule that does.
-  local k, refused, counts = kk[1], ARGV[7] ~= '0', ARGV[7] == '1'
-  -- A state in debt (after a settlement) holds up to twice the capacity.
-  local cap2 = add(cap, cap)
-  local g, gr = divmod(w, kk)
-  if not iszero(gr) then return fail('invalid argument') end
-  local win, e = divtime(now, g)
-  -- Each count is kept with its text (as canonical as S writes it), so
-  -- that a count carried over is not written out again.
-  local sc, a, at = Z, {}, {}
-  for i = 1, k do a[i], at[i] = Z, '0' end
+  local refused, counts = ARGV[7] ~= '0', ARGV[7] == '1'
+  -- g = W/k, exactly: the remainder of W's high part carried into its low.
+  local gr = math.fmod(Wh, k)
+  local x = gr * 1000000000 + Wl
+  local gl = math.fmod(x, k)
+  if gl ~= 0 then return fail('invalid argument') end
+  local gh
+  gh, gl = (Wh - gr) / k, (x - gl) / k
+  local nh, nl, eh, el = pdivtime(wh, wl, gh, gl)
+  -- Each count is kept as a pair with its text (as canonical as pstr
+  -- writes it), so that a count carried over is not written out again.
+  local sh, sl = 0, 0
+  local qh, ql, qt = {}, {}, {}
+  for i = 1, k do qh[i], ql[i], qt[i] = 0, 0, '0' end
   if not fresh then
-    if #f ~= k + 2 then return fail('invalid state') end
-    sc = f[2]
-    if cmp(sc, win) > 0 then return fail('invalid state') end
-    local sum = Z
+    if nf ~= k + 2 then return fail('invalid state') end
+    sh, sl = fh[2], fl[2]
+    if pcmp(sh, sl, nh, nl) > 0 then return fail('invalid state') end
+    local uh, ul = 0, 0
     for i = 1, k do
-      local n = f[i + 2]
-      if not iszero(n) then
-        if cmp(n, cap2) > 0 or cmp(add(sc, {i}), kk) < 0 then return fail('invalid state') end
-        sum = add(sum, n)
-        if not refused and cmp(sum, cap2) > 0 then return fail('invalid state') end
-        a[i], at[i] = n, fs[i + 2]
+      local h, l = fh[i + 2], fl[i + 2]
+      if h ~= 0 or l ~= 0 then
+        if pcmp(h, l, a2h, a2l) > 0 or (sh == 0 and sl + i < k) then return fail('invalid state') end
+        uh, ul = padd(uh, ul, h, l)
+        if not refused and pcmp(uh, ul, a2h, a2l) > 0 then return fail('invalid state') end
+        qh[i], ql[i], qt[i] = h, l, fs[i + 2]
       end
     end
   end
-  -- The counts seen from bucket win: shifted on by win - sc buckets.
-  local d = sub(win, sc)
-  local b, bt, sum = {}, {}, Z
-  local shift = cmp(d, kk) < 0 and d[1]
+  -- The counts seen from bucket n: shifted on by n - sc buckets.
+  local dh, dl = psubp(nh, nl, sh, sl)
+  local shift = dh == 0 and dl < k and dl
+  local bh, bl, bt, uh, ul = {}, {}, {}, 0, 0
   for i = 1, k do
-    b[i], bt[i] = Z, '0'
-    if shift and a[i + shift] then b[i], bt[i] = a[i + shift], at[i + shift] end
-    if not iszero(b[i]) then sum = add(sum, b[i]) end
+    bh[i], bl[i], bt[i] = 0, 0, '0'
+    if shift and i + shift <= k then
+      local j = i + shift
+      bh[i], bl[i], bt[i] = qh[j], ql[j], qt[j]
+      uh, ul = padd(uh, ul, bh[i], bl[i])
+    end
   end
-  local put = nil
-  if cmp(add(sum, cost), cap) <= 0 then
-    admitted, put = 1, add(b[k], cost)
+  local put, ph, pl = false, 0, 0
+  local xh, xl = padd(uh, ul, ch, cl)
+  if pcmp(xh, xl, ah, al) <= 0 then
+    admitted, put = 1, true
+    ph, pl = padd(bh[k], bl[k], ch, cl)
   elseif counts then
-    local nc = add(b[k], cost)
-    if cmp(nc, cap) > 0 then nc = cap end
-    if cmp(nc, b[k]) > 0 then put = nc end
+    ph, pl = padd(bh[k], bl[k], ch, cl)
+    if pcmp(ph, pl, ah, al) > 0 then ph, pl = ah, al end
+    put = pcmp(ph, pl, bh[k], bl[k]) > 0
   end
-  local last, out, outt = sc, a, at
+  local lh, ll, oh, ol, ot = sh, sl, qh, ql, qt
   if put then
-    b[k], bt[k] = put, S(put)
-    last, out, outt = win, b, bt
+    bh[k], bl[k], bt[k] = ph, pl, pstr(ph, pl)
+    lh, ll, oh, ol, ot = nh, nl, bh, bl, bt
   end
-  local parts, any = {S(now), S(last)}, false
+  local parts, any = {nows, pstr(lh, ll)}, false
   for i = 1, k do
-    parts[i + 2] = outt[i]
-    if not iszero(out[i]) then any = true end
+    parts[i + 2] = ot[i]
+    if oh[i] ~= 0 or ol[i] ~= 0 then any = true end
   end
   -- The newest bucket that may hold anything leaves the window at bucket
-  -- last + k.
-  -- That is (last + k - win) g - e from now (now is win g + e), with
-  -- last + k - win at most k, and none when it is not above 0 (e < g).
-  ttl = Z
-  local left = add(last, kk)
-  if any and cmp(left, win) > 0 then ttl = sub(muls(g, sub(left, win)[1]), e) end
-  new = table.concat(parts, ' ')
-elseif alg == 'f' or alg == 'c' or alg == 'l' then
-  local w, cap = NA(ARGV[5]), NA(ARGV[6])
-  if not (w and cap) or iszero(w) then return fail('invalid argument') end
-  -- A state in debt (after a settlement) holds up to twice the capacity.
-  local cap2 = add(cap, cap)
-  if alg == 'f' then
-    local win, e = divtime(now, w)
-    local sw, sc = Z, Z
-    if not fresh then
-      if #f ~= 3 then return fail('invalid state') end
-      sw, sc = f[2], f[3]
-      if cmp(sw, add(win, ONE)) > 0 or cmp(sc, cap2) > 0 then return fail('invalid state') end
+  -- last + k: that is (last + k - n) g - e from now (now is n g + e),
+  -- with last + k - n at most k, and none when it is not above 0 (e < g).
+  if any then
+    local xh, xl = padd(lh, ll, 0, k)
+    local mh2, m = 0, 0
+    if pcmp(xh, xl, nh, nl) > 0 then mh2, m = psubp(xh, xl, nh, nl) end
+    if mh2 == 0 and m > 0 then
+      -- g m - e, with m at most k: each part's product is exact.
+      local y = gl * m
+      local r = math.fmod(y, 1000000000)
+      th, tl = psubp(gh * m + (y - r) / 1000000000, r, eh, el)
     end
-    -- A count in the window after now's, as a Plans' move writes it (the
-    -- fast path declines it), applies from now on, to that window's end.
-    local ahead = cmp(sw, win) > 0
-    if ahead then win = sw end
-    local count = Z
-    if cmp(win, sw) == 0 then count = sc end
-    local used = add(count, cost)
-    if cmp(used, cap) <= 0 then
-      admitted, sw, sc = 1, win, used
-    end
-    -- (win + 1) w - now: w - e, now being win w + e, or a window more
-    -- when win is the one after now's.
-    ttl = sub(w, e)
-    if ahead then ttl = add(ttl, w) end
-    new = S(now) .. ' ' .. S(sw) .. ' ' .. S(sc)
-  elseif alg == 'c' then
-    local win, e = divtime(now, w)
-    local sw, sp, sc = Z, Z, Z
-    if not fresh then
-      if #f ~= 4 then return fail('invalid state') end
-      sw, sp, sc = f[2], f[3], f[4]
-      if cmp(sw, win) > 0 or cmp(sp, cap2) > 0 or cmp(sc, cap2) > 0 then return fail('invalid state') end
-    end
-    local prev, cur = Z, Z
-    local c = cmp(win, sw)
-    if c == 0 then
-      prev, cur = sp, sc
-    elseif cmp(win, add(sw, ONE)) == 0 then
-      prev = sc
-    end
-    -- estimate + cost <= capacity  <=>  prev*(W-e) <= (capacity-cur-cost)*W
-    local used = add(cur, cost)
-    if cmp(used, cap) <= 0 and cmp(mul(prev, sub(w, e)), mul(sub(cap, used), w)) <= 0 then
-      admitted, cur = 1, used
-      sw, sp, sc = win, prev, cur
-    elseif ARGV[7] == '1' then
-      -- CountRefused: the refusal spends too, the count capped at the
-      -- capacity; a count above it (a debt) stays as it is.
-      if cmp(used, cap) > 0 then used = max(cap, cur) end
-      cur = used
-      sw, sp, sc = win, prev, cur
-    end
-    if not iszero(cur) then
-      ttl = sub(add(w, w), e)
-    elseif not iszero(prev) then
-      ttl = sub(w, e)
-    else
-      ttl = Z
-    end
-    new = S(now) .. ' ' .. S(sw) .. ' ' .. S(sp) .. ' ' .. S(sc)
-  else
-    -- Entries t cost, oldest first, at strictly increasing instants no
-    -- later than now; those with t + W <= now have expired (k is the first
-    -- live one).
-    local m = #f
-    if m > 0 and m % 2 ~= 1 then return fail('invalid state') end
-    local k, inside = m + 1, Z
-    for i = 2, m, 2 do
-      local t, c = f[i], f[i + 1]
-      if cmp(t, now) > 0 or (i > 2 and cmp(f[i - 2], t) >= 0) or iszero(c) or cmp(c, cap2) > 0 then
-        return fail('invalid state')
-      end
-      if cmp(add(t, w), now) > 0 then
-        if k > m then k = i end
-        inside = add(inside, c)
-      end
-    end
-    if cmp(inside, cap2) > 0 then return fail('invalid state') end
-    local parts = {S(now)}
-    if cmp(add(inside, cost), cap) <= 0 then
-      admitted = 1
-      local last = m - 1
-      local merge = k < m and cmp(f[last], now) == 0
-      for i = k, m, 2 do
-        if merge and i == last then
-          parts[#parts + 1] = fs[i] .. ' ' .. S(add(f[i + 1], cost))
-        else
-          parts[#parts + 1] = fs[i] .. ' ' .. fs[i + 1]
-        end
-      end
-      if not merge then parts[#parts + 1] = S(now) .. ' ' .. S(cost) end
-      ttl = w
-    else
-      for i = 2, m do parts[#parts + 1] = fs[i] end
-      ttl = sub(add(f[m - 1], w), now)
-    end
-    new = table.concat(parts, ' ')
   end
+  new = table.concat(parts, ' ')
+elseif alg == 'f' then
+  local nh, nl, eh, el = pdivtime(wh, wl, Wh, Wl)
+  local sh, sl, oh, ol = 0, 0, 0, 0
+  local sws, scs = '0', '0'
+  if not fresh then
+    sws, scs = f2, f3
+    local h, l = pp(f3, true)
+    sh, sl = pp(f2, true)
+    if not (sh and h) then return fail('invalid state') end
+    oh, ol = h, l
+    local n1h, n1l = padd(nh, nl, 0, 1)
+    if pcmp(sh, sl, n1h, n1l) > 0 or pcmp(oh, ol, a2h, a2l) > 0 then return fail('invalid state') end
+  end
+  -- A count in the window after now's, as a Plans' move writes it (the
+  -- fast path declines it), applies from now on, to that window's end.
+  local ahead = pcmp(sh, sl, nh, nl) > 0
+  if ahead then nh, nl = sh, sl end
+  local uh, ul = ch, cl
+  if sh == nh and sl == nl then uh, ul = padd(oh, ol, ch, cl) end
+  if pcmp(uh, ul, ah, al) <= 0 then
+    admitted, sws, scs = 1, pstr(nh, nl), pstr(uh, ul)
+  end
+  -- (n + 1) W - now: W - e, now being n W + e, or a window more when n
+  -- is the one after now's.
+  th, tl = psubp(Wh, Wl, eh, el)
+  if ahead then th, tl = padd(th, tl, Wh, Wl) end
+  new = nows .. ' ' .. sws .. ' ' .. scs
+elseif alg == 'c' then
+  local nh, nl, eh, el = pdivtime(wh, wl, Wh, Wl)
+  local sh, sl, ph, pl, uh, ul = 0, 0, 0, 0, 0, 0
+  local sws, sps, scs = '0', '0', '0'
+  if not fresh then
+    sws, sps, scs = f2, f3, f4
+    sh, sl = pp(f2, true)
+    ph, pl = pp(f3, true)
+    uh, ul = pp(f4, true)
+    if not (sh and ph and uh) then return fail('invalid state') end
+    if pcmp(sh, sl, nh, nl) > 0 or pcmp(ph, pl, a2h, a2l) > 0 or pcmp(uh, ul, a2h, a2l) > 0 then
+      return fail('invalid state')
+    end
+  end
+  -- prev and cur, with prev's text.
+  local vh, vl, rh, rl, vs = 0, 0, 0, 0, '0'
+  if sh == nh and sl == nl then
+    vh, vl, rh, rl, vs = ph, pl, uh, ul, sps
+  else
+    local s1h, s1l = padd(sh, sl, 0, 1)
+    if s1h == nh and s1l == nl then vh, vl, vs = uh, ul, scs end
+  end
+  -- estimate + cost <= capacity  <=>  prev*(W-e) <= (capacity-cur-cost)*W
+  local xh, xl = padd(rh, rl, ch, cl)
+  local fits = pcmp(xh, xl, ah, al) <= 0
+  if fits and (vh ~= 0 or vl ~= 0) then
+    local bh, bl = psubp(Wh, Wl, eh, el)
+    local dh, dl = psubp(ah, al, xh, xl)
+    -- In doubles where both products are below 2^53 (a rounded product
+    -- below 2^53 is an exact one), else in limbs.
+    local p, q = (vh * 1000000000 + vl) * (bh * 1000000000 + bl), (dh * 1000000000 + dl) * (Wh * 1000000000 + Wl)
+    if p < 9007199254740992 and q < 9007199254740992 then
+      fits = p <= q
+    else
+      fits = cmp(mul(plimbs(vh, vl), plimbs(bh, bl)), mul(plimbs(dh, dl), plimbs(Wh, Wl))) <= 0
+    end
+  end
+  if fits then
+    admitted, rh, rl = 1, xh, xl
+    sws, sps, scs = pstr(nh, nl), vs, pstr(xh, xl)
+  elseif ARGV[7] == '1' then
+    -- CountRefused: the refusal spends too, the count capped at the
+    -- capacity; a count above it (a debt) stays as it is.
+    if pcmp(xh, xl, ah, al) > 0 then
+      xh, xl = ah, al
+      if pcmp(rh, rl, ah, al) > 0 then xh, xl = rh, rl end
+    end
+    rh, rl = xh, xl
+    sws, sps, scs = pstr(nh, nl), vs, pstr(xh, xl)
+  end
+  if rh ~= 0 or rl ~= 0 then
+    th, tl = padd(Wh, Wl, Wh, Wl)
+    th, tl = psubp(th, tl, eh, el)
+  elseif vh ~= 0 or vl ~= 0 then
+    th, tl = psubp(Wh, Wl, eh, el)
+  end
+  new = nows .. ' ' .. sws .. ' ' .. sps .. ' ' .. scs
+elseif alg == 'l' then
+  -- Entries t cost, oldest first, at strictly increasing instants no
+  -- later than now; those with t + W <= now have expired (k is the first
+  -- live one).
+  local m = nf
+  if m > 0 and m % 2 ~= 1 then return fail('invalid state') end
+  local k, uh, ul = m + 1, 0, 0
+  for i = 2, m, 2 do
+    local h, l, c1, c2 = fh[i], fl[i], fh[i + 1], fl[i + 1]
+    if pcmp(h, l, wh, wl) > 0 or (i > 2 and pcmp(fh[i - 2], fl[i - 2], h, l) >= 0) or (c1 == 0 and c2 == 0)
+        or pcmp(c1, c2, a2h, a2l) > 0 then
+      return fail('invalid state')
+    end
+    local eh, el = padd(h, l, Wh, Wl)
+    if pcmp(eh, el, wh, wl) > 0 then
+      if k > m then k = i end
+      uh, ul = padd(uh, ul, c1, c2)
+    end
+  end
+  if pcmp(uh, ul, a2h, a2l) > 0 then return fail('invalid state') end
+  local parts = {nows}
+  local xh, xl = padd(uh, ul, ch, cl)
+  if pcmp(xh, xl, ah, al) <= 0 then
+    admitted = 1
+    local last = m - 1
+    local merge = k < m and fh[last] == wh and fl[last] == wl
+    for i = k, m, 2 do
+      if merge and i == last then
+        parts[#parts + 1] = fs[i] .. ' ' .. pstr(padd(fh[i + 1], fl[i + 1], ch, cl))
+      else
+        parts[#parts + 1] = fs[i] .. ' ' .. fs[i + 1]
+      end
+    end
+    if not merge then parts[#parts + 1] = nows .. ' ' .. pstr(ch, cl) end
+    th, tl = Wh, Wl
+  else
+    for i = 2, m do parts[#parts + 1] = fs[i] end
+    th, tl = padd(fh[m - 1], fl[m - 1], Wh, Wl)
+    th, tl = psubp(th, tl, wh, wl)
+  end
+  new = table.concat(parts, ' ')
 else
   return fail('invalid argument')
 end
 
 -- Keep the state until it is as good as a fresh key's, plus the margin.
-redis.call('SET', key, new, 'PX', string.format('%d', ceilms(ttl) + tonumber(ARGV[4])))
+redis.call('SET', key, new, 'PX', string.format('%d', pms(th, tl) + tonumber(ARGV[4])))
 return {old, reading, new, admitted}
 
 end
@@ -2474,27 +2632,6 @@ local function N(s, digits)
   return parse(s, 19, digits)
 end
 
--- NA reads an argument as N does, false if it is not one. A library
--- (functions.go) sets limbCache to a table once, when it loads, and NA
--- then keeps what it read for each argument's text, as fast.lua's farg
--- does: a rule's arguments are the same on every check. The numbers it
--- keeps are shared by every later call, which reads them and never writes
--- to them (see above); it holds at most 256 texts, then starts afresh. A
--- script keeps nothing.
-local limbCache, limbCached = false, 0
-local function NA(s)
-  if limbCache then
-    local v = limbCache[s]
-    if v ~= nil then return v end
-  end
-  local v = N(s) or false
-  if limbCache and s then
-    if limbCached >= 256 then limbCache, limbCached = {}, 0 end
-    limbCache[s], limbCached = v, limbCached + 1
-  end
-  return v
-end
-
 local function S(a)
   local n = #a
   if n == 1 then return string.format('%d', a[1]) end
@@ -2652,35 +2789,57 @@ local function divmod(a, d)
   return trim(q), r
 end
 
--- divtime returns divmod(a, d) for an instant a (at most MaxTime, 2^62
--- ns) and a span d > 0: the index of the window of length d that holds a,
--- and how far into it a is. As fast.lua's fwindow, it works in doubles
--- where that is exact, for d below 2^51 of whole microseconds or dividing
--- a second: a is split into H s and L ns, and a in microseconds is below
--- 2^53.
-local function divtime(a, d)
-  if #a == 3 and #d <= 3 then
-    local w = approx(d)
-    local l2 = a[2]
-    local r2 = math.fmod(l2, 100)
-    local H, L = a[3] * 100000 + (l2 - r2) / 100, r2 * B + a[1]
-    if w >= 1 and w < 2251799813685248 and H <= 4611686018 then
-      if math.fmod(w, 1000) == 0 then
-        local k = w / 1000
-        local lr = math.fmod(L, 1000)
-        local us = H * 1000000 + (L - lr) / 1000
-        local r = math.fmod(us, k)
-        return fromnum((us - r) / k), fromnum(r * 1000 + lr)
-      elseif math.fmod(1000000000, w) == 0 then
-        local m = 1000000000 / w
-        if H * m < 2251799813685248 then
-          local r = math.fmod(L, w)
-          return fromnum(H * m + (L - r) / w), fromnum(r)
-        end
+-- plimbs returns a pair (pairs.lua), h*10^9 + l below 2^64, in limbs.
+local function plimbs(h, l)
+  local l1 = l % B
+  local c = h * 100 + (l - l1) / B
+  local l2 = c % B
+  return trim({l1, l2, (c - l2) / B})
+end
+
+-- lpair returns a number below 2^64 in limbs as a pair.
+local function lpair(a)
+  local l2, l3 = a[2] or 0, a[3] or 0
+  local r = l2 % 100
+  return l3 * 100000 + (l2 - r) / 100, r * B + a[1]
+end
+
+-- psplit returns a whole 0 <= x < 2^53 as a pair.
+local function psplit(x)
+  local l = math.fmod(x, 1000000000)
+  return (x - l) / 1000000000, l
+end
+
+-- pdivtime returns, for an instant (th, tl) of at most MaxTime (2^62 ns)
+-- and a span (dh, dl) > 0, as pairs: the index of the window of that
+-- length that holds the instant, and how far into it the instant is. As
+-- fast.lua's fwindow, it works in doubles where that is exact, for a span
+-- below 2^51 of whole microseconds or dividing a second (the instant in
+-- microseconds is below 2^53), else in limbs (divmod).
+local function pdivtime(th, tl, dh, dl)
+  if dh < 2251799 then
+    local w = dh * 1000000000 + dl
+    if math.fmod(w, 1000) == 0 then
+      local k = w / 1000
+      local lr = math.fmod(tl, 1000)
+      local us = th * 1000000 + (tl - lr) / 1000
+      local r = math.fmod(us, k)
+      local qh, ql = psplit((us - r) / k)
+      local rh, rl = psplit(r * 1000 + lr)
+      return qh, ql, rh, rl
+    elseif math.fmod(1000000000, w) == 0 then
+      local m = 1000000000 / w
+      if th * m < 2251799813685248 then
+        local r = math.fmod(tl, w)
+        local qh, ql = psplit(th * m + (tl - r) / w)
+        return qh, ql, 0, r
       end
     end
   end
-  return divmod(a, d)
+  local q, r = divmod(plimbs(th, tl), plimbs(dh, dl))
+  local qh, ql = lpair(q)
+  local rh, rl = lpair(r)
+  return qh, ql, rh, rl
 end
 
 -- fromtime returns the instant TIME replied, sec*10^9 + usec*10^3 ns, in
