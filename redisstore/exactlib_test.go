@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratelimit"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
@@ -118,6 +119,18 @@ func TestFixedWindowExpiryAhead(t *testing.T) {
 	}
 }
 
+// exactBeside returns a store of rule on clk whose checks run script, and
+// the in-process limiter of the same rule on clk.
+func exactBeside(t *testing.T, rdb *redis.Client, rule ratelimit.Rule, clk ratelimit.Clock, script scriptRunner) (*Store, ratelimit.Limiter) {
+	t.Helper()
+	s, err := New(rdb, rule, WithClock(clk), WithPrefix(testPrefix()), WithDenyCache(0))
+	require.NoError(t, err)
+	s.script = script
+	l, err := ratelimit.New(rule, ratelimit.WithClock(clk))
+	require.NoError(t, err)
+	return s, l
+}
+
 // TestSlidingCounterAtTheBoundary: a sliding counter's request whose
 // estimate plus cost is exactly the limit is admitted, and refused a
 // nanosecond earlier, on the exact path as a script and as the library
@@ -131,11 +144,7 @@ func TestSlidingCounterAtTheBoundary(t *testing.T) {
 			for _, early := range []time.Duration{0, 1} {
 				start := unixNow / w * w
 				clk := ratelimit.NewManualClock(start)
-				s, err := New(rdb, rule, WithClock(clk), WithPrefix(testPrefix()), WithDenyCache(0))
-				require.NoError(t, err)
-				s.script = script
-				l, err := ratelimit.New(rule, ratelimit.WithClock(clk))
-				require.NoError(t, err)
+				s, l := exactBeside(t, rdb, rule, clk, script)
 				d, err := s.Check("k", 2*ratelimit.Unit)
 				require.NoError(t, err)
 				require.True(t, d.Allowed)
@@ -150,6 +159,29 @@ func TestSlidingCounterAtTheBoundary(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, want, got, "%s, window %v, %v early", name, w, early)
 				assert.Equal(t, early == 0, got.Allowed, "%s, window %v, %v early", name, w, early)
+			}
+		}
+	}
+}
+
+// TestSubWindowShiftOnExactPath: a sub-window counter's counts move on by
+// the buckets that have passed, on the exact path as a script and as the
+// library runs it, as in process: checks a few buckets apart, then a
+// window apart, each decided and written as the Machine does.
+func TestSubWindowShiftOnExactPath(t *testing.T) {
+	rdb := needRedis(t)
+	for _, counts := range []bool{false, true} {
+		rule := ratelimit.SubWindow{Limit: 4, Window: time.Second, Buckets: 10, CountRefused: counts}
+		for name, script := range map[string]scriptRunner{"script": exactScript, "library": exactFunction} {
+			clk := ratelimit.NewManualClock(unixNow)
+			s, l := exactBeside(t, rdb, rule, clk, script)
+			for i, d := range []time.Duration{0, 100, 300, 0, 250, 100, 900, 0, 1000, 50, 2500} {
+				clk.Advance(d * time.Millisecond)
+				want, err := l.Check(ratelimit.Unit)
+				require.NoError(t, err)
+				got, err := s.Check("k", ratelimit.Unit)
+				require.NoError(t, err, "%s, CountRefused %v, check %d", name, counts, i)
+				require.Equal(t, want, got, "%s, CountRefused %v, check %d", name, counts, i)
 			}
 		}
 	}

@@ -973,6 +973,12 @@ if old and #old > 0 then
       f1, nf = string.match(old, '^%d+$'), 1
       if not f1 then return fail('invalid state') end
     end
+    -- Canonical decimals compare as numbers by length, then as strings:
+    -- the latest instant needs reading only when it is later than now
+    -- (one no later is a valid time).
+    local n1, nn = #f1, #reading
+    if n1 > 1 and string.byte(f1, 1) == 48 then return fail('invalid state') end
+    if n1 < nn or (n1 == nn and f1 <= reading) then f1 = nil end
   else
     if string.find(old, '[^ 0-9]') or string.find(old, '  ') or string.byte(old, 1) == 32 or string.byte(old, -1) == 32 then
       return fail('invalid state')
@@ -986,9 +992,11 @@ if old and #old > 0 then
     end
     f1 = fs[1]
   end
-  local h, l = pp(f1, true)
-  if not h or pcmp(h, l, 4611686018, 427387904) > 0 then return fail('invalid state') end
-  if pcmp(h, l, wh, wl) > 0 then wh, wl, nows = h, l, f1 end
+  if f1 then
+    local h, l = pp(f1, true)
+    if not h or pcmp(h, l, 4611686018, 427387904) > 0 then return fail('invalid state') end
+    if pcmp(h, l, wh, wl) > 0 then wh, wl, nows = h, l, f1 end
+  end
 else
   old = old or ''
 end
@@ -1005,8 +1013,8 @@ local admitted, new, th, tl = 0, nil, 0, 0
 
 if alg == 's' then
   -- Buckets of g = W/k ns: the state is the latest bucket's index sc and
-  -- the counts of buckets sc-k+1 to sc, oldest first; a bucket before the
-  -- origin holds nothing.
+  -- the counts of buckets sc-k+1 to sc, oldest first (fields 3 to k + 2);
+  -- a bucket before the origin holds nothing.
   local kh, k = ppa(ARGV[8])
   if not kh or kh ~= 0 or k == 0 or k > 60 then return fail('invalid argument') end
   -- '1' counts refusals; '2' (a composite's step, which never spends a
@@ -1020,11 +1028,8 @@ if alg == 's' then
   local gh
   gh, gl = (Wh - gr) / k, (x - gl) / k
   local nh, nl, eh, el = pdivtime(wh, wl, gh, gl)
-  -- Each count is kept as a pair with its text (as canonical as pstr
-  -- writes it), so that a count carried over is not written out again.
-  local sh, sl = 0, 0
-  local qh, ql, qt = {}, {}, {}
-  for i = 1, k do qh[i], ql[i], qt[i] = 0, 0, '0' end
+  -- any: a count is not zero.
+  local sh, sl, any = 0, 0, false
   if not fresh then
     if nf ~= k + 2 then return fail('invalid state') end
     sh, sl = fh[2], fl[2]
@@ -1036,41 +1041,45 @@ if alg == 's' then
         if pcmp(h, l, a2h, a2l) > 0 or (sh == 0 and sl + i < k) then return fail('invalid state') end
         uh, ul = padd(uh, ul, h, l)
         if not refused and pcmp(uh, ul, a2h, a2l) > 0 then return fail('invalid state') end
-        qh[i], ql[i], qt[i] = h, l, fs[i + 2]
+        any = true
       end
     end
   end
-  -- The counts seen from bucket n: shifted on by n - sc buckets.
+  -- The counts seen from bucket n: shifted on by n - sc buckets, the
+  -- count of bucket n - k + i being field i + shift + 2 (none past the
+  -- last, k + 2); b the last's, bucket n's.
   local dh, dl = psubp(nh, nl, sh, sl)
-  local shift = dh == 0 and dl < k and dl
-  local bh, bl, bt, uh, ul = {}, {}, {}, 0, 0
-  for i = 1, k do
-    bh[i], bl[i], bt[i] = 0, 0, '0'
-    if shift and i + shift <= k then
-      local j = i + shift
-      bh[i], bl[i], bt[i] = qh[j], ql[j], qt[j]
-      uh, ul = padd(uh, ul, bh[i], bl[i])
-    end
+  local shift = any and dh == 0 and dl < k and dl
+  local uh, ul, bh, bl = 0, 0, 0, 0
+  if shift then
+    for j = shift + 3, k + 2 do uh, ul = padd(uh, ul, fh[j], fl[j]) end
+    if shift == 0 then bh, bl = fh[k + 2], fl[k + 2] end
   end
   local put, ph, pl = false, 0, 0
   local xh, xl = padd(uh, ul, ch, cl)
   if pcmp(xh, xl, ah, al) <= 0 then
     admitted, put = 1, true
-    ph, pl = padd(bh[k], bl[k], ch, cl)
+    ph, pl = padd(bh, bl, ch, cl)
   elseif counts then
-    ph, pl = padd(bh[k], bl[k], ch, cl)
+    ph, pl = padd(bh, bl, ch, cl)
     if pcmp(ph, pl, ah, al) > 0 then ph, pl = ah, al end
-    put = pcmp(ph, pl, bh[k], bl[k]) > 0
+    put = pcmp(ph, pl, bh, bl) > 0
   end
-  local lh, ll, oh, ol, ot = sh, sl, qh, ql, qt
+  -- The state written: the shifted counts with bucket n's put (never
+  -- zero), or else the state's counts as they were.
+  local lh, ll = sh, sl
   if put then
-    bh[k], bl[k], bt[k] = ph, pl, pstr(ph, pl)
-    lh, ll, oh, ol, ot = nh, nl, bh, bl, bt
-  end
-  local parts, any = {nows, pstr(lh, ll)}, false
-  for i = 1, k do
-    parts[i + 2] = ot[i]
-    if oh[i] ~= 0 or ol[i] ~= 0 then any = true end
+    lh, ll, any = nh, nl, true
+    local parts = {nows, pstr(nh, nl)}
+    for i = 1, k - 1 do
+      parts[i + 2] = shift and fs[i + shift + 2] or '0'
+    end
+    parts[k + 2] = pstr(ph, pl)
+    new = table.concat(parts, ' ')
+  elseif fresh then
+    new = nows .. ' 0' .. string.rep(' 0', k)
+  else
+    new = nows .. string.sub(old, #fs[1] + 1)
   end
   -- The newest bucket that may hold anything leaves the window at bucket
   -- last + k: that is (last + k - n) g - e from now (now is n g + e),
@@ -1086,7 +1095,6 @@ if alg == 's' then
       th, tl = psubp(gh * m + (y - r) / 1000000000, r, eh, el)
     end
   end
-  new = table.concat(parts, ' ')
 elseif alg == 'f' then
   local nh, nl, eh, el = pdivtime(wh, wl, Wh, Wl)
   local sh, sl, oh, ol = 0, 0, 0, 0
