@@ -1,7 +1,9 @@
 package redisstore
 
 import (
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ratekit/ratelimit"
@@ -216,12 +218,30 @@ func (a stepArgs) appendCheck(dst []any, st *scriptStep, m *ratelimit.Machine, n
 	dst = append(dst, a...)
 	args := dst[i:]
 	args[argNow.at] = now
-	args[argCost.at] = strconv.FormatInt(int64(cost), 10)
-	if st.takes(argCostSpan) {
-		ns, frac := m.Span(cost)
-		args[argCostSpan.at], args[argCostFrac.at] = u(ns), u(frac)
+	c := newCheckSlots(st, m, cost)
+	for j := range c.n {
+		args[c.at[j]] = u(c.v[j])
 	}
 	return dst
+}
+
+// checkSlots are the slots a check sets besides now, and their values:
+// the cost, and for a step that takes it the cost's span.
+type checkSlots struct {
+	n  int
+	at [3]int
+	v  [3]uint64
+}
+
+// newCheckSlots returns the slots a check of cost by step st of the rule
+// m runs sets.
+func newCheckSlots(st *scriptStep, m *ratelimit.Machine, cost ratelimit.Units) checkSlots {
+	c := checkSlots{n: 1, at: [3]int{argCost.at}, v: [3]uint64{uint64(cost)}}
+	if st.takes(argCostSpan) {
+		ns, frac := m.Span(cost)
+		c.n, c.at[1], c.v[1], c.at[2], c.v[2] = 3, argCostSpan.at, ns, argCostFrac.at, frac
+	}
+	return c
 }
 
 // appendBound appends to dst, a check's arguments for the meter step of
@@ -251,4 +271,55 @@ func appendBound(dst []any, p ratelimit.Params, budget time.Duration) []any {
 		}
 	}
 	return append(dst, u(ns), u(frac)) // argMaxDelay, argMaxDelayFrac
+}
+
+// packedText is the arguments of a check of cost (see appendCheck) as the
+// step's library takes them (packed.lua): the text of every argument but
+// now, in order, each after a space but the first. A check sends it and
+// now (or the text alone for the server's TIME) rather than one argument
+// per slot: Redis spends on each argument.
+func (a stepArgs) packedText(st *scriptStep, m *ratelimit.Machine, cost ratelimit.Units) string {
+	c := newCheckSlots(st, m, cost)
+	b := make([]byte, 0, 96)
+	for i, v := range a {
+		if i == argNow.at {
+			continue
+		}
+		if len(b) > 0 {
+			b = append(b, ' ')
+		}
+		j := slices.Index(c.at[:c.n], i)
+		if j < 0 {
+			b = append(b, v.(string)...)
+		} else {
+			b = strconv.AppendUint(b, c.v[j], 10)
+		}
+	}
+	return string(b)
+}
+
+// packedArgs says args are a check's packed arguments: its text, and
+// now unless it is the server's TIME (see packedText).
+func packedArgs(args []any) bool { return len(args) <= 2 }
+
+// unpackArgs returns packed arguments (see packedText) as the script
+// takes them, one per slot.
+func unpackArgs(args []any) []any {
+	var text string
+	var now any = ""
+	if len(args) > 0 {
+		text, _ = args[0].(string)
+	}
+	if len(args) > 1 {
+		now = args[1]
+	}
+	fields := strings.Split(text, " ")
+	out := make([]any, 0, len(fields)+1)
+	for i, f := range fields {
+		if i == argNow.at {
+			out = append(out, now)
+		}
+		out = append(out, f)
+	}
+	return out
 }

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -145,6 +146,21 @@ func TestStepArgs(t *testing.T) {
 			}
 			want := append(head, rest...)
 			assert.Equal(t, want, s.args(3000, 0, false))
+			// The library's check sends them packed: one text of all but
+			// now, then now; with the server's TIME, the text alone.
+			text := want[0].(string)
+			for _, a := range want[2:] {
+				text += " " + a.(string)
+			}
+			packed := s.checkArgs(3000, 0, false)
+			assert.Equal(t, []any{text, "5"}, packed)
+			assert.Equal(t, want, unpackArgs(packed), "unpacked for the script")
+			st, err := New(rdb, rule, WithExpiryMargin(1500*time.Millisecond))
+			require.NoError(t, err)
+			assert.Equal(t, []any{text}, st.checkArgs(3000, 0, false), "the server's TIME")
+			onServer := slices.Clone(want)
+			onServer[argNow.at] = ""
+			assert.Equal(t, onServer, unpackArgs(st.checkArgs(3000, 0, false)), "the server's TIME, unpacked")
 			if p.CountRefused {
 				want[argRefused.at] = refusedLook
 			}

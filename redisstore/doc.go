@@ -20,7 +20,10 @@
 // (one server) it is a function of a library the store loads with
 // FUNCTION LOAD on first use (Redis 7): the library builds the Lua
 // functions of both paths, below, once when it loads, not on every call
-// (a script builds the exact path's only on a call that takes it). A server without
+// (a script builds the exact path's only on a call that takes it), and a
+// check sends the rule's arguments as one text, which the library reads
+// once and keeps, rather than one argument each (Redis spends on every
+// argument a command carries). A server without
 // Redis Functions, a Cluster and a Ring get EVALSHA (or EVAL once after
 // the server lost its script cache), running the same Lua. Redis Lua has only doubles,
 // exact to 2^53, while nanosecond Unix times, capacities in milli-units and

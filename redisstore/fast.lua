@@ -161,16 +161,17 @@ end
 -- the key's value, or false.
 local function fast(key, alg, old, tm)
   -- A value kept is a number; nil (not kept) or false (kept, but out of
-  -- range) goes to farg.
-  local kc = argCache
-  local cost, margin = kc and kc[ARGV[ARG_COST]] or farg(ARGV[ARG_COST]), kc and kc[ARGV[ARG_MARGIN]] or farg(ARGV[ARG_MARGIN])
+  -- range) goes to farg. A check the library took packed (packed.lua)
+  -- finds what farg reads of each argument kept by position, in ARGV.v.
+  local kc, kv = argCache, ARGV.v
+  local cost, margin = kv and kv[ARG_COST] or kc and kc[ARGV[ARG_COST]] or farg(ARGV[ARG_COST]), kv and kv[ARG_MARGIN] or kc and kc[ARGV[ARG_MARGIN]] or farg(ARGV[ARG_MARGIN])
   if not cost or cost == 0 or not margin then return nil end
   -- The rule's constants first, so that a rule beyond range declines at once.
   local n, tau, tauf, cn, cf, w, cap, k
   local qn, qf = false, false
   if alg == ALG_METER then
-    n, tau, tauf = kc and kc[ARGV[ARG_PACE]] or farg(ARGV[ARG_PACE]), kc and kc[ARGV[ARG_TAU]] or farg(ARGV[ARG_TAU]), kc and kc[ARGV[ARG_TAU_FRAC]] or farg(ARGV[ARG_TAU_FRAC])
-    cn, cf = kc and kc[ARGV[ARG_COST_SPAN]] or farg(ARGV[ARG_COST_SPAN]), kc and kc[ARGV[ARG_COST_FRAC]] or farg(ARGV[ARG_COST_FRAC])
+    n, tau, tauf = kv and kv[ARG_PACE] or kc and kc[ARGV[ARG_PACE]] or farg(ARGV[ARG_PACE]), kv and kv[ARG_TAU] or kc and kc[ARGV[ARG_TAU]] or farg(ARGV[ARG_TAU]), kv and kv[ARG_TAU_FRAC] or kc and kc[ARGV[ARG_TAU_FRAC]] or farg(ARGV[ARG_TAU_FRAC])
+    cn, cf = kv and kv[ARG_COST_SPAN] or kc and kc[ARGV[ARG_COST_SPAN]] or farg(ARGV[ARG_COST_SPAN]), kv and kv[ARG_COST_FRAC] or kc and kc[ARGV[ARG_COST_FRAC]] or farg(ARGV[ARG_COST_FRAC])
     if not (n and tau and tauf and cn and cf) then return nil end
     -- A check bounded on its Delay: the least queue ahead that is too long.
     -- It is only compared with a debt below 2^52, so any number reads
@@ -181,10 +182,10 @@ local function fast(key, alg, old, tm)
       if not (qn and qf) then return nil end
     end
   elseif alg == ALG_FIXED or alg == ALG_COUNTER or alg == ALG_LOG or alg == ALG_SUB then
-    w, cap = farg(ARGV[ARG_WINDOW]), farg(ARGV[ARG_CAPACITY])
+    w, cap = kv and kv[ARG_WINDOW] or farg(ARGV[ARG_WINDOW]), kv and kv[ARG_CAPACITY] or farg(ARGV[ARG_CAPACITY])
     if not (w and cap) or w == 0 then return nil end
     if alg == ALG_SUB then
-      k = farg(ARGV[ARG_BUCKETS])
+      k = kv and kv[ARG_BUCKETS] or farg(ARGV[ARG_BUCKETS])
       if not k or k < 1 or k > 60 or math.fmod(w, k) ~= 0 then return nil end
     end
   else

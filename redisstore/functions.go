@@ -3,7 +3,9 @@ package redisstore
 import (
 	"context"
 	"crypto/sha1"
+	_ "embed"
 	"encoding/hex"
+	"fmt"
 	"strings"
 	"sync/atomic"
 
@@ -26,6 +28,11 @@ type scriptRunner interface {
 // times the fast path reads too, see fast.lua; ppCache, see pairs.lua)
 // and the texts of the expiries the fast path writes (pxCache, see
 // fast.lua) are set up once too, and last while the library stays loaded.
+// A single-key check sends its arguments packed (see packedText), and the
+// library keeps each text it has read, as the table the step reads as its
+// ARGV (packCache, see packed.lua); a check that sends one argument per
+// slot (a leaky bucket's bounded on its Delay, see appendBound) is read as
+// a script reads it.
 // The library's name carries a digest of its source, so that stores of
 // different versions on one server each find their own.
 var stepLibrary, stepFunction = stepLibrarySource("")
@@ -33,7 +40,38 @@ var stepLibrary, stepFunction = stepLibrarySource("")
 // stepLibrarySource assembles the step's library; override is Lua run
 // after the fast path is defined, as for scriptSource.
 func stepLibrarySource(override string) (src, fn string) {
-	return library("step", expandLua("local ARGV\n"+fastLua+"\nargCache, pxCache = {}, {}\n"+override+"\n"+exactHoisted()), expandLua(stepLua))
+	return library("step", expandLua("local ARGV\n"+fastLua+"\nargCache, pxCache = {}, {}\n"+override+"\n"+exactHoisted()+packedSource()),
+		expandLua(packedStep+stepLua))
+}
+
+// packedLua reads a check's arguments sent packed (see packedText).
+//
+//go:embed packed.lua
+var packedLua string
+
+// packedStep is the start of the library's step: arguments sent packed
+// (the text, and now unless it is the server's TIME) become the table the
+// step reads as its ARGV; a text that is not well formed is an error, as
+// an invalid argument is.
+const packedStep = `if ARGV[3] == nil then
+  ARGV = funpack(ARGV[1], ARGV[2] or '')
+  if not ARGV then return redis.error_reply('RATELIMIT invalid argument') end
+end
+`
+
+// packedSource is packed.lua with PACKED_ARITY, the count of each step's
+// arguments (now included), written in.
+func packedSource() string {
+	var b strings.Builder
+	b.WriteString("{")
+	for i, st := range scriptSteps() {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s = %d", st.code, argRule+len(st.slots))
+	}
+	b.WriteString("}")
+	return "\n" + strings.ReplaceAll(packedLua, "PACKED_ARITY", b.String())
 }
 
 // library returns the source of a library that registers body as a
@@ -66,7 +104,7 @@ type functionClient interface {
 func (f *functionCaller) Run(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd {
 	fc, ok := c.(functionClient)
 	if !ok || f.noFCALL.Load() {
-		return f.fallback.Run(ctx, c, keys, args...)
+		return f.script(ctx, c, keys, args)
 	}
 	cmd := fc.FCall(ctx, f.fn, keys, args...)
 	err := cmd.Err()
@@ -76,7 +114,7 @@ func (f *functionCaller) Run(ctx context.Context, c redis.Scripter, keys []strin
 	case unknownCommand(err):
 		// No FCALL: the command did not run.
 		f.noFCALL.Store(true)
-		return f.fallback.Run(ctx, c, keys, args...)
+		return f.script(ctx, c, keys, args)
 	case !strings.HasPrefix(err.Error(), "ERR Function not found"):
 		return cmd
 	}
@@ -85,9 +123,18 @@ func (f *functionCaller) Run(ctx context.Context, c redis.Scripter, keys []strin
 		if unknownCommand(lerr) || strings.Contains(lerr.Error(), "NOPERM") {
 			f.noFCALL.Store(true)
 		}
-		return f.fallback.Run(ctx, c, keys, args...)
+		return f.script(ctx, c, keys, args)
 	}
 	return fc.FCall(ctx, f.fn, keys, args...)
+}
+
+// script runs the fallback with args, unpacked if a check sent them packed
+// (see packedText): the script takes one argument per slot.
+func (f *functionCaller) script(ctx context.Context, c redis.Scripter, keys []string, args []any) *redis.Cmd {
+	if packedArgs(args) {
+		args = unpackArgs(args)
+	}
+	return f.fallback.Run(ctx, c, keys, args...)
 }
 
 // unknownCommand reports a server that does not know the command sent.

@@ -78,6 +78,13 @@ func TestStepRunsAsAFunction(t *testing.T) {
 		assert.Equal(t, want, d.Remaining)
 	}
 	assert.Equal(t, 1, h.refused, "FCALL is not tried again on a server without it")
+	// The server's TIME: the check's text alone, unpacked for the script.
+	o, err = New(old, rule, WithPrefix(prefix))
+	require.NoError(t, err)
+	d, err = o.Check("time", ratelimit.Unit)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed)
+	assert.Equal(t, int64(4), d.Remaining)
 }
 
 // statCalls returns the calls INFO commandstats counts for cmd.
@@ -92,8 +99,9 @@ func statCalls(info, cmd string) int64 {
 
 // TestFunctionArgumentCache: the library's fast path keeps the arguments
 // it has read (argCache in fast.lua), at most 256 texts before it starts
-// afresh, and the texts of the expiries it has written (pxCache), as many,
-// each the number's own digits. Rules whose arguments together have many
+// afresh, the texts of the expiries it has written (pxCache), as many,
+// each the number's own digits, and the packed texts it has read
+// (packCache in packed.lua), as many. Rules whose arguments together have many
 // more texts than that, checked in turn twice over (so that the second
 // round reads some from the cache and some after it started afresh),
 // decide as in process.
@@ -131,7 +139,9 @@ func TestFunctionArgumentCache(t *testing.T) {
     m = m + 1
     if s ~= string.format('%d', px) then bad = bad + 1 end
   end
-  return {n, argCached, m, pxCached, bad}
+  local k = 0
+  for _ in pairs(packCache) do k = k + 1 end
+  return {n, argCached, m, pxCached, bad, k, packCached}
 end)
 `
 	require.NoError(t, rdb.FunctionLoadReplace(ctx, probed).Err())
@@ -139,7 +149,7 @@ end)
 	for _, p := range pairs {
 		p.s.script = lib
 	}
-	most, mostPx := int64(0), int64(0)
+	most, mostPx, mostPacked := int64(0), int64(0), int64(0)
 	for round := range 2 {
 		for i, p := range pairs {
 			if i%50 == 0 {
@@ -152,6 +162,9 @@ end)
 				require.LessOrEqual(t, got[2], int64(256), "the expiry cache outgrew its bound")
 				require.Zero(t, got[4], "the expiry cache keeps a text that is not its number's")
 				mostPx = max(mostPx, got[2])
+				require.Equal(t, got[5], got[6], "the packed texts' count is not their cache's size")
+				require.LessOrEqual(t, got[5], int64(256), "the packed texts' cache outgrew its bound")
+				mostPacked = max(mostPacked, got[5])
 			}
 			cost := ratelimit.Units(i%4+1) * ratelimit.Unit / 4
 			want, err := p.local.Check(cost)
@@ -164,6 +177,7 @@ end)
 	}
 	require.Greater(t, most, int64(128), "the checks never filled the cache: the bound is untested")
 	require.Greater(t, mostPx, int64(1), "the checks kept no expiries' texts")
+	require.Greater(t, mostPacked, int64(128), "the checks never filled the packed texts' cache: the bound is untested")
 }
 
 // TestFunctionKeepsTimeSeconds: the library's fast path keeps the seconds
@@ -203,4 +217,102 @@ end)
 		}
 	}
 	require.True(t, kept, "no second of TIME from %d to %d is kept", before.Unix(), after.Unix())
+}
+
+// TestFunctionPackedArguments: the library takes a check's arguments
+// packed (one text, then now, or the text alone for the server's TIME) and
+// decides exactly as with one argument per slot, for every step; a text
+// kept from an earlier check decides as a fresh one. A packed text that is
+// not one the store sends (a hostile or corrupted argument) is an error
+// that writes nothing, and is not kept: the well-formed text after it
+// decides as before.
+func TestFunctionPackedArguments(t *testing.T) {
+	rdb := needRedis(t)
+	ctx := context.Background()
+	require.NoError(t, rdb.FunctionLoadReplace(ctx, stepLibrary).Err())
+	fcall := func(key string, args []any) ([]any, error) {
+		return rdb.FCall(ctx, stepFunction, []string{key}, args...).Slice()
+	}
+	const now = int64(unixNow)
+	rules := append(benchRules(),
+		ratelimit.SlidingCounter{Limit: 3, Window: time.Second, CountRefused: true},
+		ratelimit.SubWindow{Limit: 3, Window: time.Second, Buckets: 5, CountRefused: true},
+		ratelimit.GCRA{Rate: ratelimit.PerSecond(3), Burst: 2},
+		ratelimit.FixedWindow{Limit: 3, Window: time.Second},
+		ratelimit.SlidingLog{Limit: 3, Window: time.Second},
+		ratelimit.GCRA{Rate: ratelimit.Every(30 * 24 * time.Hour), Burst: 2}, // beyond the fast path's range
+	)
+	for _, rule := range rules {
+		clk := ratelimit.NewManualClock(time.Duration(now))
+		prefix := testPrefix()
+		s, err := New(rdb, rule, WithClock(clk), WithPrefix(prefix))
+		require.NoError(t, err)
+		p := s.Params()
+		for i := range 12 {
+			cost := ratelimit.Units(i%3+1) * ratelimit.Unit
+			if cost > p.Capacity {
+				cost = p.Capacity
+			}
+			for _, look := range []bool{false, true} {
+				args := s.args(cost, 0, look)
+				want, werr := fcall(prefix+"slots", args)
+				got, gerr := fcall(prefix+"packed", s.checkArgs(cost, 0, look))
+				require.Equal(t, werr, gerr, "%s check %d", p.Algorithm, i)
+				require.Equal(t, want, got, "%s check %d", p.Algorithm, i)
+			}
+			clk.Advance(time.Duration(i) * 37 * time.Millisecond)
+		}
+	}
+
+	// The server's TIME: the text alone.
+	s, err := New(rdb, ratelimit.GCRA{Rate: ratelimit.PerSecond(10), Burst: 2}, WithPrefix(testPrefix()))
+	require.NoError(t, err)
+	for _, want := range []int64{1, 1, 0} {
+		r, err := fcall(s.Key("time"), s.checkArgs(ratelimit.Unit, 0, false))
+		require.NoError(t, err)
+		require.Equal(t, want, r[3], "the server's TIME")
+	}
+
+	// Hostile texts, on a key with a state: each is refused, nothing is
+	// written.
+	good := "m 1000 1000 10 100000000 0 100000000 0" // GCRA, 10/s, burst 1
+	hostile := []string{
+		"", " ", "m", "m ", "x 1000 1000 10 100000000 0 100000000 0", "M 1000 1000 10 100000000 0 100000000 0",
+		"mm 1000 1000 10 100000000 0 100000000 0", " m 1000 1000 10 100000000 0 100000000 0",
+		good + " ", good + " 0", good + "  0", good + " 0 0", // trailing space; more arguments, a bound's too
+		"m 1000 1000 10 100000000 0 100000000", "m 1000  1000 10 100000000 0 100000000 0",
+		"m 01000 1000 10 100000000 0 100000000 0", "m 0x3e8 1000 10 100000000 0 100000000 0",
+		"m 1e3 1000 10 100000000 0 100000000 0", "m -1000 1000 10 100000000 0 100000000 0",
+		"m +1000 1000 10 100000000 0 100000000 0", "m 1000.0 1000 10 100000000 0 100000000 0",
+		"m 1000 1000 10 100000000 0 100000000 0x", "m\t1000 1000 10 100000000 0 100000000 0",
+		"m 1000 1000 10 9223372036854775808 0 100000000 0", "m 1000 1000 10 99999999999999999999 0 100000000 0",
+		"f 1000 1000 10 100000000 0 100000000 0", // a window's step with a bucket's arguments
+		"f 1000 1000 1000000000", "s 1000 1000 1000000000 1000 0",
+	}
+	key := testPrefix() + "hostile"
+	const state = "1780000000000000000 1780000000100000000 0"
+	require.NoError(t, rdb.Set(ctx, key, state, time.Hour).Err())
+	nowArg := strconv.FormatInt(now, 10)
+	for _, text := range hostile {
+		for _, args := range [][]any{{text, nowArg}, {text}} {
+			_, err := fcall(key, args)
+			require.ErrorContains(t, err, "RATELIMIT invalid argument", "%q admitted", text)
+			got, err := rdb.Get(ctx, key).Result()
+			require.NoError(t, err)
+			require.Equal(t, state, got, "%q wrote", text)
+		}
+	}
+	// A good text with a bad now is the step's invalid argument, as it is
+	// with one argument per slot.
+	_, err = fcall(key, []any{good, "17800000000000000x0"})
+	require.ErrorContains(t, err, "RATELIMIT invalid argument")
+	// The good text decides: the state's TAT is a whole interval ahead, so
+	// the burst of 1 is spent at now and refused, then admitted an
+	// interval on.
+	r, err := fcall(key, []any{good, nowArg})
+	require.NoError(t, err)
+	require.Equal(t, int64(0), r[3])
+	r, err = fcall(key, []any{good, strconv.FormatInt(now+100_000_000, 10)})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), r[3])
 }

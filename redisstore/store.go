@@ -63,6 +63,7 @@ type Store struct {
 	marginMs int64    // expiry margin in ms
 	stepArgs stepArgs // the rule's arguments to the check's step
 	lookArgs stepArgs // and those of a check whose refusal spends nothing
+	packed   atomic.Pointer[packedCheck]
 	script   scriptRunner
 	br       *circuit
 	dl       atomic.Pointer[deadline]
@@ -302,7 +303,7 @@ func (s *Store) decide(ctx context.Context, key string, cost ratelimit.Units, lo
 	ctx, cancel := s.bound(ctx, now)
 	defer cancel()
 	look = look && s.p.CountRefused
-	reply, err := s.call(ctx, key, rk, now, s.args(cost, floor, look))
+	reply, err := s.call(ctx, key, rk, now, s.checkArgs(cost, floor, look))
 	recv := time.Now()
 	switch {
 	case errors.Is(err, ErrUnavailable):
@@ -419,15 +420,51 @@ func runScript(ctx context.Context, rdb redis.UniversalClient, script scriptRunn
 // look, for a rule with CountRefused, asks for a check whose refusal spends
 // nothing (see stepArgs.look).
 func (s *Store) args(cost ratelimit.Units, floor int64, look bool) []any {
-	now := ""
-	if s.clock != nil {
-		now = strconv.FormatInt(max(clamp(s.clock.Now()), floor), 10)
+	a := s.ruleArgs(look)
+	return a.appendCheck(make([]any, 0, len(a)), s.alg.step, s.m, s.now(floor), cost)
+}
+
+// now is the instant a check sends (see args): "" for the server's TIME.
+func (s *Store) now(floor int64) string {
+	if s.clock == nil {
+		return ""
 	}
-	a := s.stepArgs
+	return strconv.FormatInt(max(clamp(s.clock.Now()), floor), 10)
+}
+
+// ruleArgs are the rule's arguments to the step, a look's if look (see
+// args).
+func (s *Store) ruleArgs(look bool) stepArgs {
 	if look {
-		a = s.lookArgs
+		return s.lookArgs
 	}
-	return a.appendCheck(make([]any, 0, len(a)), s.alg.step, s.m, now, cost)
+	return s.stepArgs
+}
+
+// packedCheck is the packed text of a check's arguments (see packedArgs)
+// for one cost, and whether it is a look's.
+type packedCheck struct {
+	cost ratelimit.Units
+	look bool
+	text any
+}
+
+// checkArgs are args, packed (see packedArgs) when the step runs as a
+// library's function, which reads each text once. The text of the last
+// cost checked is kept: a rule's checks mostly have one cost.
+func (s *Store) checkArgs(cost ratelimit.Units, floor int64, look bool) []any {
+	if _, ok := s.script.(*functionCaller); !ok {
+		return s.args(cost, floor, look)
+	}
+	p := s.packed.Load()
+	if p == nil || p.cost != cost || p.look != look {
+		p = &packedCheck{cost: cost, look: look, text: s.ruleArgs(look).packedText(s.alg.step, s.m, cost)}
+		s.packed.Store(p)
+	}
+	if s.clock == nil {
+		return []any{p.text}
+	}
+	return []any{p.text, s.now(floor)}
 }
 
 // withinArgs are the script's arguments for one check of a leaky bucket

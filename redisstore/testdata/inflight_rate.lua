@@ -165,16 +165,17 @@ end
 -- the key's value, or false.
 local function fast(key, alg, old, tm)
   -- A value kept is a number; nil (not kept) or false (kept, but out of
-  -- range) goes to farg.
-  local kc = argCache
-  local cost, margin = kc and kc[ARGV[3]] or farg(ARGV[3]), kc and kc[ARGV[4]] or farg(ARGV[4])
+  -- range) goes to farg. A check the library took packed (packed.lua)
+  -- finds what farg reads of each argument kept by position, in ARGV.v.
+  local kc, kv = argCache, ARGV.v
+  local cost, margin = kv and kv[3] or kc and kc[ARGV[3]] or farg(ARGV[3]), kv and kv[4] or kc and kc[ARGV[4]] or farg(ARGV[4])
   if not cost or cost == 0 or not margin then return nil end
   -- The rule's constants first, so that a rule beyond range declines at once.
   local n, tau, tauf, cn, cf, w, cap, k
   local qn, qf = false, false
   if alg == 'm' then
-    n, tau, tauf = kc and kc[ARGV[5]] or farg(ARGV[5]), kc and kc[ARGV[6]] or farg(ARGV[6]), kc and kc[ARGV[7]] or farg(ARGV[7])
-    cn, cf = kc and kc[ARGV[8]] or farg(ARGV[8]), kc and kc[ARGV[9]] or farg(ARGV[9])
+    n, tau, tauf = kv and kv[5] or kc and kc[ARGV[5]] or farg(ARGV[5]), kv and kv[6] or kc and kc[ARGV[6]] or farg(ARGV[6]), kv and kv[7] or kc and kc[ARGV[7]] or farg(ARGV[7])
+    cn, cf = kv and kv[8] or kc and kc[ARGV[8]] or farg(ARGV[8]), kv and kv[9] or kc and kc[ARGV[9]] or farg(ARGV[9])
     if not (n and tau and tauf and cn and cf) then return nil end
     -- A check bounded on its Delay: the least queue ahead that is too long.
     -- It is only compared with a debt below 2^52, so any number reads
@@ -185,10 +186,10 @@ local function fast(key, alg, old, tm)
       if not (qn and qf) then return nil end
     end
   elseif alg == 'f' or alg == 'c' or alg == 'l' or alg == 's' then
-    w, cap = farg(ARGV[5]), farg(ARGV[6])
+    w, cap = kv and kv[5] or farg(ARGV[5]), kv and kv[6] or farg(ARGV[6])
     if not (w and cap) or w == 0 then return nil end
     if alg == 's' then
-      k = farg(ARGV[8])
+      k = kv and kv[8] or farg(ARGV[8])
       if not k or k < 1 or k > 60 or math.fmod(w, k) ~= 0 then return nil end
     end
   else
