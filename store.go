@@ -165,8 +165,8 @@ func WithPreallocation() Option {
 // collector charges the allocation an assist or the first writes to fresh
 // memory fault. CheckWithin and Wait, a [Composite]'s checks, and a
 // [Plans]' plan of layers or a key's move hold their shards while they
-// insert, and allocate under the lock. [WithPreallocation] allocates everything when the store is built
-// instead, and writes it once then.
+// insert, and allocate under the lock. [WithPreallocation] allocates
+// everything when the store is built instead, and writes it once then.
 type Store struct {
 	core keyedStore
 	obs  Observer // nil: none
@@ -374,14 +374,14 @@ type keyedStore interface {
 	// checkHeld is plan bp's check of key in its one store, of rule set g
 	// of p (see Plans.checkHeld): for a valid cost, with the key's shard
 	// locked, if p still holds g and the store holds the key (something
-	// spent, if g.shared), or the key is new to the rule set (p's records
-	// have none of it, and their lock is free: then a record of bp is
-	// added, and the key), it decides cost as a Composite of this one store
-	// would, committing it if admitted, or, if bp counts refusals (see
-	// builtPlan.counts), as the store's Check would, with bp's name for a
-	// rule without one, and tells p's Observer; ok is false, with nothing
-	// done, otherwise. The store hashes the key with the seed of p's
-	// records (see options.seed).
+	// spent or a record naming bp, if g.shared), or the key is new to the
+	// rule set (p's records have none of it, and their lock is free: then
+	// a record of bp is added, and the key), it decides cost as a
+	// Composite of this one store would, committing it if admitted, or,
+	// if bp counts refusals (see builtPlan.counts), as the store's Check
+	// would, with bp's name for a rule without one, and tells p's
+	// Observer; ok is false, with nothing done, otherwise. The store
+	// hashes the key with the seed of p's records (see options.seed).
 	checkHeld(key string, cost Units, p *Plans, g *planGen, bp *builtPlan) (d Decision, ok bool)
 	// countsRefused reports whether the rule counts refused cost
 	// (CountRefused), as the store's Check does.
@@ -872,11 +872,15 @@ func (c *storeCore[S, A]) checkHeld(key string, units Units, p *Plans, g *planGe
 	} else if g.shared && c.alg.fresh(s, now) {
 		// An entry that holds nothing spent may be one a move left: the
 		// key's record may name another plan it must move from (see
-		// lacking), which the slow path looks up. One that holds something
-		// spent stays, as lockPlan decides, with no look at the record: no
-		// state of the key's own outlives its record (see Plans.Reset).
-		sh.release()
-		return Decision{}, false
+		// lacking). A key whose record names bp stays; the others (and a
+		// key whose record's shard is busy) take the slow path, which
+		// moves them. One that holds something spent stays, as lockPlan
+		// decides, with no look at the record: no state of the key's own
+		// outlives its record (see Plans.Reset).
+		if id, found, _ := recs.look(k); !found || id != bp.id {
+			sh.release()
+			return Decision{}, false
+		}
 	}
 	var d Decision
 	if bp.counts || !c.refused {

@@ -102,10 +102,10 @@ type functionClient interface {
 }
 
 func (f *functionCaller) Run(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd {
-	fc, ok := c.(functionClient)
-	if !ok || f.noFCALL.Load() {
+	if !f.calls(c) {
 		return f.script(ctx, c, keys, args)
 	}
+	fc := c.(functionClient)
 	cmd := fc.FCall(ctx, f.fn, keys, args...)
 	err := cmd.Err()
 	switch {
@@ -126,6 +126,13 @@ func (f *functionCaller) Run(ctx context.Context, c redis.Scripter, keys []strin
 		return f.script(ctx, c, keys, args)
 	}
 	return fc.FCall(ctx, f.fn, keys, args...)
+}
+
+// calls reports whether Run on c calls the function rather than the
+// fallback script, as it does until a server without FCALL is found.
+func (f *functionCaller) calls(c redis.Scripter) bool {
+	_, ok := c.(functionClient)
+	return ok && !f.noFCALL.Load()
 }
 
 // script runs the fallback with args, unpacked if a check sent them packed

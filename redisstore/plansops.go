@@ -3,7 +3,8 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -284,7 +285,7 @@ func (p *Plans) ResetContext(ctx context.Context, key string) error {
 	// some place has a Key leaves the key's own state at that place where
 	// it was, and a record names one plan. They share the record's slot.
 	all := append([]string{p.RecordKey(key)}, keys...)
-	for _, name := range sortedPlans(g) {
+	for _, name := range slices.Sorted(maps.Keys(g.plans)) { // one order for the script
 		op := g.plans[name]
 		for i, h := range op.heads {
 			if op.keyFns[i] == nil && op != rp {
@@ -311,15 +312,4 @@ func (p *Plans) ResetContext(ctx context.Context, key string) error {
 		}
 	}
 	return nil
-}
-
-// sortedPlans returns the names of g's plans, sorted, so that a script
-// is given their keys in one order.
-func sortedPlans(g *plansGen) []string {
-	names := make([]string, 0, len(g.plans))
-	for name := range g.plans {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	return names
 }

@@ -453,8 +453,8 @@ type packedCheck struct {
 // library's function, which reads each text once. The text of the last
 // cost checked is kept: a rule's checks mostly have one cost.
 func (s *Store) checkArgs(cost ratelimit.Units, floor int64, look bool) []any {
-	if _, ok := s.script.(*functionCaller); !ok {
-		return s.args(cost, floor, look)
+	if fc, ok := s.script.(*functionCaller); !ok || !fc.calls(s.rdb) {
+		return s.args(cost, floor, look) // a script's, which would unpack them
 	}
 	p := s.packed.Load()
 	if p == nil || p.cost != cost || p.look != look {

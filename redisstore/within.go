@@ -9,6 +9,17 @@ import (
 	"github.com/ratekit/ratelimit"
 )
 
+// stepWithin is lm's StepWithin on states at the instant at, or, if out is
+// not nil, its StepWithinLayers, whose layers (appended to *out's) it
+// returns for the caller to keep once the reply is verified.
+func stepWithin(lm *ratelimit.LayeredMachine, states [][]byte, at int64, cost ratelimit.Units, budget time.Duration, out *[]ratelimit.Decision) (ratelimit.Attempt, [][]byte, []ratelimit.ShadowReport, []ratelimit.Decision, error) {
+	if out == nil {
+		w, next, reports, err := lm.StepWithin(states, time.Duration(at), cost, budget)
+		return w, next, reports, nil, err
+	}
+	return lm.StepWithinLayers(states, time.Duration(at), cost, budget, *out)
+}
+
 // fromAttempt is the attempt a LayeredMachine's StepWithin made.
 func fromAttempt(w ratelimit.Attempt) attempt {
 	return attempt{d: w.Decision, committed: w.Committed, goOn: w.GoOn, tooSlow: w.TooSlow}
@@ -68,17 +79,7 @@ func (s *Store) verifyWithin(key string, cost ratelimit.Units, budget time.Durat
 	if err != nil {
 		return attempt{d: s.refused()}, err
 	}
-	var (
-		w      ratelimit.Attempt
-		next   [][]byte
-		layers []ratelimit.Decision
-		states = [][]byte{[]byte(old)}
-	)
-	if out != nil {
-		w, next, _, layers, err = s.layered.StepWithinLayers(states, time.Duration(at), cost, budget, *out)
-	} else {
-		w, next, _, err = s.layered.StepWithin(states, time.Duration(at), cost, budget)
-	}
+	w, next, _, layers, err := stepWithin(s.layered, [][]byte{[]byte(old)}, at, cost, budget, out)
 	if err != nil {
 		if errors.Is(err, ratelimit.ErrInvalidState) {
 			s.invalid.Add(1)
@@ -224,17 +225,7 @@ func (c *Composite) verifyWithin(key string, cost ratelimit.Units, budget time.D
 	if err != nil {
 		return refused, nil, err
 	}
-	var (
-		w       ratelimit.Attempt
-		next    [][]byte
-		reports []ratelimit.ShadowReport
-		layers  []ratelimit.Decision
-	)
-	if out != nil {
-		w, next, reports, layers, err = c.lm.StepWithinLayers(old, time.Duration(at), cost, budget, *out)
-	} else {
-		w, next, reports, err = c.lm.StepWithin(old, time.Duration(at), cost, budget)
-	}
+	w, next, reports, layers, err := stepWithin(c.lm, old, at, cost, budget, out)
 	if err != nil {
 		if errors.Is(err, ratelimit.ErrInvalidState) {
 			c.invalid.Add(1)
