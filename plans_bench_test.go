@@ -1,6 +1,7 @@
 package ratelimit_test
 
 import (
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -123,5 +124,49 @@ func BenchmarkPlansFirstCheck(b *testing.B) {
 			require.NoError(b, p.Update(set, ratelimit.MigrateProportional))
 		}
 		run(b, p)
+	})
+}
+
+// BenchmarkPlansMemory reports the heap per key held (B/key) of a Plans
+// whose keys are all on one plan of one GCRA rule, beside a Store of that
+// rule, after 1,000,000 distinct keys (both bounded at 2^21 keys a store:
+// room for all). What a Plans adds to its plan's store is the key's record
+// (see BenchmarkStoreMemory for how key bytes are counted: in both).
+func BenchmarkPlansMemory(b *testing.B) {
+	allKeys, _ := storeBenchKeys()
+	keys := allKeys[:1_000_000]
+	rule := ratelimit.GCRA{Rate: ratelimit.PerMinute(100), Burst: 100}
+	measure := func(b *testing.B, check func(string) error, held func() int) {
+		var perKey float64
+		for i := 0; i < b.N; i++ {
+			before := liveHeap()
+			for _, k := range keys {
+				if err := check(k); err != nil {
+					b.Fatal(err)
+				}
+			}
+			perKey = float64(liveHeap()-before) / float64(held())
+		}
+		b.ReportMetric(perKey, "B/key")
+	}
+	b.Run("Store", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			s, err := ratelimit.NewStore(rule, ratelimit.WithMaxKeys(benchMaxKeys))
+			require.NoError(b, err)
+			measure(b, func(k string) error { _, err := s.Check(k, ratelimit.Unit); return err }, s.Len)
+			runtime.KeepAlive(s)
+		}
+	})
+	b.Run("Plans", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			p, err := ratelimit.NewPlans(ratelimit.PlanSet{Plans: map[string]ratelimit.Plan{
+				"free": {Rule: rule},
+				"pro":  {Rule: ratelimit.GCRA{Rate: ratelimit.PerMinute(1000), Burst: 1000}},
+			}, Default: "free"}, func(string) string { return "free" }, ratelimit.WithMaxKeys(benchMaxKeys))
+			require.NoError(b, err)
+			measure(b, func(k string) error { _, err := p.Check(k, ratelimit.Unit); return err },
+				func() int { return p.Stats()["free"][0].Keys })
+			runtime.KeepAlive(p)
+		}
 	})
 }

@@ -144,6 +144,11 @@ func (r *planRecords) init(seed maphash.Seed, maxKeys, shards int, prealloc bool
 		// A record is never as good as none: it is dropped only to make
 		// room, the least recently moved first.
 		r.shards[i].t.Init(share, func(*planRecord, int64) bool { return false })
+		// Every key new to the rule set adds a record as well as its
+		// state, so a key's first check would cost two stores' insertions:
+		// the records' table grows by halves, whose insertions copy and
+		// allocate far less, for more slack per record.
+		r.shards[i].t.GrowInHalves()
 		r.shards[i].c.Init(share, func(*moveRecord, int64) bool { return false })
 		if prealloc {
 			r.shards[i].t.Preallocate()

@@ -170,7 +170,7 @@ func (t *Table[S]) Wants(tag uint32, n int) Want {
 	case full && g.n >= sh-sh>>3, !full && g.n >= g.growAt && t.slots >= budget:
 		// Room is made in g (see Insert): it does not grow.
 	case g.n >= g.growAt:
-		if next := fit[S](len(g.slots)); next <= t.segSlots || g.depth == maxDepth {
+		if next := fit[S](len(g.slots), t.step); next <= t.segSlots || g.depth == maxDepth {
 			w.array(next)
 			break
 		}
@@ -186,7 +186,7 @@ func (t *Table[S]) Wants(tag uint32, n int) Want {
 		live := [2]int{int(g.end-g.dead) - bytes1, bytes1}
 		for h, n := range [2]int{int(g.n) - n1, n1} {
 			w.header()
-			w.array(fit[S](max(minSlots-1, n*8/7+1)))
+			w.array(fit[S](max(minSlots-1, n*8/7+1), t.step))
 			w.arena(arenaSize(live[h]))
 		}
 		return w.w

@@ -31,13 +31,13 @@
 // (2^(depth-d) directory entries point at it). Each segment is an open
 // addressed array with linear probing from a home slot chosen by the tag's
 // bits below the top d, at most 7/8 full, that grows by about 1/8 at a
-// time (to fill an allocator size class) until it reaches segmentBytes; a
-// segment that full splits in two by its tags' next bit, each half sized
-// for its entries. So memory per key stays between 8/7 and 9/7 of a slot
-// at every size (the segments being at every stage of their growth), a
-// table of a few keys is one
-// small array, and neither growth nor a split copies more than one
-// segment. Arrays are allocated by the first insert; tables never shrink.
+// time (to fill an allocator size class; by 1/2 in a table set to
+// GrowInHalves) until it reaches segmentBytes; a segment that full splits
+// in two by its tags' next bit, each half sized for its entries. So memory
+// per key stays between 8/7 and 9/7 of a slot (12/7 growing by halves) at
+// every size (the segments being at every stage of their growth), a table
+// of a few keys is one small array, and neither growth nor a split copies
+// more than one segment. Arrays are allocated by the first insert; tables never shrink.
 //
 // Allocation. An insertion that grows or splits a segment, or needs a new
 // arena, allocates, and an allocation may be charged a garbage
@@ -347,8 +347,11 @@ type Table[S any] struct {
 	res Reserve[S]
 
 	segSlots int // the most slots a segment grows to (see segmentBytes); fewer in tests
-	fresh    func(s *S, now int64) bool
-	Stats    Stats
+	// step is the share by which a segment's array grows: 1/2^step of
+	// itself (see fit, GrowInHalves).
+	step  uint8
+	fresh func(s *S, now int64) bool
+	Stats Stats
 
 	// pool, if set, bounds t with other tables (see Share): t holds up to
 	// floor entries of its own, and one unit of pool for each past that.
@@ -436,14 +439,36 @@ func (t *Table[S]) Init(max int, fresh func(s *S, now int64) bool) {
 	if segSlots < segmentMinSlots {
 		segSlots = segmentMinSlots
 	}
-	*t = Table[S]{max: max, fresh: fresh, segSlots: segSlots, budget: budget(max, segSlots), arenaMax: arenaMax}
+	*t = Table[S]{max: max, fresh: fresh, segSlots: segSlots, step: fineStep, arenaMax: arenaMax}
+	t.budget = t.budgetFor(max)
 }
 
-// budget returns the slots a table of at most max entries in segments of
-// segSlots may hold before a full segment makes room rather than grow: 9/7
-// of a slot for every entry, as a table that has just grown by 1/8 at 7/8
-// full, and one segment's slack.
-func budget(max, segSlots int) int { return max + max/7*2 + segSlots }
+// Growth steps (see Table.step): by 1/8, for memory held within 9/7 of a
+// slot per entry; by 1/2, for fewer copies of each entry as the table
+// fills.
+const (
+	fineStep = 3
+	halfStep = 1
+)
+
+// GrowInHalves makes t's segments grow by half their size at a time
+// rather than by an eighth, and a split's halves start with as much room:
+// as the table fills, an entry is copied, and an array allocated, far less
+// often, for up to 12/7 of a slot per entry rather than 9/7. It is for a
+// table whose insertions cost more than its memory. Call it after Init,
+// before the first Insert.
+func (t *Table[S]) GrowInHalves() {
+	t.step = halfStep
+	t.budget = t.budgetFor(t.max)
+}
+
+// budgetFor returns the slots a table of at most max entries may hold
+// before a full segment makes room rather than grow: as many as a table
+// whose every segment has just grown at 7/8 full (9/7 of a slot for every
+// entry growing by 1/8, 12/7 by 1/2), and one segment's slack.
+func (t *Table[S]) budgetFor(max int) int {
+	return max + max/7 + max/7*8>>t.step + t.segSlots
+}
 
 // Preallocate allocates at once what the table needs to hold its bound,
 // so that filling it allocates nothing: a directory as deep as segments of
@@ -473,10 +498,10 @@ func (t *Table[S]) Preallocate() {
 		d++
 	}
 	share := (t.max-1)>>d + 1
-	want := share + 3*int(math.Sqrt(float64(share))) + 1 // entries under growAt
-	size := fit[S](max(minSlots, want*8/7-want/8))
+	want := share + 3*int(math.Sqrt(float64(share))) + 1     // entries under growAt
+	size := fit[S](max(minSlots, want*8/7-want/8), fineStep) // the least that holds want
 	for size*7/8 < want {
-		size = fit[S](size)
+		size = fit[S](size, fineStep)
 	}
 	t.depth = d
 	t.dir = make([]dirEntry[S], 1<<d)
@@ -624,7 +649,7 @@ func (t *Table[S]) Insert(key string, tag uint32, now int64) (*S, bool) {
 		t.evict(g, now, false) // or else grow past the budget
 	}
 	for g.n >= g.growAt {
-		if next := fit[S](len(g.slots)); next <= t.segSlots || g.depth == maxDepth {
+		if next := fit[S](len(g.slots), t.step); next <= t.segSlots || g.depth == maxDepth {
 			t.resize(g, next)
 			break
 		}
@@ -704,7 +729,7 @@ func (t *Table[S]) split(g *segment[S]) {
 	t.slots -= len(g.slots)
 	live := [2]int{int(g.end-g.dead) - bytes1, bytes1}
 	for h, n := range [2]int{int(g.n) - n1, n1} {
-		halves[h].resize(t.takeSlots(fit[S](max(minSlots-1, n*8/7+1))))
+		halves[h].resize(t.takeSlots(fit[S](max(minSlots-1, n*8/7+1), t.step)))
 		halves[h].n = int32(n)
 		halves[h].keys = t.newArena(arenaSize(live[h]))
 		t.slots += len(halves[h].slots)
@@ -1005,10 +1030,10 @@ func (g *segment[S]) place(tag uint32) int {
 }
 
 // fit returns the size of an array to hold more than least slots: about
-// 1/8 more (at least minSlots more), rounded to fill a size class, down if a
+// 1/2^step more (at least minSlots more), rounded to fill a size class, down if a
 // class lies between least and that, else up.
-func fit[S any](least int) int {
-	size := least + max(least/8, minSlots)
+func fit[S any](least int, step uint8) int {
+	size := least + max(least>>step, minSlots)
 	per := int(unsafe.Sizeof(slot[S]{}))
 	if size*per < sizeClasses[0] || size*per > sizeClasses[len(sizeClasses)-1] {
 		return size

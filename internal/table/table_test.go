@@ -141,7 +141,10 @@ func TestTableModel(t *testing.T) {
 		tb.Init(max, expired)
 		// Segments of 8 to 64 slots, so that tables this small split.
 		tb.segSlots = rapid.SampledFrom([]int{8, 16, 64, segmentBytes / 16}).Draw(t, "segSlots")
-		tb.budget = budget(max, tb.segSlots) // as Init would for these segments
+		tb.budget = tb.budgetFor(max) // as Init would for these segments
+		if rapid.Bool().Draw(t, "halves") {
+			tb.GrowInHalves()
+		}
 		if rapid.Bool().Draw(t, "preallocate") {
 			tb.Preallocate()
 			consistent(t, &tb)
@@ -839,4 +842,32 @@ func TestTableGivenWhatItWants(t *testing.T) {
 		})
 		require.Equal(t, alone.Len(), given.Len())
 	}
+}
+
+// TestGrowInHalves: a table whose segments grow by half their size
+// allocates (and so copies its entries) less often as it fills than one
+// that grows by an eighth (splits, which allocate as often in both, are
+// counted too), and holds at most its budget of slots:
+// 12/7 of a slot per entry and one segment's.
+func TestGrowInHalves(t *testing.T) {
+	const n = 200_000
+	fill := func(halves bool) *Table[int64] {
+		tb := new(Table[int64])
+		tb.Init(n, expired)
+		if halves {
+			tb.GrowInHalves()
+		}
+		for i := range n {
+			k := "key-" + strconv.Itoa(i)
+			_, ok := tb.Insert(k, Tag(hash(k), false), 0)
+			require.True(t, ok)
+		}
+		consistent(t, tb)
+		return tb
+	}
+	fine, halves := fill(false), fill(true)
+	require.Less(t, halves.Stats.Allocations*3, fine.Stats.Allocations*2, "allocations: %d by halves, %d by eighths", halves.Stats.Allocations, fine.Stats.Allocations)
+	require.LessOrEqual(t, fine.slots, n*9/7+fine.segSlots)
+	require.LessOrEqual(t, halves.slots, n*12/7+halves.segSlots)
+	require.Greater(t, halves.slots, fine.slots, "growing by halves holds more slack")
 }
