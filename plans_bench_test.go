@@ -44,22 +44,28 @@ func alternate(b *testing.B, n int, names []string, fs ...func(i int)) {
 
 // BenchmarkPlansHeldKey compares the check of a key its plan of one rule
 // holds with the same check on a Store of that rule, in alternating passes
-// of one run (the ratio is Plans/Store).
+// of one run (the ratio is Plans/Store), in a rule set of 2 plans and in
+// one of 1,000 (past 8, a plan is found by its name in a map).
 func BenchmarkPlansHeldKey(b *testing.B) {
 	rule := ratelimit.GCRA{Rate: ratelimit.PerSecond(1_000_000_000), Burst: 1_000_000}
-	s, err := ratelimit.NewStore(rule)
-	require.NoError(b, err)
-	p, err := ratelimit.NewPlans(ratelimit.PlanSet{Plans: map[string]ratelimit.Plan{
-		"free": {Rule: rule},
-		"pro":  {Rule: ratelimit.GCRA{Rate: ratelimit.PerSecond(1_000_000_000), Burst: 2_000_000}},
-	}, Default: "free"}, func(string) string { return "free" })
-	require.NoError(b, err)
-	_, _ = s.Check("k", ratelimit.Unit)
-	_, _ = p.Check("k", ratelimit.Unit)
-	b.ReportAllocs()
-	alternate(b, 10_000, []string{"Store", "Plans"},
-		func(int) { _, _ = s.Check("k", ratelimit.Unit) },
-		func(int) { _, _ = p.Check("k", ratelimit.Unit) })
+	for _, n := range []int{2, 1_000} {
+		b.Run("plans="+strconv.Itoa(n), func(b *testing.B) {
+			s, err := ratelimit.NewStore(rule)
+			require.NoError(b, err)
+			set := ratelimit.PlanSet{Plans: map[string]ratelimit.Plan{"free": {Rule: rule}}, Default: "free"}
+			for i := 1; i < n; i++ {
+				set.Plans["pro-"+strconv.Itoa(i)] = ratelimit.Plan{Rule: ratelimit.GCRA{Rate: ratelimit.PerSecond(1_000_000_000), Burst: int64(1_000_000 + i)}}
+			}
+			p, err := ratelimit.NewPlans(set, func(string) string { return "free" })
+			require.NoError(b, err)
+			_, _ = s.Check("k", ratelimit.Unit)
+			_, _ = p.Check("k", ratelimit.Unit)
+			b.ReportAllocs()
+			alternate(b, 10_000, []string{"Store", "Plans"},
+				func(int) { _, _ = s.Check("k", ratelimit.Unit) },
+				func(int) { _, _ = p.Check("k", ratelimit.Unit) })
+		})
+	}
 }
 
 // TestPlansHeldKeyAllocatesNothing: the check of a key its plan holds
