@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -381,6 +382,43 @@ func TestServerTimeOnBothPaths(t *testing.T) {
 		assert.Equal(t, i < 2, d.Allowed)
 		assert.Equal(t, d.Allowed, l.Allowed)
 		assert.Equal(t, d.Remaining, l.Remaining)
+	}
+}
+
+// TestServerTimeBehindState: on the server's clock, a state whose latest
+// instant is ahead of TIME, in a later second, is decided at that instant,
+// by the fast path (forced, and as the library runs it) and the exact one
+// alike: the instant the fast path writes is in the state's second, not
+// TIME's.
+func TestServerTimeBehindState(t *testing.T) {
+	rdb := needRedis(t)
+	ctx := context.Background()
+	for _, rule := range []ratelimit.Rule{
+		ratelimit.GCRA{Rate: ratelimit.PerSecond(1000), Burst: 1000},
+		ratelimit.TokenBucket{Rate: ratelimit.PerSecond(10), Burst: 20},
+	} {
+		m, err := ratelimit.NewMachine(rule)
+		require.NoError(t, err)
+		for _, script := range []scriptRunner{fastScript, exactScript, nil} {
+			s, err := New(rdb, rule, WithPrefix(testPrefix()), WithDenyCache(0))
+			require.NoError(t, err)
+			if script != nil {
+				s.script = script
+			}
+			tm, err := rdb.Time(ctx).Result()
+			require.NoError(t, err)
+			latest := tm.UnixNano() + 5*int64(time.Second) + 300*int64(time.Millisecond)
+			state := strconv.FormatInt(latest, 10) + " " + strconv.FormatInt(latest, 10) + " 0"
+			require.NoError(t, rdb.Set(ctx, s.Key("k"), state, time.Hour).Err())
+			want, next, err := m.Step([]byte(state), time.Duration(tm.UnixNano()), ratelimit.Unit, true)
+			require.NoError(t, err)
+			got, err := s.Check("k", ratelimit.Unit)
+			require.NoError(t, err, "%T on %q", rule, state)
+			assert.Equal(t, want.Allowed, got.Allowed, "%T on %q", rule, state)
+			w, err := rdb.Get(ctx, s.Key("k")).Result()
+			require.NoError(t, err)
+			assert.Equal(t, string(next), w, "%T on %q", rule, state)
+		}
 	}
 }
 
