@@ -59,7 +59,10 @@ type PlanSet struct {
 // Which plan holds a key is kept in a record of the key (16 bytes besides
 // the key, and 48 more for a key whose last move carried an amount in;
 // in tables of the rule set's own, bounded as a store is, with room for as
-// many keys as all the plans' stores when it is built), so that a key
+// many keys as all the plans' stores when it is built, which grow by half
+// their size at a time rather than a store's eighth: more slack per
+// record, for a record's insertion that copies and allocates less than
+// the insertion of the key's state in its store), so that a key
 // checked for the first time, or the first time since it moved, takes the
 // locks of its record and of the stores of two plans, whatever the number
 // of plans and of rule sets an Update replaced. A key held in its plan's stores is
