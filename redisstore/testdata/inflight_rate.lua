@@ -101,17 +101,20 @@ local function frel(s, H, L)
   return dh * 1000000000 + (l - L)
 end
 
--- fabs formats the instant (H, L) plus d ns, for 0 <= d < 2^52. Ht, if
--- not nil, is H's canonical decimal (TIME's seconds), kept for an instant
--- in the same second as it is: each number string.format converts costs
--- as much as the rest of the formatting.
-local function fabs(H, L, d, Ht)
+-- fabs returns pre, a space, the instant (H, L) plus d ns, a space and
+-- post, for 0 <= d < 2^52, in one concatenation: Lua interns each string
+-- it makes (a hash, a lookup, an allocation, then collection), so the
+-- instant is not made a string of its own. Ht, if not nil, is H's
+-- canonical decimal (TIME's seconds), kept for an instant in the same
+-- second as it is: each number string.format converts costs as much as
+-- the rest of the formatting.
+local function fabs(H, L, d, Ht, pre, post)
   local x = L + d
   local r = math.fmod(x, 1000000000)
   local h = H + (x - r) / 1000000000
-  if h == H and Ht then return Ht .. string.format('%09d', r) end
-  if h > 0 then return string.format('%d%09d', h, r) end
-  return string.format('%d', r)
+  if h == H and Ht then return pre .. ' ' .. Ht .. string.format('%09d', r) .. ' ' .. post end
+  if h > 0 then return pre .. ' ' .. string.format('%d%09d', h, r) .. ' ' .. post end
+  return pre .. ' ' .. string.format('%d', r) .. ' ' .. post
 end
 
 -- fceilms is ceil(d / 10^6) for 0 <= d < 2^53: a span in whole ms.
@@ -208,14 +211,20 @@ local function fast(key, alg, old, tm)
   if tm then
     local us = tm[2]
     Ht = tm[1]
-    H, L = kc and kc[Ht] or farg(Ht), tonumber(us)
-    if not (H and L) or H < 1 or H >= 4611686018 then return nil end
-    L = L * 1000
+    H = kc and kc[Ht] or farg(Ht)
+    if not H or H < 1 or H >= 4611686018 then return nil end
     -- TIME's seconds are a canonical decimal, as %d would write H, and its
     -- microseconds one below 10^6: padded to six digits, then three zeros.
+    -- Six digits are summed from their bytes, as ftime sums a time's
+    -- nanoseconds, rather than read with strtod (48 * 111111 = 5333328).
     if #us == 6 then
+      local c1, c2, c3, c4, c5, c6 = string.byte(us, 1, 6)
+      L = (c1 * 100000 + c2 * 10000 + c3 * 1000 + c4 * 100 + c5 * 10 + c6 - 5333328) * 1000
       reading = Ht .. us .. '000'
     else
+      L = tonumber(us)
+      if not L then return nil end
+      L = L * 1000
       reading = Ht .. string.format('%09d', L)
     end
   else
@@ -298,14 +307,18 @@ local function fast(key, alg, old, tm)
       if qn and (dn > qn or (dn == qn and df >= qf)) then
         admitted = 2
       else
-        admitted, ts, frs, dn, df = 1, fabs(H, L, nn, Ht), (nr == 0 and '0' or string.format('%d', nr)), nn, nr
+        admitted, dn, df = 1, nn, nr
       end
     end
     -- A bounded check writes only what it admits.
     if qn and admitted ~= 1 then return {old or '', reading, '', admitted} end
     ttl = dn
     if df ~= 0 then ttl = ttl + 1 end
-    new = now .. ' ' .. ts .. ' ' .. frs
+    if admitted == 1 then
+      new = fabs(H, L, nn, Ht, now, nr == 0 and '0' or string.format('%d', nr))
+    else
+      new = now .. ' ' .. ts .. ' ' .. frs
+    end
   else
     if alg == 'l' then
       if nf > 1 and nf % 2 ~= 1 then return nil end
