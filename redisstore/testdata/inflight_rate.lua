@@ -84,7 +84,8 @@ local function ftime(s)
   if n <= 9 then return 0, tonumber(s) end
   if n > 19 then return nil end
   local a, b, c, d, e, f, g, i, j = string.byte(s, n - 8, n)
-  local h, l = farg(string.sub(s, 1, n - 9)), a * 100000000 + b * 10000000 + c * 1000000 + d * 100000 + e * 10000 + f * 1000 + g * 100 + i * 10 + j - 5333333328
+  local sec = string.sub(s, 1, n - 9)
+  local h, l = argCache and argCache[sec] or farg(sec), a * 100000000 + b * 10000000 + c * 1000000 + d * 100000 + e * 10000 + f * 1000 + g * 100 + i * 10 + j - 5333333328
   if h > 4611686018 or (h == 4611686018 and l > 427387904) then return nil end
   return h, l
 end
