@@ -74,10 +74,21 @@ func packedSource() string {
 	return "\n" + strings.ReplaceAll(packedLua, "PACKED_ARITY", b.String())
 }
 
+// libraryGlobals are the globals a library's code names on every check:
+// Lua looks a global up by its name in the globals table at each use,
+// where a local the library's functions share (an upvalue) is read
+// directly. Those globals are not visible while a library loads, so the
+// library keeps them in locals set on its function's first call, from
+// libGlobals, a function defined before the locals, whose names are
+// still the globals.
+const libraryGlobals = "string, math, table, tonumber"
+
 // library returns the source of a library that registers body as a
 // function named for name and the source's digest, after top (Lua run
 // when the library loads), and that function's name.
 func library(name, top, body string) (src, fn string) {
+	top = "local function libGlobals() return " + libraryGlobals + " end\nlocal " + libraryGlobals + "\n" + top
+	body = "if not string then " + libraryGlobals + " = libGlobals() end\n" + body
 	sum := sha1.Sum([]byte(top + body))
 	lib := "ratekit_" + hex.EncodeToString(sum[:6])
 	fn = lib + "_" + name
