@@ -27,7 +27,9 @@ type scriptRunner interface {
 // arguments each path has read (argCache, which keeps the seconds of the
 // times the fast path reads too, see fast.lua; ppCache, see pairs.lua)
 // and the texts of the expiries the fast path writes (pxCache, see
-// fast.lua) are set up once too, and last while the library stays loaded.
+// fast.lua) are set up once too, and last while the library stays loaded;
+// so are the locals that hold the globals the step names on every check
+// (see libraryGlobals).
 // A single-key check sends its arguments packed (see packedText), and the
 // library keeps each text it has read, as the table the step reads as its
 // ARGV (packCache, see packed.lua); a check that sends one argument per
@@ -75,20 +77,35 @@ func packedSource() string {
 }
 
 // libraryGlobals are the globals a library's code names on every check:
-// Lua looks a global up by its name in the globals table at each use,
-// where a local the library's functions share (an upvalue) is read
-// directly. Those globals are not visible while a library loads, so the
-// library keeps them in locals set on its function's first call, from
-// libGlobals, a function defined before the locals, whose names are
-// still the globals.
-const libraryGlobals = "string, math, table, tonumber"
+// Lua looks a global up by its name in the globals table at each use, and
+// a library function (string.byte) by its name in its table too, where a
+// local the library's functions share (an upvalue) is read directly. The
+// library keeps each in a local: a function of a library table is named
+// in the source by its local (string.byte becomes string_byte). Those
+// globals are not visible while a library loads, so the locals are set on
+// its function's first call, from libGlobals, a function defined before
+// the locals, whose names are still the globals. The table redis stays a
+// global: the library names it as it loads (redis.register_function).
+var libraryGlobals = []string{"string", "math", "table", "tonumber", "redis.call",
+	"string.byte", "string.sub", "string.find", "string.match", "string.format", "math.fmod", "table.concat"}
 
 // library returns the source of a library that registers body as a
 // function named for name and the source's digest, after top (Lua run
 // when the library loads), and that function's name.
 func library(name, top, body string) (src, fn string) {
-	top = "local function libGlobals() return " + libraryGlobals + " end\nlocal " + libraryGlobals + "\n" + top
-	body = "if not string then " + libraryGlobals + " = libGlobals() end\n" + body
+	var locals []string
+	var rename []string
+	for _, g := range libraryGlobals {
+		l := strings.ReplaceAll(g, ".", "_")
+		locals = append(locals, l)
+		if l != g {
+			rename = append(rename, g, l)
+		}
+	}
+	r := strings.NewReplacer(rename...)
+	all := strings.Join(locals, ", ")
+	top = "local function libGlobals() return " + strings.Join(libraryGlobals, ", ") + " end\nlocal " + all + "\n" + r.Replace(top)
+	body = "if not string then " + all + " = libGlobals() end\n" + r.Replace(body)
 	sum := sha1.Sum([]byte(top + body))
 	lib := "ratekit_" + hex.EncodeToString(sum[:6])
 	fn = lib + "_" + name
