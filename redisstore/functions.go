@@ -26,8 +26,9 @@ type scriptRunner interface {
 // that the step's sources read it as the script's ARGV; the caches of the
 // arguments each path has read (argCache, which keeps the seconds of the
 // times the fast path reads too, see fast.lua; ppCache, see pairs.lua)
-// and the texts of the expiries the fast path writes (pxCache, see
-// fast.lua) are set up once too, and last while the library stays loaded;
+// the texts of the expiries the fast path writes (pxCache, see fast.lua)
+// and those of the seconds after TIME's (secCache, see fast.lua) are set
+// up once too, and last while the library stays loaded;
 // so are the locals that hold the globals the step names on every check
 // (see libraryGlobals).
 // A single-key check sends its arguments packed (see packedText), and the
@@ -42,7 +43,7 @@ var stepLibrary, stepFunction = stepLibrarySource("")
 // stepLibrarySource assembles the step's library; override is Lua run
 // after the fast path is defined, as for scriptSource.
 func stepLibrarySource(override string) (src, fn string) {
-	return library("step", expandLua("local ARGV\n"+fastLua+"\nargCache, pxCache = {}, {}\n"+override+"\n"+exactHoisted()+packedSource()),
+	return library("step", expandLua("local ARGV\n"+fastLua+"\nargCache, pxCache, secCache = {}, {}, {}\n"+override+"\n"+exactHoisted()+packedSource()),
 		expandLua(packedStep+stepLua))
 }
 

@@ -505,3 +505,51 @@ func TestDebtOnEachPath(t *testing.T) {
 		}
 	}
 }
+
+// TestServerTimeDebtOnLibrary: on the server's clock, the library's fast
+// path (forced) decides a bucket in debt as the Machine does at TIME's
+// instant, whether the debt's time is in TIME's second, in the next, in the
+// one after or later, at either end of a second or within it: the library
+// keeps the texts of the seconds after TIME's (secCache in fast.lua), to
+// read such a time from its last nine digits and to write an instant in
+// the next second, and both must agree with the time's own digits.
+func TestServerTimeDebtOnLibrary(t *testing.T) {
+	rdb := needRedis(t)
+	ctx := context.Background()
+	// A span of 5 s: a debt reaches up to 10 s past the latest instant.
+	rule := ratelimit.GCRA{Rate: ratelimit.PerSecond(1), Burst: 5}
+	m, err := ratelimit.NewMachine(rule)
+	require.NoError(t, err)
+	src, fn := stepLibrarySource(`
+local decide = fast
+fast = function(...)
+  local r = decide(...)
+  if not r then return redis.error_reply('RATELIMIT ` + declined + `') end
+  return r
+end`)
+	s, err := New(rdb, rule, WithPrefix(testPrefix()), WithDenyCache(0))
+	require.NoError(t, err)
+	s.script = &functionCaller{lib: src, fn: fn, fallback: fastScript}
+	sec := int64(time.Second)
+	ends := []int64{0, 1, 2, sec / 2, sec - 2, sec - 1}
+	for k := int64(0); k <= 3; k++ {
+		for _, ns := range ends {
+			for _, cost := range []ratelimit.Units{ratelimit.Unit, ratelimit.Unit / 3, 2 * ratelimit.Unit} {
+				tm, err := rdb.Time(ctx).Result()
+				require.NoError(t, err)
+				latest := tm.UnixNano() - sec
+				debt := (tm.Unix()+k)*sec + ns
+				state := strconv.FormatInt(latest, 10) + " " + strconv.FormatInt(debt, 10) + " 0"
+				require.NoError(t, rdb.Set(ctx, s.Key("k"), state, time.Hour).Err())
+				got, err := s.Check("k", cost)
+				require.NoError(t, err, "on %q", state)
+				want, next, err := m.Step([]byte(state), got.At, cost, true)
+				require.NoError(t, err)
+				assert.Equal(t, want, got, "on %q at %d", state, got.At)
+				w, err := rdb.Get(ctx, s.Key("k")).Result()
+				require.NoError(t, err)
+				assert.Equal(t, string(next), w, "on %q at %d", state, got.At)
+			}
+		}
+	}
+}

@@ -58,6 +58,18 @@ local argCache, argCached = false, 0
 -- checks find theirs kept. A whole number below 2^53 reads the same either
 -- way, and each expiry is one (fceilms, plus a margin below 2^51).
 local pxCache, pxCached = false, 0
+
+-- secCache is the library's too (false in a script): for the seconds of
+-- the TIME it read last, their text, the texts of the next second and of
+-- the first instants of the next two seconds ({Ht, text of H+1, H+1 then
+-- nine '0's, H+2 then nine '0's}), set only when the three seconds' texts
+-- have one length and H+2 is before MaxTime's second. A time as long as
+-- TIME's instant, and from that instant on, is then in TIME's second when
+-- its text is below the first, in the next when below the second: its
+-- distance from TIME comes from its last nine digits alone, without
+-- reading its seconds; and an instant written in the next second needs
+-- only its nine digits formatted.
+local secCache = false
 local function farg(s)
   if argCache then
     local v = argCache[s]
@@ -72,20 +84,25 @@ local function farg(s)
   return v
 end
 
+-- fnano reads the last nine digits of s, of length n (at least nine, digits
+-- only): a time's nanoseconds. They are summed from their bytes: tonumber
+-- would cut them out as a string of their own and read it with the C
+-- library's strtod, which costs several times more (48 * 111111111 =
+-- 5333333328 takes off the nine digits' '0's).
+local function fnano(s, n)
+  local a, b, c, d, e, f, g, i, j = string.byte(s, n - 8, n)
+  return a * 100000000 + b * 10000000 + c * 1000000 + d * 100000 + e * 10000 + f * 1000 + g * 100 + i * 10 + j - 5333333328
+end
+
 -- ftime splits a time field (digits only) into seconds and nanoseconds; nil
--- if it is not canonical or is beyond MaxTime. The nanoseconds, its last
--- nine digits, are summed from their bytes: tonumber would cut them out as
--- a string of their own and read it with the C library's strtod, which
--- costs several times more (48 * 111111111 = 5333333328 takes off the
--- nine digits' '0's).
+-- if it is not canonical or is beyond MaxTime.
 local function ftime(s)
   local n = #s
   if n > 1 and string.byte(s, 1) == 48 then return nil end
   if n <= 9 then return 0, tonumber(s) end
   if n > 19 then return nil end
-  local a, b, c, d, e, f, g, i, j = string.byte(s, n - 8, n)
   local sec = string.sub(s, 1, n - 9)
-  local h, l = argCache and argCache[sec] or farg(sec), a * 100000000 + b * 10000000 + c * 1000000 + d * 100000 + e * 10000 + f * 1000 + g * 100 + i * 10 + j - 5333333328
+  local h, l = argCache and argCache[sec] or farg(sec), fnano(s, n)
   if h > 4611686018 or (h == 4611686018 and l > 427387904) then return nil end
   return h, l
 end
@@ -109,11 +126,12 @@ end
 -- canonical decimal (TIME's seconds), kept for an instant in the same
 -- second as it is: each number string.format converts costs as much as
 -- the rest of the formatting.
-local function fabs(H, L, d, Ht, pre, post)
+local function fabs(H, L, d, Ht, Ht1, pre, post)
   local x = L + d
   local r = math.fmod(x, 1000000000)
   local h = H + (x - r) / 1000000000
   if h == H and Ht then return pre .. ' ' .. Ht .. string.format('%09d', r) .. ' ' .. post end
+  if h == H + 1 and Ht1 then return pre .. ' ' .. Ht1 .. string.format('%09d', r) .. ' ' .. post end
   if h > 0 then return pre .. ' ' .. string.format('%d%09d', h, r) .. ' ' .. post end
   return pre .. ' ' .. string.format('%d', r) .. ' ' .. post
 end
@@ -181,14 +199,23 @@ local function fast(key, alg, old, tm)
   -- range) goes to farg. A check the library took packed (packed.lua)
   -- finds what farg reads of each argument kept by position, in ARGV.v.
   local kc, kv = argCache, ARGV.v
-  local cost, margin = kv and kv[3] or kc and kc[ARGV[3]] or farg(ARGV[3]), kv and kv[4] or kc and kc[ARGV[4]] or farg(ARGV[4])
+  local cost, margin
+  if kv then
+    cost, margin = kv[3], kv[4]
+  else
+    cost, margin = kc and kc[ARGV[3]] or farg(ARGV[3]), kc and kc[ARGV[4]] or farg(ARGV[4])
+  end
   if not cost or cost == 0 or not margin then return nil end
   -- The rule's constants first, so that a rule beyond range declines at once.
   local n, tau, tauf, cn, cf, w, cap, k
   local qn, qf = false, false
   if alg == 'm' then
-    n, tau, tauf = kv and kv[5] or kc and kc[ARGV[5]] or farg(ARGV[5]), kv and kv[6] or kc and kc[ARGV[6]] or farg(ARGV[6]), kv and kv[7] or kc and kc[ARGV[7]] or farg(ARGV[7])
-    cn, cf = kv and kv[8] or kc and kc[ARGV[8]] or farg(ARGV[8]), kv and kv[9] or kc and kc[ARGV[9]] or farg(ARGV[9])
+    if kv then
+      n, tau, tauf, cn, cf = kv[5], kv[6], kv[7], kv[8], kv[9]
+    else
+      n, tau, tauf = kc and kc[ARGV[5]] or farg(ARGV[5]), kc and kc[ARGV[6]] or farg(ARGV[6]), kc and kc[ARGV[7]] or farg(ARGV[7])
+      cn, cf = kc and kc[ARGV[8]] or farg(ARGV[8]), kc and kc[ARGV[9]] or farg(ARGV[9])
+    end
     if not (n and tau and tauf and cn and cf) then return nil end
     -- A check bounded on its Delay: the least queue ahead that is too long.
     -- It is only compared with a debt below 2^52, so any number reads
@@ -282,7 +309,7 @@ local function fast(key, alg, old, tm)
 
   local admitted, new, ttl = 0, nil, 0
   if alg == 'm' then
-    local ts, frs, dn, df = '0', '0', 0, 0
+    local ts, frs, dn, df, Ht1 = '0', '0', 0, 0, nil
     if nf > 1 then
       ts, frs = f2, f3
       -- A whole span's fraction is '0': no need to read it. Nor a time
@@ -291,7 +318,27 @@ local function fast(key, alg, old, tm)
       -- canonical time below now is a valid one, and the state's pattern
       -- above matched it canonical.
       local fr, t, nt, nn = 0, -1, #ts, #now
-      if nt > nn or (nt == nn and ts >= now) then t = frel(ts, H, L) end
+      if nt > nn or (nt == nn and ts >= now) then
+        -- A debt: TIME's next seconds, kept (see secCache), while now is
+        -- TIME's instant.
+        local sc = secCache
+        if Ht and sc and nt == nn then
+          if sc[1] ~= Ht then
+            sc[1], sc[2] = Ht, false
+            if H < 4611686016 then
+              local t1, t2 = string.format('%d', H + 1), string.format('%d', H + 2)
+              if #t2 == #Ht then sc[2], sc[3], sc[4] = t1, t1 .. '000000000', t2 .. '000000000' end
+            end
+          end
+          Ht1 = sc[2]
+        end
+        if Ht1 and ts < sc[4] then
+          t = fnano(ts, nt) - L
+          if ts >= sc[3] then t = t + 1000000000 end
+        else
+          t = frel(ts, H, L)
+        end
+      end
       if frs ~= '0' then fr = fdig(frs) end
       if not (fr and t) or fr >= n then return nil end
       if t >= 0 then
@@ -316,7 +363,7 @@ local function fast(key, alg, old, tm)
     ttl = dn
     if df ~= 0 then ttl = ttl + 1 end
     if admitted == 1 then
-      new = fabs(H, L, nn, Ht, now, nr == 0 and '0' or string.format('%d', nr))
+      new = fabs(H, L, nn, Ht, Ht1, now, nr == 0 and '0' or string.format('%d', nr))
     else
       new = now .. ' ' .. ts .. ' ' .. frs
     end
