@@ -55,8 +55,12 @@ local argCache, argCached = false, 0
 -- starts afresh. A number passed to redis.call is written out with
 -- "%.17g", a costly conversion of a double; a text passes as it is, and a
 -- rule's expiries take few values (a bucket's without debt, one), so most
--- checks find theirs kept. A whole number below 2^53 reads the same either
--- way, and each expiry is one (fceilms, plus a margin below 2^51).
+-- checks find theirs kept. A bucket's expiry in debt grows with the debt,
+-- so that it is rarely written twice: the library writes its text without
+-- looking for it or keeping it, which would cost more than it saves and
+-- push out the expiries that are written again. A whole number below 2^53
+-- reads the same either way, and each expiry is one (fceilms, plus a
+-- margin below 2^51).
 local pxCache, pxCached = false, 0
 
 -- secCache is the library's too (false in a script): for the seconds of
@@ -307,7 +311,7 @@ local function fast(key, alg, old, tm)
     end
   end
 
-  local admitted, new, ttl = 0, nil, 0
+  local admitted, new, ttl, debt = 0, nil, 0, false
   if alg == 'm' then
     local ts, frs, dn, df, Ht1 = '0', '0', 0, 0, nil
     if nf > 1 then
@@ -346,7 +350,7 @@ local function fast(key, alg, old, tm)
         local t2, t2f = tau + tau, tauf + tauf
         if t2f >= n then t2, t2f = t2 + 1, t2f - n end
         if t > t2 or (t == t2 and fr > t2f) then return nil end
-        dn, df = t, fr
+        dn, df, debt = t, fr, true
       end
     end
     local nn, nr = dn + cn, df + cf
@@ -519,7 +523,9 @@ local function fast(key, alg, old, tm)
   end
 
   local px = fceilms(ttl) + margin
-  if pxCache then
+  if debt and pxCache then
+    px = string.format('%d', px)
+  elseif pxCache then
     local t = pxCache[px]
     if not t then
       t = string.format('%d', px)
