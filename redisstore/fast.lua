@@ -55,8 +55,8 @@ local argCache, argCached = false, 0
 -- so that it is rarely written twice: the library writes its text without
 -- looking for it or keeping it, which would cost more than it saves and
 -- push out the expiries that are written again. A whole number below 2^53
--- reads the same either way, and each expiry is one (fceilms, plus a
--- margin below 2^51).
+-- reads the same either way, and each expiry is one (a span in whole
+-- ms, plus a margin below 2^51).
 local pxCache, pxCached = false, 0
 
 -- secCache is the library's too (false in a script): for the seconds of
@@ -134,14 +134,6 @@ local function fabs(H, L, d, Ht, Ht1, pre, post)
   if h == H + 1 and Ht1 then return pre .. ' ' .. Ht1 .. string.format('%09d', r) .. ' ' .. post end
   if h > 0 then return pre .. ' ' .. string.format('%d%09d', h, r) .. ' ' .. post end
   return pre .. ' ' .. string.format('%d', r) .. ' ' .. post
-end
-
--- fceilms is ceil(d / 10^6) for 0 <= d < 2^53: a span in whole ms.
-local function fceilms(d)
-  local r = math.fmod(d, 1000000)
-  local ms = (d - r) / 1000000
-  if r > 0 then ms = ms + 1 end
-  return ms
 end
 
 -- ftwo returns p, e with a*b = p + e exactly (Dekker's product: p is the
@@ -518,7 +510,11 @@ local function fast(key, alg, old, tm)
     end
   end
 
-  local px = fceilms(ttl) + margin
+  -- The expiry: ttl (0 <= ttl < 2^53 ns) in whole ms, rounded up, plus
+  -- the margin.
+  local r = math.fmod(ttl, 1000000)
+  local px = (ttl - r) / 1000000 + margin
+  if r > 0 then px = px + 1 end
   if debt and pxCache then
     px = string.format('%d', px)
   elseif pxCache then

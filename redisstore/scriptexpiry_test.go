@@ -96,3 +96,33 @@ func TestScriptExpiries(t *testing.T) {
 		}
 	}
 }
+
+// TestExpiryRoundsUpANanosecond: on each path, a bucket in debt whose
+// ResetAfter is a nanosecond or a few past a whole millisecond is kept a
+// millisecond more: its expiry is rounded up at every remainder.
+func TestExpiryRoundsUpANanosecond(t *testing.T) {
+	rdb := needRedis(t)
+	ctx := context.Background()
+	rule := ratelimit.GCRA{Rate: ratelimit.PerSecond(1), Burst: 2}
+	m, err := ratelimit.NewMachine(rule)
+	require.NoError(t, err)
+	const margin = 2 * time.Second
+	for path, probe := range map[string]*redis.Script{"fast": fastProbe, "exact": exactProbe} {
+		for _, extra := range []int64{0, 1, 999, 1000, 1001, 999_999} {
+			clk := ratelimit.NewManualClock(unixNow)
+			s, err := New(rdb, rule, WithClock(clk), WithPrefix(testPrefix()), WithExpiryMargin(margin), WithDenyCache(0))
+			require.NoError(t, err)
+			rk := s.Key("k")
+			now := int64(unixNow)
+			state := strconv.FormatInt(now, 10) + " " + strconv.FormatInt(now+5_000_000+extra, 10) + " 0"
+			require.NoError(t, rdb.Set(ctx, rk, state, time.Hour).Err())
+			reply, err := probe.Run(ctx, rdb, []string{rk}, s.args(ratelimit.Unit, 0, false)...).Slice()
+			require.NoError(t, err, "%s path, %q", path, state)
+			require.Len(t, reply, 5)
+			d, _, err := m.Step([]byte(state), unixNow, ratelimit.Unit, true)
+			require.NoError(t, err)
+			assert.Equal(t, strconv.FormatInt(expiryMs(d.ResetAfter, ceilMs(margin)), 10), reply[4],
+				"%s path, %q: ResetAfter %v", path, state, d.ResetAfter)
+		}
+	}
+}
