@@ -777,7 +777,7 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 	if !lacking(layers, turns, now, g.shared) {
 		return locks, now, true
 	}
-	rk := p.records.prepare(key)
+	rk := p.recordKey(layers, turns, key)
 	// A key new to the rule set, the common case, has no record: if the
 	// record's lock is free, holding the stores' locks out of order cannot
 	// deadlock (it does not wait), and there is nothing to move.
@@ -894,6 +894,18 @@ func (p *Plans) lockPlan(g *planGen, bp *builtPlan, key string, turns []layerTur
 	}
 	*rec = next
 	return locks, now, true
+}
+
+// recordKey returns key prepared for its record: as a layer of the key's
+// own (without a Key) prepared it for its store, since the Plans' stores
+// hash with the records' seed (see withSeed), or else afresh.
+func (p *Plans) recordKey(layers []compositeLayer, turns []layerTurn, key string) storeKey {
+	for i := range turns {
+		if layers[i].key == nil && turns[i].err == nil {
+			return turns[i].k
+		}
+	}
+	return p.records.prepare(key)
 }
 
 // moveAmounts returns what a layer's state that shows spent in use at now,

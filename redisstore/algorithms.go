@@ -1,7 +1,6 @@
 package redisstore
 
 import (
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -218,30 +217,12 @@ func (a stepArgs) appendCheck(dst []any, st *scriptStep, m *ratelimit.Machine, n
 	dst = append(dst, a...)
 	args := dst[i:]
 	args[argNow.at] = now
-	c := newCheckSlots(st, m, cost)
-	for j := range c.n {
-		args[c.at[j]] = u(c.v[j])
-	}
-	return dst
-}
-
-// checkSlots are the slots a check sets besides now, and their values:
-// the cost, and for a step that takes it the cost's span.
-type checkSlots struct {
-	n  int
-	at [3]int
-	v  [3]uint64
-}
-
-// newCheckSlots returns the slots a check of cost by step st of the rule
-// m runs sets.
-func newCheckSlots(st *scriptStep, m *ratelimit.Machine, cost ratelimit.Units) checkSlots {
-	c := checkSlots{n: 1, at: [3]int{argCost.at}, v: [3]uint64{uint64(cost)}}
+	args[argCost.at] = strconv.FormatInt(int64(cost), 10)
 	if st.takes(argCostSpan) {
 		ns, frac := m.Span(cost)
-		c.n, c.at[1], c.v[1], c.at[2], c.v[2] = 3, argCostSpan.at, ns, argCostFrac.at, frac
+		args[argCostSpan.at], args[argCostFrac.at] = u(ns), u(frac)
 	}
-	return c
+	return dst
 }
 
 // appendBound appends to dst, a check's arguments for the meter step of
@@ -279,21 +260,16 @@ func appendBound(dst []any, p ratelimit.Params, budget time.Duration) []any {
 // now (or the text alone for the server's TIME) rather than one argument
 // per slot: Redis spends on each argument.
 func (a stepArgs) packedText(st *scriptStep, m *ratelimit.Machine, cost ratelimit.Units) string {
-	c := newCheckSlots(st, m, cost)
+	args := a.appendCheck(make([]any, 0, len(a)), st, m, "", cost)
 	b := make([]byte, 0, 96)
-	for i, v := range a {
+	for i, v := range args {
 		if i == argNow.at {
 			continue
 		}
 		if len(b) > 0 {
 			b = append(b, ' ')
 		}
-		j := slices.Index(c.at[:c.n], i)
-		if j < 0 {
-			b = append(b, v.(string)...)
-		} else {
-			b = strconv.AppendUint(b, c.v[j], 10)
-		}
+		b = append(b, v.(string)...)
 	}
 	return string(b)
 }

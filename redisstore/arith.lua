@@ -6,9 +6,10 @@
 --
 -- A library (functions.go) runs this file once, when it loads, where the
 -- string and math libraries cannot be read: they are named inside the
--- functions, not captured. Zero and one are shared by every call there,
--- so nothing may write to a number it did not make (trim writes only to
--- results of its own).
+-- functions, not captured at load (the library reads them through locals
+-- it sets on its first call, see libraryGlobals). Zero and one are shared
+-- by every call there, so nothing may write to a number it did not make
+-- (trim writes only to results of its own).
 
 local B = 10000000
 local Z, ONE = {0}, {1}
@@ -273,9 +274,4 @@ local function ceilms(a)
   local ms = l3 * 100000000 + l2 * 10 + (l1 - r) / 1000000 -- < 2^53
   if r ~= 0 then ms = ms + 1 end
   return ms
-end
-
-local function max(a, b)
-  if cmp(a, b) < 0 then return b end
-  return a
 end

@@ -68,7 +68,9 @@ local pxCache, pxCached = false, 0
 -- its text is below the first, in the next when below the second: its
 -- distance from TIME comes from its last nine digits alone, without
 -- reading its seconds; and an instant written in the next second needs
--- only its nine digits formatted.
+-- only its nine digits formatted. The first instants' texts are kept,
+-- though the seconds' texts give them, so that a check makes no string
+-- to compare against.
 local secCache = false
 local function farg(s)
   if argCache then
@@ -122,16 +124,17 @@ end
 -- fabs returns pre, a space, the instant (H, L) plus d ns, a space and
 -- post, for 0 <= d < 2^52, in one concatenation: Lua interns each string
 -- it makes (a hash, a lookup, an allocation, then collection), so the
--- instant is not made a string of its own. Ht, if not nil, is H's
--- canonical decimal (TIME's seconds), kept for an instant in the same
--- second as it is: each number string.format converts costs as much as
--- the rest of the formatting.
+-- pieces are not joined one at a time. Ht and Ht1, if not nil, are the
+-- canonical decimals of H and H + 1 (TIME's seconds and the next, see
+-- secCache), kept for an instant in either second, whose nine digits
+-- alone are then formatted: each number string.format converts costs as
+-- much as the rest of the formatting.
 local function fabs(H, L, d, Ht, Ht1, pre, post)
   local x = L + d
   local r = math.fmod(x, 1000000000)
   local h = H + (x - r) / 1000000000
-  if h == H and Ht then return pre .. ' ' .. Ht .. string.format('%09d', r) .. ' ' .. post end
-  if h == H + 1 and Ht1 then return pre .. ' ' .. Ht1 .. string.format('%09d', r) .. ' ' .. post end
+  local st = h == H and Ht or h == H + 1 and Ht1
+  if st then return pre .. ' ' .. st .. string.format('%09d', r) .. ' ' .. post end
   if h > 0 then return pre .. ' ' .. string.format('%d%09d', h, r) .. ' ' .. post end
   return pre .. ' ' .. string.format('%d', r) .. ' ' .. post
 end
@@ -234,13 +237,11 @@ local function fast(key, alg, old, tm)
     H = kc and kc[Ht] or farg(Ht)
     if not H or H < 1 or H >= 4611686018 then return nil end
     -- TIME's seconds are a canonical decimal, as %d would write H, and its
-    -- microseconds one below 10^6: padded to six digits, then three zeros.
-    -- Six digits are summed from their bytes, as ftime sums a time's
-    -- nanoseconds, rather than read with strtod (48 * 111111 = 5333328).
+    -- microseconds one below 10^6: padded to six digits, then three zeros,
+    -- which are the reading's last nine digits (see fnano).
     if #us == 6 then
-      local c1, c2, c3, c4, c5, c6 = string.byte(us, 1, 6)
-      L = (c1 * 100000 + c2 * 10000 + c3 * 1000 + c4 * 100 + c5 * 10 + c6 - 5333328) * 1000
       reading = Ht .. us .. '000'
+      L = fnano(reading, #reading)
     else
       L = tonumber(us)
       if not L then return nil end
@@ -515,16 +516,18 @@ local function fast(key, alg, old, tm)
   local r = math.fmod(ttl, 1000000)
   local px = (ttl - r) / 1000000 + margin
   if r > 0 then px = px + 1 end
-  if debt and pxCache then
-    px = string.format('%d', px)
-  elseif pxCache then
-    local t = pxCache[px]
-    if not t then
-      t = string.format('%d', px)
-      if pxCached >= 256 then pxCache, pxCached = {}, 0 end
-      pxCache[px], pxCached = t, pxCached + 1
+  if pxCache then
+    if debt then
+      px = string.format('%d', px)
+    else
+      local t = pxCache[px]
+      if not t then
+        t = string.format('%d', px)
+        if pxCached >= 256 then pxCache, pxCached = {}, 0 end
+        pxCache[px], pxCached = t, pxCached + 1
+      end
+      px = t
     end
-    px = t
   end
   redis.call('SET', key, new, 'PX', px)
   return {old or '', reading, new, admitted}

@@ -25,12 +25,12 @@ type scriptRunner interface {
 // ARGV is an upvalue the registered function sets before each step, so
 // that the step's sources read it as the script's ARGV; the caches of the
 // arguments each path has read (argCache, which keeps the seconds of the
-// times the fast path reads too, see fast.lua; ppCache, see pairs.lua)
+// times the fast path reads too, see fast.lua; ppCache, see pairs.lua),
 // the texts of the expiries the fast path writes (pxCache, see fast.lua)
 // and those of the seconds after TIME's (secCache, see fast.lua) are set
-// up once too, and last while the library stays loaded;
-// so are the locals that hold the globals the step names on every check
-// (see libraryGlobals).
+// up once too, and last while the library stays loaded; so are the locals
+// that hold the globals the step names on every check (see
+// libraryGlobals).
 // A single-key check sends its arguments packed (see packedText), and the
 // library keeps each text it has read, as the table the step reads as its
 // ARGV (packCache, see packed.lua); a check that sends one argument per

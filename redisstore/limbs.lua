@@ -172,10 +172,9 @@ elseif alg == ALG_FIXED then
   local sws, scs = '0', '0'
   if not fresh then
     sws, scs = f2, f3
-    local h, l = pp(f3, true)
+    oh, ol = pp(f3, true)
     sh, sl = pp(f2, true)
-    if not (sh and h) then return fail('invalid state') end
-    oh, ol = h, l
+    if not (sh and oh) then return fail('invalid state') end
     local n1h, n1l = padd(nh, nl, 0, 1)
     if pcmp(sh, sl, n1h, n1l) > 0 or pcmp(oh, ol, a2h, a2l) > 0 then return fail('invalid state') end
   end
@@ -296,5 +295,5 @@ else
 end
 
 -- Keep the state until it is as good as a fresh key's, plus the margin.
-redis.call('SET', key, new, 'PX', string.format('%d', pms(th, tl) + tonumber(ARGV[ARG_MARGIN])))
+pkeep(key, new, th, tl)
 return {old, reading, new, admitted}

@@ -12,8 +12,8 @@
 --
 -- A text is taken only when it is well formed: a step's code the table
 -- has, followed by exactly as many canonical decimals below 2^63 as that
--- step takes (packArity, the count of its
--- arguments with now). Anything else is nil, which the caller turns
+-- step takes (packArity, the count of its arguments with now). Anything
+-- else is nil, which the caller turns
 -- into an error: no check is ever decided on a text the store would not
 -- have sent. What a kept table holds depends on its text alone, and only
 -- ARGV[ARG_NOW] is written to it after.
@@ -34,9 +34,8 @@ local function funpack(s, now)
   while at <= #s do
     local f = string.match(s, '^%d+', at)
     if not f then return nil end
-    local k = #f
-    if k > 19 or (k > 1 and string.byte(f, 1) == 48) or (k == 19 and f > '9223372036854775807') then return nil end
-    at = at + k
+    if not pp(f, true) then return nil end -- canonical, below 2^63
+    at = at + #f
     n = n + 1
     a[n] = f
     if at <= #s then

@@ -6,7 +6,9 @@
 -- pairs too. pmeter(key, old, tm) is defined inside the
 -- script's exact function, built only when the fast path declines, and in
 -- a library once, when it loads (see exactHoisted). As in fast.lua,
--- numbers and library functions are written out, not captured.
+-- numbers and library functions are written out, not captured at load (a
+-- library reads them through locals set on its first call, see
+-- libraryGlobals).
 
 -- pp reads a canonical decimal below 2^63 as a pair; nil if s is not one.
 -- digits says s is known to hold digits only.
@@ -84,6 +86,12 @@ local function pms(h, l)
   local ms = h * 1000 + (l - r) / 1000000
   if r ~= 0 then ms = ms + 1 end
   return ms
+end
+
+-- pkeep writes new, a state, to key, to expire the pair (h, l) ns from
+-- now in whole ms, rounded up, plus the check's margin.
+local function pkeep(key, new, h, l)
+  redis.call('SET', key, new, 'PX', string.format('%d', pms(h, l) + tonumber(ARGV[ARG_MARGIN])))
 end
 
 local function pfail(why)
@@ -176,6 +184,6 @@ local function pmeter(key, old, tm)
 
   -- Keep the state until it is as good as a fresh key's (the debt), plus
   -- the margin.
-  redis.call('SET', key, new, 'PX', string.format('%d', pms(dh, dl) + tonumber(ARGV[ARG_MARGIN])))
+  pkeep(key, new, dh, dl)
   return {old, reading, new, admitted}
 end

@@ -68,9 +68,10 @@ local rec, err = get(KEYS[1])
 if err then return redis.error_reply('RATELIMIT invalid record: ' .. err) end
 
 if ARGV[1] == 'z' then
-  -- The plan's keys, and the key's own keys the record names (a layer
-  -- with a Key shares its key with other keys: it stays as it is, unless
-  -- the record names an earlier version of the key's plan).
+  -- The plan's keys and the key's own keys of the set's other plans, and
+  -- the key's own keys the record names (a layer with a Key shares its key
+  -- with other keys: it stays as it is, unless the record names an earlier
+  -- version of the key's plan).
   for i = 1, n do redis.call('DEL', KEYS[i + 1]) end
   local own, same = ARGV[8], ARGV[9]
   local nl = string.find(rec, '\n', 1, true)

@@ -12,10 +12,11 @@ import (
 
 // The script is the fast path in doubles (fast.lua); the exact step, in
 // pairs of doubles (pairs.lua) for the buckets and for the windows
-// (limbs.lua, which divides and multiplies in limbs, arith.lua), inside a function of its own so that
-// a check the fast path decides never builds it; and the step that tries
-// the first and falls back to the second (step.lua). All are plain Lua 5.1
-// as Redis runs it: numbers are doubles, exact only up to 2^53.
+// (limbs.lua, which divides and multiplies in limbs, arith.lua), inside a
+// function of its own so that a check the fast path decides never builds
+// it; and the step that tries the first and falls back to the second
+// (step.lua). All are plain Lua 5.1 as Redis runs it: numbers are doubles,
+// exact only up to 2^53.
 //
 // The sources name the table's codes and argument positions (see
 // algorithms.go) ALG_<lua> and ARGV[ARG_<name>]; expandLua writes in the

@@ -42,7 +42,8 @@
 --
 -- The fast path (fast.lua) decides where its range check passes; else the
 -- exact path, built only then, decides: pmeter (pairs.lua) for the buckets,
--- the limbs (arith.lua, limbs.lua) for the windows.
+-- limbs.lua for the windows, in pairs too, with limbs (arith.lua) only to
+-- divide and multiply past 2^53.
 
 local key, alg = KEYS[1], ARGV[ARG_ALG]
 -- TIME is read once: on 7.0 it moves while a script runs.

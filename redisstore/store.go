@@ -446,7 +446,9 @@ func (s *Store) ruleArgs(look bool) stepArgs {
 type packedCheck struct {
 	cost ratelimit.Units
 	look bool
-	text any
+	// alone is the arguments of a check on the server's TIME: the text
+	// alone, sent as it is by every such check (nothing writes to it).
+	alone []any
 }
 
 // checkArgs are args, packed (see packedArgs) when the step runs as a
@@ -458,13 +460,13 @@ func (s *Store) checkArgs(cost ratelimit.Units, floor int64, look bool) []any {
 	}
 	p := s.packed.Load()
 	if p == nil || p.cost != cost || p.look != look {
-		p = &packedCheck{cost: cost, look: look, text: s.ruleArgs(look).packedText(s.alg.step, s.m, cost)}
+		p = &packedCheck{cost: cost, look: look, alone: []any{s.ruleArgs(look).packedText(s.alg.step, s.m, cost)}}
 		s.packed.Store(p)
 	}
 	if s.clock == nil {
-		return []any{p.text}
+		return p.alone
 	}
-	return []any{p.text, s.now(floor)}
+	return []any{p.alone[0], s.now(floor)}
 }
 
 // withinArgs are the script's arguments for one check of a leaky bucket

@@ -37,7 +37,8 @@
 // per key stays between 8/7 and 9/7 of a slot (12/7 growing by halves) at
 // every size (the segments being at every stage of their growth), a table
 // of a few keys is one small array, and neither growth nor a split copies
-// more than one segment. Arrays are allocated by the first insert; tables never shrink.
+// more than one segment. Arrays are allocated by the first insert; tables
+// never shrink.
 //
 // Allocation. An insertion that grows or splits a segment, or needs a new
 // arena, allocates, and an allocation may be charged a garbage
@@ -440,7 +441,7 @@ func (t *Table[S]) Init(max int, fresh func(s *S, now int64) bool) {
 		segSlots = segmentMinSlots
 	}
 	*t = Table[S]{max: max, fresh: fresh, segSlots: segSlots, step: fineStep, arenaMax: arenaMax}
-	t.budget = t.budgetFor(max)
+	t.budget = t.growthBudget()
 }
 
 // Growth steps (see Table.step): by 1/8, for memory held within 9/7 of a
@@ -459,15 +460,15 @@ const (
 // before the first Insert.
 func (t *Table[S]) GrowInHalves() {
 	t.step = halfStep
-	t.budget = t.budgetFor(t.max)
+	t.budget = t.growthBudget()
 }
 
-// budgetFor returns the slots a table of at most max entries may hold
+// growthBudget returns the slots t, of at most t.max entries, may hold
 // before a full segment makes room rather than grow: as many as a table
 // whose every segment has just grown at 7/8 full (9/7 of a slot for every
 // entry growing by 1/8, 12/7 by 1/2), and one segment's slack.
-func (t *Table[S]) budgetFor(max int) int {
-	return max + max/7 + max/7*8>>t.step + t.segSlots
+func (t *Table[S]) growthBudget() int {
+	return t.max + t.max/7 + t.max/7*8>>t.step + t.segSlots
 }
 
 // Preallocate allocates at once what the table needs to hold its bound,

@@ -141,7 +141,7 @@ func TestTableModel(t *testing.T) {
 		tb.Init(max, expired)
 		// Segments of 8 to 64 slots, so that tables this small split.
 		tb.segSlots = rapid.SampledFrom([]int{8, 16, 64, segmentBytes / 16}).Draw(t, "segSlots")
-		tb.budget = tb.budgetFor(max) // as Init would for these segments
+		tb.budget = tb.growthBudget() // as Init would for these segments
 		if rapid.Bool().Draw(t, "halves") {
 			tb.GrowInHalves()
 		}

@@ -71,7 +71,9 @@ local pxCache, pxCached = false, 0
 -- its text is below the first, in the next when below the second: its
 -- distance from TIME comes from its last nine digits alone, without
 -- reading its seconds; and an instant written in the next second needs
--- only its nine digits formatted.
+-- only its nine digits formatted. The first instants' texts are kept,
+-- though the seconds' texts give them, so that a check makes no string
+-- to compare against.
 local secCache = false
 local function farg(s)
   if argCache then
@@ -125,16 +127,17 @@ end
 -- fabs returns pre, a space, the instant (H, L) plus d ns, a space and
 -- post, for 0 <= d < 2^52, in one concatenation: Lua interns each string
 -- it makes (a hash, a lookup, an allocation, then collection), so the
--- instant is not made a string of its own. Ht, if not nil, is H's
--- canonical decimal (TIME's seconds), kept for an instant in the same
--- second as it is: each number string.format converts costs as much as
--- the rest of the formatting.
+-- pieces are not joined one at a time. Ht and Ht1, if not nil, are the
+-- canonical decimals of H and H + 1 (TIME's seconds and the next, see
+-- secCache), kept for an instant in either second, whose nine digits
+-- alone are then formatted: each number string.format converts costs as
+-- much as the rest of the formatting.
 local function fabs(H, L, d, Ht, Ht1, pre, post)
   local x = L + d
   local r = math.fmod(x, 1000000000)
   local h = H + (x - r) / 1000000000
-  if h == H and Ht then return pre .. ' ' .. Ht .. string.format('%09d', r) .. ' ' .. post end
-  if h == H + 1 and Ht1 then return pre .. ' ' .. Ht1 .. string.format('%09d', r) .. ' ' .. post end
+  local st = h == H and Ht or h == H + 1 and Ht1
+  if st then return pre .. ' ' .. st .. string.format('%09d', r) .. ' ' .. post end
   if h > 0 then return pre .. ' ' .. string.format('%d%09d', h, r) .. ' ' .. post end
   return pre .. ' ' .. string.format('%d', r) .. ' ' .. post
 end
@@ -237,13 +240,11 @@ local function fast(key, alg, old, tm)
     H = kc and kc[Ht] or farg(Ht)
     if not H or H < 1 or H >= 4611686018 then return nil end
     -- TIME's seconds are a canonical decimal, as %d would write H, and its
-    -- microseconds one below 10^6: padded to six digits, then three zeros.
-    -- Six digits are summed from their bytes, as ftime sums a time's
-    -- nanoseconds, rather than read with strtod (48 * 111111 = 5333328).
+    -- microseconds one below 10^6: padded to six digits, then three zeros,
+    -- which are the reading's last nine digits (see fnano).
     if #us == 6 then
-      local c1, c2, c3, c4, c5, c6 = string.byte(us, 1, 6)
-      L = (c1 * 100000 + c2 * 10000 + c3 * 1000 + c4 * 100 + c5 * 10 + c6 - 5333328) * 1000
       reading = Ht .. us .. '000'
+      L = fnano(reading, #reading)
     else
       L = tonumber(us)
       if not L then return nil end
@@ -518,16 +519,18 @@ local function fast(key, alg, old, tm)
   local r = math.fmod(ttl, 1000000)
   local px = (ttl - r) / 1000000 + margin
   if r > 0 then px = px + 1 end
-  if debt and pxCache then
-    px = string.format('%d', px)
-  elseif pxCache then
-    local t = pxCache[px]
-    if not t then
-      t = string.format('%d', px)
-      if pxCached >= 256 then pxCache, pxCached = {}, 0 end
-      pxCache[px], pxCached = t, pxCached + 1
+  if pxCache then
+    if debt then
+      px = string.format('%d', px)
+    else
+      local t = pxCache[px]
+      if not t then
+        t = string.format('%d', px)
+        if pxCached >= 256 then pxCache, pxCached = {}, 0 end
+        pxCache[px], pxCached = t, pxCached + 1
+      end
+      px = t
     end
-    px = t
   end
   redis.call('SET', key, new, 'PX', px)
   return {old or '', reading, new, admitted}
@@ -543,7 +546,9 @@ local function exact(key, alg, old, tm)
 -- pairs too. pmeter(key, old, tm) is defined inside the
 -- script's exact function, built only when the fast path declines, and in
 -- a library once, when it loads (see exactHoisted). As in fast.lua,
--- numbers and library functions are written out, not captured.
+-- numbers and library functions are written out, not captured at load (a
+-- library reads them through locals set on its first call, see
+-- libraryGlobals).
 
 -- pp reads a canonical decimal below 2^63 as a pair; nil if s is not one.
 -- digits says s is known to hold digits only.
@@ -621,6 +626,12 @@ local function pms(h, l)
   local ms = h * 1000 + (l - r) / 1000000
   if r ~= 0 then ms = ms + 1 end
   return ms
+end
+
+-- pkeep writes new, a state, to key, to expire the pair (h, l) ns from
+-- now in whole ms, rounded up, plus the check's margin.
+local function pkeep(key, new, h, l)
+  redis.call('SET', key, new, 'PX', string.format('%d', pms(h, l) + tonumber(ARGV[4])))
 end
 
 local function pfail(why)
@@ -713,7 +724,7 @@ local function pmeter(key, old, tm)
 
   -- Keep the state until it is as good as a fresh key's (the debt), plus
   -- the margin.
-  redis.call('SET', key, new, 'PX', string.format('%d', pms(dh, dl) + tonumber(ARGV[4])))
+  pkeep(key, new, dh, dl)
   return {old, reading, new, admitted}
 end
 
@@ -726,9 +737,10 @@ if alg == 'm' then return pmeter(key, old, tm) end
 --
 -- A library (functions.go) runs this file once, when it loads, where the
 -- string and math libraries cannot be read: they are named inside the
--- functions, not captured. Zero and one are shared by every call there,
--- so nothing may write to a number it did not make (trim writes only to
--- results of its own).
+-- functions, not captured at load (the library reads them through locals
+-- it sets on its first call, see libraryGlobals). Zero and one are shared
+-- by every call there, so nothing may write to a number it did not make
+-- (trim writes only to results of its own).
 
 local B = 10000000
 local Z, ONE = {0}, {1}
@@ -995,11 +1007,6 @@ local function ceilms(a)
   return ms
 end
 
-local function max(a, b)
-  if cmp(a, b) < 0 then return b end
-  return a
-end
-
 -- The step of the window rules, exact for any state, argument or time: the
 -- end of the body of exact(key, alg, old, tm), which the script defines
 -- around pairs.lua, arith.lua and this file so that a check the fast path
@@ -1174,10 +1181,9 @@ elseif alg == 'f' then
   local sws, scs = '0', '0'
   if not fresh then
     sws, scs = f2, f3
-    local h, l = pp(f3, true)
+    oh, ol = pp(f3, true)
     sh, sl = pp(f2, true)
-    if not (sh and h) then return fail('invalid state') end
-    oh, ol = h, l
+    if not (sh and oh) then return fail('invalid state') end
     local n1h, n1l = padd(nh, nl, 0, 1)
     if pcmp(sh, sl, n1h, n1l) > 0 or pcmp(oh, ol, a2h, a2l) > 0 then return fail('invalid state') end
   end
@@ -1298,7 +1304,7 @@ else
 end
 
 -- Keep the state until it is as good as a fresh key's, plus the margin.
-redis.call('SET', key, new, 'PX', string.format('%d', pms(th, tl) + tonumber(ARGV[4])))
+pkeep(key, new, th, tl)
 return {old, reading, new, admitted}
 
 end
@@ -1346,7 +1352,8 @@ end
 --
 -- The fast path (fast.lua) decides where its range check passes; else the
 -- exact path, built only then, decides: pmeter (pairs.lua) for the buckets,
--- the limbs (arith.lua, limbs.lua) for the windows.
+-- limbs.lua for the windows, in pairs too, with limbs (arith.lua) only to
+-- divide and multiply past 2^53.
 
 local key, alg = KEYS[1], ARGV[1]
 -- TIME is read once: on 7.0 it moves while a script runs.
