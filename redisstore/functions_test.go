@@ -231,7 +231,7 @@ func TestFunctionPackedArguments(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, rdb.FunctionLoadReplace(ctx, stepLibrary).Err())
 	fcall := func(key string, args []any) ([]any, error) {
-		return rdb.FCall(ctx, stepFunction, []string{key}, args...).Slice()
+		return replyList(rdb.FCall(ctx, stepFunction, []string{key}, args...))
 	}
 	const now = int64(unixNow)
 	rules := append(benchRules(),
@@ -270,7 +270,9 @@ func TestFunctionPackedArguments(t *testing.T) {
 	for _, want := range []int64{1, 1, 0} {
 		r, err := fcall(s.Key("time"), s.checkArgs(ratelimit.Unit, 0, false))
 		require.NoError(t, err)
-		require.Equal(t, want, r[3], "the server's TIME")
+		_, _, _, admitted, err := s.parseStep(r)
+		require.NoError(t, err)
+		require.Equal(t, want, admitted, "the server's TIME")
 	}
 
 	// Hostile texts, on a key with a state: each is refused, nothing is
@@ -309,10 +311,49 @@ func TestFunctionPackedArguments(t *testing.T) {
 	// The good text decides: the state's TAT is a whole interval ahead, so
 	// the burst of 1 is spent at now and refused, then admitted an
 	// interval on.
-	r, err := fcall(key, []any{good, nowArg})
+	for _, c := range []struct {
+		now  int64
+		want int64
+	}{{now, 0}, {now + 100_000_000, 1}} {
+		r, err := fcall(key, []any{good, strconv.FormatInt(c.now, 10)})
+		require.NoError(t, err)
+		_, _, _, admitted, err := s.parseStep(r)
+		require.NoError(t, err)
+		require.Equal(t, c.want, admitted)
+	}
+}
+
+// TestParseStepReplies: the step's reply is its four fields joined by
+// commas (step.lua), or from a composite's layerstep the list of four;
+// any other shape is a mismatch, counted, whatever it holds.
+func TestParseStepReplies(t *testing.T) {
+	s, err := New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), ratelimit.GCRA{Rate: ratelimit.PerSecond(10), Burst: 2})
 	require.NoError(t, err)
-	require.Equal(t, int64(0), r[3])
-	r, err = fcall(key, []any{good, strconv.FormatInt(now+100_000_000, 10)})
-	require.NoError(t, err)
-	require.Equal(t, int64(1), r[3])
+	const now = "1780000000000000000"
+	for _, reply := range [][]any{
+		{"1 2 3," + now + ",4 5 6,1"},
+		{"1 2 3", now, "4 5 6", int64(1)},
+	} {
+		old, at, written, admitted, err := s.parseStep(reply)
+		require.NoError(t, err)
+		require.Equal(t, "1 2 3", old)
+		require.Equal(t, int64(1780000000000000000), at)
+		require.Equal(t, "4 5 6", written)
+		require.Equal(t, int64(1), admitted)
+	}
+	old, _, written, admitted, err := s.parseStep([]any{"," + now + ",,0"})
+	require.NoError(t, err, "a fresh key refused: no old state, nothing written")
+	require.Equal(t, []any{"", "", int64(0)}, []any{old, written, admitted})
+	bad := [][]any{
+		nil, {}, {""}, {int64(1)}, {now}, {"1 2 3," + now}, {"1 2 3," + now + ",4 5 6"},
+		{"1 2 3," + now + ",4 5 6,"}, {"1 2 3," + now + ",4 5 6,x"}, {"1 2 3," + now + ",4 5 6,1,1"},
+		{"1 2 3,x,4 5 6,1"}, {"1 2 3,,4 5 6,1"}, {"1 2 3," + now + "0000,4 5 6,1"},
+		{"1 2 3", now, "4 5 6"}, {"1 2 3", int64(5), "4 5 6", int64(1)}, {int64(1), now, "4 5 6", int64(1)},
+		{"1 2 3", now, "4 5 6", int64(1), int64(1)},
+	}
+	for i, reply := range bad {
+		_, _, _, _, err := s.parseStep(reply)
+		require.ErrorIs(t, err, ErrMismatch, "%q", reply)
+		require.Equal(t, uint64(i+1), s.mismatches.Load(), "%q counted", reply)
+	}
 }

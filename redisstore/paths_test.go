@@ -24,9 +24,9 @@ var (
 	fastScript  = redis.NewScript(scriptSource(`
 local decide = fast
 fast = function(...)
-  local r = decide(...)
-  if not r then return redis.error_reply('RATELIMIT ` + declined + `') end
-  return r
+  local o, r, n, a = decide(...)
+  if not o then error('RATELIMIT ` + declined + `') end
+  return o, r, n, a
 end`))
 	// exactFunction is the step's library with its fast path declining:
 	// the exact path with its helpers built once, when the library loads.
@@ -523,9 +523,9 @@ func TestServerTimeDebtOnLibrary(t *testing.T) {
 	src, fn := stepLibrarySource(`
 local decide = fast
 fast = function(...)
-  local r = decide(...)
-  if not r then return redis.error_reply('RATELIMIT ` + declined + `') end
-  return r
+  local o, r, n, a = decide(...)
+  if not o then error('RATELIMIT ` + declined + `') end
+  return o, r, n, a
 end`)
 	s, err := New(rdb, rule, WithPrefix(testPrefix()), WithDenyCache(0))
 	require.NoError(t, err)

@@ -186,5 +186,9 @@ if longest then
   end
 end
 local out = {'c'}
-for i = 1, #r do out[i + 1] = r[i] end
+if type(r) == 'string' then
+  out[2] = r -- a single plan's step: its reply joined in one text (step.lua)
+else
+  for i = 1, #r do out[i + 1] = r[i] end
+end
 return out

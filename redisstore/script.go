@@ -95,10 +95,11 @@ func layersSource(override string) string {
 // layerStepSource is the single-key step inside layerstep, whose ARGV and
 // redis are its parameters, so that each layer runs it with its own
 // arguments and with its write held back. override is Lua run after the
-// fast path is defined, as for scriptSource.
+// fast path is defined, as for scriptSource. Its reply is the step's
+// four fields as a list (see step.lua), which layers.lua reads by position.
 func layerStepSource(override string) string {
 	return expandLua("local function layerstep(ARGV, redis, key, old)\n" + fastLua + "\n" + override + "\n" + exactSource() +
-		"local r = fast(key, ARGV[ARG_ALG], old, false)\nif r then return r end\nreturn exact(key, ARGV[ARG_ALG], old, false)\nend\n")
+		"local o, r, n, a = fast(key, ARGV[ARG_ALG], old, false)\nif o then return {o, r, n, a} end\nreturn exact(key, ARGV[ARG_ALG], old, false)\nend\n")
 }
 
 // scriptSteps returns the table's steps, each once, in the table's order.

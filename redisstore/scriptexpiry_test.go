@@ -35,9 +35,9 @@ return {r[1], r[2], r[3], r[4], tostring(held.ms)}
 var (
 	fastProbe = expiryProbe(`local decide = fast
 fast = function(...)
-  local r = decide(...)
-  if not r then return redis.error_reply('RATELIMIT ` + declined + `') end
-  return r
+  local o, r, n, a = decide(...)
+  if not o then error('RATELIMIT ` + declined + `') end
+  return o, r, n, a
 end`)
 	exactProbe = expiryProbe("fast = function() return nil end")
 )

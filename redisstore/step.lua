@@ -31,8 +31,15 @@
 --          the least queue ahead (ns, frac/n) at which an admission's Delay
 --          is over the bound; a check without a bound does not send them.
 --
--- Returns {old state or '', now used before clamping, new state, 1 if
--- admitted else 0}. A bounded check refuses an admission that finds that
+-- Returns one text, four fields joined by commas: the old state or '', now
+-- used before clamping, the new state, 1 if admitted else 0. Every field
+-- is digits and spaces (a state the fast path or the exact path accepted,
+-- or wrote), so no comma falls inside one. One text rather than a list of
+-- four: the script makes no table for it, Redis writes one bulk reply
+-- rather than a list and its four elements, and the client reads one
+-- string. The paths themselves give the four fields (fast as four values,
+-- the exact path as the list a composite's layerstep also returns), and
+-- the step joins them. A bounded check refuses an admission that finds that
 -- much queued ahead, with 2 for it, and writes nothing for a request it
 -- does not admit: its new state is then ''. A state that is not well formed, or that no sequence of
 -- checks and settlements under the rule could have produced (a settlement
@@ -51,7 +58,9 @@ local tm = false
 if ARGV[ARG_NOW] == '' then tm = redis.call('TIME') end
 local old = redis.call('GET', key)
 do
-  local r = fast(key, alg, old, tm)
-  if r then return r end
+  local o, r, n, a = fast(key, alg, old, tm)
+  if o then return o .. ',' .. r .. ',' .. n .. ',' .. a end
 end
-return exact(key, alg, old, tm)
+local r = exact(key, alg, old, tm)
+if r[4] then return r[1] .. ',' .. r[2] .. ',' .. r[3] .. ',' .. r[4] end
+return r

@@ -392,7 +392,7 @@ func (s *Store) sharedDeadline(now time.Time) context.Context {
 // waits past it.
 func runScript(ctx context.Context, rdb redis.UniversalClient, script scriptRunner, guard bool, keys []string, args []any) ([]any, error) {
 	if !guard {
-		return script.Run(ctx, rdb, keys, args...).Slice()
+		return replyList(script.Run(ctx, rdb, keys, args...))
 	}
 	type result struct {
 		v   []any
@@ -400,7 +400,7 @@ func runScript(ctx context.Context, rdb redis.UniversalClient, script scriptRunn
 	}
 	ch := make(chan result, 1)
 	go func() {
-		v, err := script.Run(ctx, rdb, keys, args...).Slice()
+		v, err := replyList(script.Run(ctx, rdb, keys, args...))
 		ch <- result{v, err}
 	}()
 	select {
@@ -409,6 +409,22 @@ func runScript(ctx context.Context, rdb redis.UniversalClient, script scriptRunn
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// replyList reads a script's reply as a list; a text (the step's reply,
+// its fields joined, see step.lua) is a list of that one text.
+func replyList(cmd *redis.Cmd) ([]any, error) {
+	v, err := cmd.Result()
+	if err != nil {
+		return nil, err
+	}
+	if l, ok := v.([]any); ok {
+		return l, nil
+	}
+	if _, ok := v.(string); ok {
+		return []any{v}, nil
+	}
+	return nil, fmt.Errorf("redis: unexpected type=%T for Slice", v)
 }
 
 // args are the script's arguments for one check (see step.lua).
@@ -525,18 +541,37 @@ func (s *Store) verify(key string, cost ratelimit.Units, reply []any, look bool)
 }
 
 // parseStep reads the check script's reply (see step.lua): the old state,
-// the instant, the state written and the admission's code; a reply of
+// the instant, the state written and the admission's code, joined in one
+// text or, from a composite's layerstep, as a list of four; a reply of
 // another shape is an error wrapping ErrMismatch (counted).
 func (s *Store) parseStep(reply []any) (old string, at int64, written string, admitted int64, err error) {
-	old, okOld := str(reply, 0)
-	reading, okNow := str(reply, 1)
-	written, okNew := str(reply, 2)
-	at, err = strconv.ParseInt(reading, 10, 64)
-	if !okOld || !okNow || !okNew || len(reply) != 4 || err != nil {
+	var reading string
+	ok := false
+	switch len(reply) {
+	case 1:
+		var rest, code string
+		var ok1, ok2, ok3 bool
+		rest, ok = reply[0].(string)
+		old, rest, ok1 = strings.Cut(rest, ",")
+		reading, rest, ok2 = strings.Cut(rest, ",")
+		written, code, ok3 = strings.Cut(rest, ",")
+		admitted, err = strconv.ParseInt(code, 10, 64)
+		ok = ok && ok1 && ok2 && ok3 && err == nil
+	case 4:
+		var okOld, okNow, okNew bool
+		old, okOld = reply[0].(string)
+		reading, okNow = reply[1].(string)
+		written, okNew = reply[2].(string)
+		admitted, _ = reply[3].(int64)
+		ok = okOld && okNow && okNew
+	}
+	if ok {
+		at, err = strconv.ParseInt(reading, 10, 64)
+	}
+	if !ok || err != nil {
 		s.mismatches.Add(1)
 		return "", 0, "", 0, fmt.Errorf("%w: unexpected reply %v", ErrMismatch, reply)
 	}
-	admitted, _ = reply[3].(int64)
 	return old, at, written, admitted, nil
 }
 

@@ -190,9 +190,11 @@ local function fwindow(H, L, w)
   return win, e
 end
 
--- fast runs one check as the exact path would, or returns nil to leave it
--- to the exact path. tm is TIME's reply, or nil for a client clock; old is
--- the key's value, or false.
+-- fast runs one check as the exact path would and returns the four fields
+-- of the exact path's reply (see step.lua) as four values, not a table,
+-- which would be one more object for the script to make and collect; or
+-- it returns nil to leave the check to the exact path. tm is TIME's reply,
+-- or nil for a client clock; old is the key's value, or false.
 local function fast(key, alg, old, tm)
   -- A value kept is a number; nil (not kept) or false (kept, but out of
   -- range) goes to farg. A check the library took packed (packed.lua)
@@ -356,7 +358,7 @@ local function fast(key, alg, old, tm)
       end
     end
     -- A bounded check writes only what it admits.
-    if qn and admitted ~= 1 then return {old or '', reading, '', admitted} end
+    if qn and admitted ~= 1 then return old or '', reading, '', admitted end
     ttl = dn
     if df ~= 0 then ttl = ttl + 1 end
     if admitted == 1 then
@@ -534,7 +536,7 @@ local function fast(key, alg, old, tm)
     end
   end
   redis.call('SET', key, new, 'PX', px)
-  return {old or '', reading, new, admitted}
+  return old or '', reading, new, admitted
 end
 
 
@@ -1309,8 +1311,8 @@ pkeep(key, new, th, tl)
 return {old, reading, new, admitted}
 
 end
-local r = fast(key, ARGV[1], old, false)
-if r then return r end
+local o, r, n, a = fast(key, ARGV[1], old, false)
+if o then return {o, r, n, a} end
 return exact(key, ARGV[1], old, false)
 end
 -- One request on several limits, atomically and all or nothing: read every
