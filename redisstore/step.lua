@@ -39,7 +39,9 @@
 -- rather than a list and its four elements, and the client reads one
 -- string. The paths themselves give the four fields (fast as four values,
 -- the exact path as the list a composite's layerstep also returns), and
--- the step joins them. A bounded check refuses an admission that finds that
+-- the step joins them, writing the code out itself: a number joined to a
+-- text is converted with the C library's sprintf, which costs as much as
+-- the rest of the joining. A bounded check refuses an admission that finds that
 -- much queued ahead, with 2 for it, and writes nothing for a request it
 -- does not admit: its new state is then ''. A state that is not well formed, or that no sequence of
 -- checks and settlements under the rule could have produced (a settlement
@@ -59,7 +61,7 @@ if ARGV[ARG_NOW] == '' then tm = redis.call('TIME') end
 local old = redis.call('GET', key)
 do
   local o, r, n, a = fast(key, alg, old, tm)
-  if o then return o .. ',' .. r .. ',' .. n .. ',' .. a end
+  if o then return o .. ',' .. r .. ',' .. n .. (a == 1 and ',1' or a == 0 and ',0' or ',2') end
 end
 local r = exact(key, alg, old, tm)
 if r[4] then return r[1] .. ',' .. r[2] .. ',' .. r[3] .. ',' .. r[4] end
