@@ -59,10 +59,10 @@ local key, alg = KEYS[1], ARGV[ARG_ALG]
 local tm = false
 if ARGV[ARG_NOW] == '' then tm = redis.call('TIME') end
 local old = redis.call('GET', key)
-do
-  local o, r, n, a = fast(key, alg, old, tm)
-  if o then return o .. ',' .. r .. ',' .. n .. (a == 1 and ',1' or a == 0 and ',0' or ',2') end
+local o, r, n, a = fast(key, alg, old, tm)
+if not o then
+  local e = exact(key, alg, old, tm)
+  if not e[4] then return e end -- an error reply
+  o, r, n, a = e[1], e[2], e[3], e[4]
 end
-local r = exact(key, alg, old, tm)
-if r[4] then return r[1] .. ',' .. r[2] .. ',' .. r[3] .. ',' .. r[4] end
-return r
+return o .. ',' .. r .. ',' .. n .. (a == 1 and ',1' or a == 0 and ',0' or ',2')
