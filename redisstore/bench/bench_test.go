@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"os"
 	"regexp"
 	"runtime"
 	"slices"
@@ -173,14 +174,21 @@ func (c *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // and p99 latency, Redis CPU per check (the commands' own time from INFO
 // commandstats, and the server process's whole CPU time from INFO cpu),
 // this process's CPU time per check (the client's side, go-redis
-// included), and round trips per check.
+// included), and round trips per check. With PEERS_REVERSED set, the
+// subjects run in the reverse order at each number of goroutines: run.sh
+// alternates the order from pass to pass, so that no subject always runs
+// first on a server that the others have not yet filled and warmed.
 func BenchmarkPeers(b *testing.B) {
 	rdb := client(b, 64)
 	admin := client(b, 1)
 	trips := &roundTrips{names: map[string]bool{}}
 	rdb.AddHook(trips)
+	subs := subjects()
+	if os.Getenv("PEERS_REVERSED") != "" {
+		slices.Reverse(subs)
+	}
 	for _, workers := range []int{8, 64} {
-		for _, sub := range subjects() {
+		for _, sub := range subs {
 			peer(b, rdb, admin, trips, sub, workers)
 		}
 	}
