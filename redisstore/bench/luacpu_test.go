@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"regexp"
 	"slices"
@@ -29,8 +30,17 @@ import (
 // per subject), and takes each block's share from INFO commandstats deltas
 // around it; a round alternates such blocks many times, and logs each
 // subject's median µs per call over its blocks and the ratios of medians.
+// It also times each block from the client's side, so that each subject's
+// checks per second (the median of its blocks') are compared in the same
+// alternation: the new store's, which verifies every reply, against
+// redis_rate's (the other build's raw FCALL does no work of the client's).
 //
-//	LUACPU_OLD=/tmp/old.lua go test -run TestLuaCPU -v -count=1 .
+// With LUACPU_OUT naming a file, it also writes there what it logs of
+// the rounds, after a header naming the other build; docs/redis-luacpu.txt
+// is such a file:
+//
+//	git show <commit>:redisstore/testdata/step_function.lua > /tmp/old.lua
+//	LUACPU_OLD=/tmp/old.lua LUACPU_OUT=../../docs/redis-luacpu.txt go test -run TestLuaCPU -v -count=1 .
 func TestLuaCPU(t *testing.T) {
 	path := os.Getenv("LUACPU_OLD")
 	if path == "" {
@@ -95,15 +105,22 @@ func TestLuaCPU(t *testing.T) {
 			t.Fatal(sub.name, err)
 		}
 	}
+	var out []string
+	logf := func(format string, args ...any) {
+		line := fmt.Sprintf(format, args...)
+		t.Log(line)
+		out = append(out, line)
+	}
 	la, _ := os.ReadFile("/proc/loadavg")
-	t.Logf("load average at start: %s", strings.TrimSpace(string(la)))
+	logf("load average at start: %s", strings.TrimSpace(string(la)))
 	for _, workers := range []int{8, 64} {
 		for r := 0; r < rounds; r++ {
-			usec := map[string][]float64{}
+			usec, rate := map[string][]float64{}, map[string][]float64{}
 			for c := 0; c < cycles; c++ {
 				for i := range subs {
 					sub := subs[(i+c)%len(subs)]
 					calls0, us0 := cmdStat(t, admin, sub.cmd)
+					start := time.Now()
 					var wg sync.WaitGroup
 					var failed error
 					var mu sync.Mutex
@@ -122,6 +139,7 @@ func TestLuaCPU(t *testing.T) {
 						}()
 					}
 					wg.Wait()
+					rate[sub.name] = append(rate[sub.name], float64(block)/time.Since(start).Seconds())
 					if failed != nil {
 						t.Fatal(sub.name, failed)
 					}
@@ -130,12 +148,26 @@ func TestLuaCPU(t *testing.T) {
 				}
 			}
 			o, n, rr := median(usec["old"]), median(usec["new"]), median(usec["redis_rate"])
-			t.Logf("w%d round %d: old %.2f new %.2f redis_rate %.2f µs/call; new/redis_rate %.3f old/redis_rate %.3f new/old %.3f",
-				workers, r+1, o, n, rr, n/rr, o/rr, n/o)
+			nc, rc := median(rate["new"]), median(rate["redis_rate"])
+			logf("w%d round %d: old %.2f new %.2f redis_rate %.2f µs/call; new/redis_rate %.3f old/redis_rate %.3f new/old %.3f; checks/s new %.0f redis_rate %.0f, new/redis_rate %.3f",
+				workers, r+1, o, n, rr, n/rr, o/rr, n/o, nc, rc, nc/rc)
 		}
 	}
 	la, _ = os.ReadFile("/proc/loadavg")
-	t.Logf("load average at end: %s", strings.TrimSpace(string(la)))
+	logf("load average at end: %s", strings.TrimSpace(string(la)))
+	if path := os.Getenv("LUACPU_OUT"); path != "" {
+		head := []string{
+			"Written by TestLuaCPU (redisstore/bench/luacpu_test.go): Redis CPU per check from INFO commandstats,",
+			"and checks per second timed by the client, in blocks of " + strconv.Itoa(block) + " checks of each subject in turn,",
+			strconv.Itoa(cycles) + " blocks of each per round, GCRA 1,000/s burst 1,000 over 10,000 keys; each figure is a",
+			"subject's median over the round's blocks. new is this build's Store; old is the library " + oldFn + ",",
+			"called with FCALL alone; redis_rate is redis_rate v10's Allow.",
+			"",
+		}
+		if err := os.WriteFile(path, []byte(strings.Join(append(head, out...), "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // cmdStat returns the calls and µs INFO commandstats reports for cmd.
