@@ -4,7 +4,8 @@
 -- decides never builds these functions (a library defines pairs.lua's and
 -- arith.lua's once, when it loads). The buckets have returned by pmeter
 -- (pairs.lua) before this runs. old is the key's value or false, tm TIME's
--- reply or false.
+-- reply or false. It returns the step's four fields as four values, as
+-- pmeter does (see step.lua), or an error reply.
 --
 -- Every quantity is below 2^63 (a sum of two below 2^64, of a sub-window's
 -- counts below 2^70) and is kept as a pair of doubles (pairs.lua), which
@@ -15,12 +16,11 @@
 local fail = pfail
 
 local ch, cl = ppa(ARGV[ARG_COST])
-local mh = ppa(ARGV[ARG_MARGIN])
+local mh, ml = ppa(ARGV[ARG_MARGIN])
 if not (ch and mh) or (ch == 0 and cl == 0) then return fail('invalid argument') end
 
-local wh, wl = pnow(tm)
+local wh, wl, reading = pnow(tm)
 if not wh then return fail('invalid argument') end
-local reading = pstr(wh, wl)
 -- now as written: the reading, or the state's latest instant when later.
 local nows = reading
 
@@ -295,5 +295,5 @@ else
 end
 
 -- Keep the state until it is as good as a fresh key's, plus the margin.
-pkeep(key, new, th, tl)
-return {old, reading, new, admitted}
+pkeep(key, new, th, tl, mh * 1000000000 + ml)
+return old, reading, new, admitted

@@ -3,7 +3,9 @@
 -- integers below 2^64, so each is kept as two doubles, h*10^9 + l with
 -- 0 <= l < 10^9 (h below 2^35): every operation on such pairs is exact,
 -- and none needs a table; the windows' step (limbs.lua) computes in such
--- pairs too. pmeter(key, old, tm) is defined inside the
+-- pairs too. pmeter(key, old, tm) returns the step's four fields as four
+-- values, as fast.lua's fast does (see step.lua), or an error reply. It is
+-- defined inside the
 -- script's exact function, built only when the fast path declines, and in
 -- a library once, when it loads (see exactHoisted). As in fast.lua,
 -- numbers and library functions are written out, not captured at load (a
@@ -11,7 +13,9 @@
 -- libraryGlobals).
 
 -- pp reads a canonical decimal below 2^63 as a pair; nil if s is not one.
--- digits says s is known to hold digits only.
+-- digits says s is known to hold digits only. The last nine digits are
+-- summed from their bytes (fast.lua's fnano), which costs a fraction of
+-- cutting them out and reading them with tonumber.
 local function pp(s, digits)
   if type(s) ~= 'string' then return nil end
   local n = #s
@@ -20,7 +24,7 @@ local function pp(s, digits)
     return nil
   end
   if n <= 9 then return 0, tonumber(s) end
-  return tonumber(string.sub(s, 1, n - 9)), tonumber(string.sub(s, n - 8))
+  return tonumber(string.sub(s, 1, n - 9)), fnano(s, n)
 end
 
 -- ppa reads an argument as pp does. A library (functions.go) sets ppCache
@@ -67,17 +71,22 @@ local function pstr(h, l)
 end
 
 -- pnow returns now, TIME's reply tm or else the argument, clamped to
--- MaxTime (2^62 ns); nil if the argument is not a time.
+-- MaxTime (2^62 ns), and its canonical decimal; nil if the argument is not
+-- a time. The text is the argument's own, or TIME's seconds and
+-- microseconds then three zeros, where those are what pstr would write:
+-- each number string.format converts costs as much as the rest of a step.
 local function pnow(tm)
-  local wh, wl
+  local wh, wl, text
   if tm then
     wh, wl = tonumber(tm[1]), tonumber(tm[2]) * 1000
+    if wh > 0 and #tm[2] == 6 then text = tm[1] .. tm[2] .. '000' end
   else
-    wh, wl = pp(ARGV[ARG_NOW])
+    text = ARGV[ARG_NOW]
+    wh, wl = pp(text)
     if not wh then return nil end
   end
-  if pcmp(wh, wl, 4611686018, 427387904) > 0 then return 4611686018, 427387904 end
-  return wh, wl
+  if pcmp(wh, wl, 4611686018, 427387904) > 0 then return 4611686018, 427387904, '4611686018427387904' end
+  return wh, wl, text or pstr(wh, wl)
 end
 
 -- pms returns a span below 2^64 ns in whole ms, rounded up.
@@ -89,9 +98,9 @@ local function pms(h, l)
 end
 
 -- pkeep writes new, a state, to key, to expire the pair (h, l) ns from
--- now in whole ms, rounded up, plus the check's margin.
-local function pkeep(key, new, h, l)
-  redis.call('SET', key, new, 'PX', string.format('%d', pms(h, l) + tonumber(ARGV[ARG_MARGIN])))
+-- now in whole ms, rounded up, plus margin ms (the check's, as ppa read it).
+local function pkeep(key, new, h, l, margin)
+  redis.call('SET', key, new, 'PX', string.format('%d', pms(h, l) + margin))
 end
 
 local function pfail(why)
@@ -119,9 +128,11 @@ local function pmeter(key, old, tm)
     if not (qh and qfh) then return fail('invalid argument') end
   end
 
-  local wh, wl = pnow(tm)
+  local wh, wl, reading = pnow(tm)
   if not wh then return fail('invalid argument') end
-  local reading = pstr(wh, wl)
+  -- The texts of the new state's fields, each kept from the reading or the
+  -- state where the step leaves it as it was.
+  local wt, st, rt = reading, '0', '0'
 
   -- The state "last t f", or "last", or nothing: a fresh key.
   local sh, sl, rh, rl = 0, 0, 0, 0
@@ -133,11 +144,12 @@ local function pmeter(key, old, tm)
     if not f1 then return fail('invalid state') end
     local lh, ll = pp(f1, true)
     if not lh or pcmp(lh, ll, 4611686018, 427387904) > 0 then return fail('invalid state') end
-    if pcmp(lh, ll, wh, wl) > 0 then wh, wl = lh, ll end
+    if pcmp(lh, ll, wh, wl) > 0 then wh, wl, wt = lh, ll, f1 end
     if f2 then
       sh, sl = pp(f2, true)
       rh, rl = pp(f3, true)
       if not (sh and rh) or pcmp(rh, rl, nh, nl) >= 0 then return fail('invalid state') end
+      st, rt = f2, f3
     end
   else
     old = old or ''
@@ -175,15 +187,16 @@ local function pmeter(key, old, tm)
       admitted = 1
       sh, sl = padd(wh, wl, xh, xl)
       rh, rl, dh, dl, eh, el = yh, yl, xh, xl, yh, yl
+      st, rt = pstr(sh, sl), (yh == 0 and yl == 0) and '0' or pstr(yh, yl)
     end
   end
   -- A bounded check writes only what it admits.
-  if qh and admitted ~= 1 then return {old, reading, '', admitted} end
+  if qh and admitted ~= 1 then return old, reading, '', admitted end
   if eh ~= 0 or el ~= 0 then dh, dl = padd(dh, dl, 0, 1) end
-  local new = pstr(wh, wl) .. ' ' .. pstr(sh, sl) .. ' ' .. pstr(rh, rl)
+  local new = wt .. ' ' .. st .. ' ' .. rt
 
   -- Keep the state until it is as good as a fresh key's (the debt), plus
   -- the margin.
-  pkeep(key, new, dh, dl)
-  return {old, reading, new, admitted}
+  pkeep(key, new, dh, dl, mh * 1000000000 + ml)
+  return old, reading, new, admitted
 end

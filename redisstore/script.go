@@ -51,7 +51,8 @@ func scriptSource(override string) string {
 // pairs.lua, then a call of each step's own exact function (the table's
 // exact: pmeter for the buckets), and for the others limbs.lua, with their
 // helpers (pairs.lua, arith.lua) inside it, so that a script built on every
-// call builds them only when the fast path declines.
+// call builds them only when the fast path declines. It returns the step's
+// four fields as four values, or an error reply (see step.lua).
 func exactSource() string {
 	return "local function exact(key, alg, old, tm)\n" + pairsLua + "\n" + exactDispatch() + arithLua + "\n" + limbsLua + "\nend\n"
 }
@@ -96,10 +97,12 @@ func layersSource(override string) string {
 // redis are its parameters, so that each layer runs it with its own
 // arguments and with its write held back. override is Lua run after the
 // fast path is defined, as for scriptSource. Its reply is the step's
-// four fields as a list (see step.lua), which layers.lua reads by position.
+// four fields as a list (see step.lua), which layers.lua reads by position,
+// or the step's error reply.
 func layerStepSource(override string) string {
 	return expandLua("local function layerstep(ARGV, redis, key, old)\n" + fastLua + "\n" + override + "\n" + exactSource() +
-		"local o, r, n, a = fast(key, ARGV[ARG_ALG], old, false)\nif o then return {o, r, n, a} end\nreturn exact(key, ARGV[ARG_ALG], old, false)\nend\n")
+		"local o, r, n, a = fast(key, ARGV[ARG_ALG], old, false)\n" +
+		"if not o then\n  o, r, n, a = exact(key, ARGV[ARG_ALG], old, false)\n  if not a then return o end\nend\nreturn {o, r, n, a}\nend\n")
 }
 
 // scriptSteps returns the table's steps, each once, in the table's order.

@@ -37,12 +37,13 @@
 -- or wrote), so no comma falls inside one. One text rather than a list of
 -- four: the script makes no table for it, Redis writes one bulk reply
 -- rather than a list and its four elements, and the client reads one
--- string. The paths themselves give the four fields (fast as four values,
--- the exact path as the list a composite's layerstep also returns), and
--- the step joins them, writing the code out itself: a number joined to a
--- text is converted with the C library's sprintf, which costs as much as
--- the rest of the joining. A bounded check refuses an admission that finds that
--- much queued ahead, with 2 for it, and writes nothing for a request it
+-- string. The paths themselves give the four fields as four values, not
+-- a list (a composite's layerstep makes one of them), and the step joins
+-- them, writing the code out itself: a number joined to a text is
+-- converted with the C library's sprintf, which costs as much as the rest
+-- of the joining.
+--
+-- A bounded check refuses an admission that finds that much queued ahead, with 2 for it, and writes nothing for a request it
 -- does not admit: its new state is then ''. A state that is not well formed, or that no sequence of
 -- checks and settlements under the rule could have produced (a settlement
 -- leaves at most twice the capacity in use), is an error reply and nothing
@@ -61,8 +62,7 @@ if ARGV[ARG_NOW] == '' then tm = redis.call('TIME') end
 local old = redis.call('GET', key)
 local o, r, n, a = fast(key, alg, old, tm)
 if not o then
-  local e = exact(key, alg, old, tm)
-  if not e[4] then return e end -- an error reply
-  o, r, n, a = e[1], e[2], e[3], e[4]
+  o, r, n, a = exact(key, alg, old, tm)
+  if not a then return o end -- an error reply
 end
 return o .. ',' .. r .. ',' .. n .. (a == 1 and ',1' or a == 0 and ',0' or ',2')

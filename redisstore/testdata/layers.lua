@@ -546,7 +546,9 @@ local function exact(key, alg, old, tm)
 -- integers below 2^64, so each is kept as two doubles, h*10^9 + l with
 -- 0 <= l < 10^9 (h below 2^35): every operation on such pairs is exact,
 -- and none needs a table; the windows' step (limbs.lua) computes in such
--- pairs too. pmeter(key, old, tm) is defined inside the
+-- pairs too. pmeter(key, old, tm) returns the step's four fields as four
+-- values, as fast.lua's fast does (see step.lua), or an error reply. It is
+-- defined inside the
 -- script's exact function, built only when the fast path declines, and in
 -- a library once, when it loads (see exactHoisted). As in fast.lua,
 -- numbers and library functions are written out, not captured at load (a
@@ -554,7 +556,9 @@ local function exact(key, alg, old, tm)
 -- libraryGlobals).
 
 -- pp reads a canonical decimal below 2^63 as a pair; nil if s is not one.
--- digits says s is known to hold digits only.
+-- digits says s is known to hold digits only. The last nine digits are
+-- summed from their bytes (fast.lua's fnano), which costs a fraction of
+-- cutting them out and reading them with tonumber.
 local function pp(s, digits)
   if type(s) ~= 'string' then return nil end
   local n = #s
@@ -563,7 +567,7 @@ local function pp(s, digits)
     return nil
   end
   if n <= 9 then return 0, tonumber(s) end
-  return tonumber(string.sub(s, 1, n - 9)), tonumber(string.sub(s, n - 8))
+  return tonumber(string.sub(s, 1, n - 9)), fnano(s, n)
 end
 
 -- ppa reads an argument as pp does. A library (functions.go) sets ppCache
@@ -610,17 +614,22 @@ local function pstr(h, l)
 end
 
 -- pnow returns now, TIME's reply tm or else the argument, clamped to
--- MaxTime (2^62 ns); nil if the argument is not a time.
+-- MaxTime (2^62 ns), and its canonical decimal; nil if the argument is not
+-- a time. The text is the argument's own, or TIME's seconds and
+-- microseconds then three zeros, where those are what pstr would write:
+-- each number string.format converts costs as much as the rest of a step.
 local function pnow(tm)
-  local wh, wl
+  local wh, wl, text
   if tm then
     wh, wl = tonumber(tm[1]), tonumber(tm[2]) * 1000
+    if wh > 0 and #tm[2] == 6 then text = tm[1] .. tm[2] .. '000' end
   else
-    wh, wl = pp(ARGV[2])
+    text = ARGV[2]
+    wh, wl = pp(text)
     if not wh then return nil end
   end
-  if pcmp(wh, wl, 4611686018, 427387904) > 0 then return 4611686018, 427387904 end
-  return wh, wl
+  if pcmp(wh, wl, 4611686018, 427387904) > 0 then return 4611686018, 427387904, '4611686018427387904' end
+  return wh, wl, text or pstr(wh, wl)
 end
 
 -- pms returns a span below 2^64 ns in whole ms, rounded up.
@@ -632,9 +641,9 @@ local function pms(h, l)
 end
 
 -- pkeep writes new, a state, to key, to expire the pair (h, l) ns from
--- now in whole ms, rounded up, plus the check's margin.
-local function pkeep(key, new, h, l)
-  redis.call('SET', key, new, 'PX', string.format('%d', pms(h, l) + tonumber(ARGV[4])))
+-- now in whole ms, rounded up, plus margin ms (the check's, as ppa read it).
+local function pkeep(key, new, h, l, margin)
+  redis.call('SET', key, new, 'PX', string.format('%d', pms(h, l) + margin))
 end
 
 local function pfail(why)
@@ -662,9 +671,11 @@ local function pmeter(key, old, tm)
     if not (qh and qfh) then return fail('invalid argument') end
   end
 
-  local wh, wl = pnow(tm)
+  local wh, wl, reading = pnow(tm)
   if not wh then return fail('invalid argument') end
-  local reading = pstr(wh, wl)
+  -- The texts of the new state's fields, each kept from the reading or the
+  -- state where the step leaves it as it was.
+  local wt, st, rt = reading, '0', '0'
 
   -- The state "last t f", or "last", or nothing: a fresh key.
   local sh, sl, rh, rl = 0, 0, 0, 0
@@ -676,11 +687,12 @@ local function pmeter(key, old, tm)
     if not f1 then return fail('invalid state') end
     local lh, ll = pp(f1, true)
     if not lh or pcmp(lh, ll, 4611686018, 427387904) > 0 then return fail('invalid state') end
-    if pcmp(lh, ll, wh, wl) > 0 then wh, wl = lh, ll end
+    if pcmp(lh, ll, wh, wl) > 0 then wh, wl, wt = lh, ll, f1 end
     if f2 then
       sh, sl = pp(f2, true)
       rh, rl = pp(f3, true)
       if not (sh and rh) or pcmp(rh, rl, nh, nl) >= 0 then return fail('invalid state') end
+      st, rt = f2, f3
     end
   else
     old = old or ''
@@ -718,17 +730,18 @@ local function pmeter(key, old, tm)
       admitted = 1
       sh, sl = padd(wh, wl, xh, xl)
       rh, rl, dh, dl, eh, el = yh, yl, xh, xl, yh, yl
+      st, rt = pstr(sh, sl), (yh == 0 and yl == 0) and '0' or pstr(yh, yl)
     end
   end
   -- A bounded check writes only what it admits.
-  if qh and admitted ~= 1 then return {old, reading, '', admitted} end
+  if qh and admitted ~= 1 then return old, reading, '', admitted end
   if eh ~= 0 or el ~= 0 then dh, dl = padd(dh, dl, 0, 1) end
-  local new = pstr(wh, wl) .. ' ' .. pstr(sh, sl) .. ' ' .. pstr(rh, rl)
+  local new = wt .. ' ' .. st .. ' ' .. rt
 
   -- Keep the state until it is as good as a fresh key's (the debt), plus
   -- the margin.
-  pkeep(key, new, dh, dl)
-  return {old, reading, new, admitted}
+  pkeep(key, new, dh, dl, mh * 1000000000 + ml)
+  return old, reading, new, admitted
 end
 
 if alg == 'm' then return pmeter(key, old, tm) end
@@ -1016,7 +1029,8 @@ end
 -- decides never builds these functions (a library defines pairs.lua's and
 -- arith.lua's once, when it loads). The buckets have returned by pmeter
 -- (pairs.lua) before this runs. old is the key's value or false, tm TIME's
--- reply or false.
+-- reply or false. It returns the step's four fields as four values, as
+-- pmeter does (see step.lua), or an error reply.
 --
 -- Every quantity is below 2^63 (a sum of two below 2^64, of a sub-window's
 -- counts below 2^70) and is kept as a pair of doubles (pairs.lua), which
@@ -1027,12 +1041,11 @@ end
 local fail = pfail
 
 local ch, cl = ppa(ARGV[3])
-local mh = ppa(ARGV[4])
+local mh, ml = ppa(ARGV[4])
 if not (ch and mh) or (ch == 0 and cl == 0) then return fail('invalid argument') end
 
-local wh, wl = pnow(tm)
+local wh, wl, reading = pnow(tm)
 if not wh then return fail('invalid argument') end
-local reading = pstr(wh, wl)
 -- now as written: the reading, or the state's latest instant when later.
 local nows = reading
 
@@ -1307,13 +1320,16 @@ else
 end
 
 -- Keep the state until it is as good as a fresh key's, plus the margin.
-pkeep(key, new, th, tl)
-return {old, reading, new, admitted}
+pkeep(key, new, th, tl, mh * 1000000000 + ml)
+return old, reading, new, admitted
 
 end
 local o, r, n, a = fast(key, ARGV[1], old, false)
-if o then return {o, r, n, a} end
-return exact(key, ARGV[1], old, false)
+if not o then
+  o, r, n, a = exact(key, ARGV[1], old, false)
+  if not a then return o end
+end
+return {o, r, n, a}
 end
 -- One request on several limits, atomically and all or nothing: read every
 -- layer's state, agree on one instant (now raised to every state's latest
