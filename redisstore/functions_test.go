@@ -327,7 +327,9 @@ func TestFunctionPackedArguments(t *testing.T) {
 // commas (step.lua), or from a composite's layerstep the list of four;
 // any other shape is a mismatch, counted, whatever it holds.
 func TestParseStepReplies(t *testing.T) {
-	s, err := New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), ratelimit.GCRA{Rate: ratelimit.PerSecond(10), Burst: 2})
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	t.Cleanup(func() { rdb.Close() })
+	s, err := New(rdb, ratelimit.GCRA{Rate: ratelimit.PerSecond(10), Burst: 2})
 	require.NoError(t, err)
 	const now = "1780000000000000000"
 	for _, reply := range [][]any{
