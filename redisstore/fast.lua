@@ -186,8 +186,8 @@ local function fwindow(H, L, w)
   return win, e
 end
 
--- fast runs one check as the exact path would and returns the four fields
--- of the exact path's reply (see step.lua) as four values, not a table,
+-- fast runs one check as the exact path would and returns the step's four
+-- fields (see step.lua) as four values, as the exact path does, not a table,
 -- which would be one more object for the script to make and collect; or
 -- it returns nil to leave the check to the exact path. tm is TIME's reply,
 -- or nil for a client clock; old is the key's value, or false.

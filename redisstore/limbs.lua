@@ -295,5 +295,5 @@ else
 end
 
 -- Keep the state until it is as good as a fresh key's, plus the margin.
-pkeep(key, new, th, tl, mh * 1000000000 + ml)
+pkeep(key, new, th, tl, mh, ml)
 return old, reading, new, admitted

@@ -190,8 +190,8 @@ local function fwindow(H, L, w)
   return win, e
 end
 
--- fast runs one check as the exact path would and returns the four fields
--- of the exact path's reply (see step.lua) as four values, not a table,
+-- fast runs one check as the exact path would and returns the step's four
+-- fields (see step.lua) as four values, as the exact path does, not a table,
 -- which would be one more object for the script to make and collect; or
 -- it returns nil to leave the check to the exact path. tm is TIME's reply,
 -- or nil for a client clock; old is the key's value, or false.
@@ -608,8 +608,11 @@ local function psubp(ah, al, bh, bl)
   return ah - bh, l
 end
 
+-- pstr writes the pair (h, l) as a canonical decimal; zero, a state's
+-- most common field past its first, without a conversion.
 local function pstr(h, l)
   if h > 0 then return string.format('%d%09d', h, l) end
+  if l == 0 then return '0' end
   return string.format('%d', l)
 end
 
@@ -641,9 +644,10 @@ local function pms(h, l)
 end
 
 -- pkeep writes new, a state, to key, to expire the pair (h, l) ns from
--- now in whole ms, rounded up, plus margin ms (the check's, as ppa read it).
-local function pkeep(key, new, h, l, margin)
-  redis.call('SET', key, new, 'PX', string.format('%d', pms(h, l) + margin))
+-- now in whole ms, rounded up, plus the check's margin, the pair (mh, ml)
+-- ms as ppa read it.
+local function pkeep(key, new, h, l, mh, ml)
+  redis.call('SET', key, new, 'PX', string.format('%d', pms(h, l) + mh * 1000000000 + ml))
 end
 
 local function pfail(why)
@@ -728,9 +732,8 @@ local function pmeter(key, old, tm)
       admitted = 2
     else
       admitted = 1
-      sh, sl = padd(wh, wl, xh, xl)
-      rh, rl, dh, dl, eh, el = yh, yl, xh, xl, yh, yl
-      st, rt = pstr(sh, sl), (yh == 0 and yl == 0) and '0' or pstr(yh, yl)
+      dh, dl, eh, el = xh, xl, yh, yl
+      st, rt = pstr(padd(wh, wl, xh, xl)), pstr(yh, yl)
     end
   end
   -- A bounded check writes only what it admits.
@@ -740,7 +743,7 @@ local function pmeter(key, old, tm)
 
   -- Keep the state until it is as good as a fresh key's (the debt), plus
   -- the margin.
-  pkeep(key, new, dh, dl, mh * 1000000000 + ml)
+  pkeep(key, new, dh, dl, mh, ml)
   return old, reading, new, admitted
 end
 
@@ -1320,7 +1323,7 @@ else
 end
 
 -- Keep the state until it is as good as a fresh key's, plus the margin.
-pkeep(key, new, th, tl, mh * 1000000000 + ml)
+pkeep(key, new, th, tl, mh, ml)
 return old, reading, new, admitted
 
 end
