@@ -531,7 +531,14 @@ func (sh *storeShard[S]) ready(k storeKey, now int64) (int64, *S) {
 	}
 	sh.added = true // so that the holds in between count as insertions (see hold)
 	sh.release()
-	r := table.Make[S](w)
+	var r table.Reserve[S]
+	if f := insertAllocs.Load(); f != nil {
+		start := time.Now()
+		r = table.Make[S](w)
+		(*f)(time.Since(start))
+	} else {
+		r = table.Make[S](w)
+	}
 	now = sh.hold(now)
 	sh.t.Give(r)
 	return now, sh.t.Find(k.key, k.tag)
@@ -542,6 +549,11 @@ func (sh *storeShard[S]) ready(k storeKey, now int64) (int64, *S) {
 // hold waited for it, and whether it came to the mutex's wait (see
 // contend). It runs with the lock held.
 var lockWaits atomic.Pointer[func(wait time.Duration, locked bool)]
+
+// insertAllocs, if set (only tests set it), is told of every allocation
+// an insertion makes outside its shard's lock (see ready), once it is made:
+// how long table.Make took. It runs without the lock.
+var insertAllocs atomic.Pointer[func(time.Duration)]
 
 // adding records, with the lock held, that this hold adds a key, and marks
 // the shard if the hold has not yet.

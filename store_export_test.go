@@ -14,6 +14,17 @@ func SetLockWaits(f func(wait time.Duration, locked bool)) {
 	lockWaits.Store(&f)
 }
 
+// SetInsertAllocs makes every allocation a store's insertion makes outside
+// its shard's lock (see storeShard.ready) call f with how long it took.
+// nil stops it.
+func SetInsertAllocs(f func(time.Duration)) {
+	if f == nil {
+		insertAllocs.Store(nil)
+		return
+	}
+	insertAllocs.Store(&f)
+}
+
 // StoreHolds reports whether s has an entry for key, fresh or not, without
 // marking it used.
 func StoreHolds(s *Store, key string) bool { return s.core.holds(key) }

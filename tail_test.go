@@ -57,9 +57,15 @@ type tailSubject struct {
 // same way (the store a user would otherwise write), of an atomic add, and
 // of a loop as long as the store's median check (busy, see tailBusy), which
 // does no work that could pause: its tail is the machine's (preemption, the
-// runtime), the floor under the others. The subjects run in -tailrounds
-// rounds, one after the other in each, and the summary gives each its
-// better round and the stores' ratios to the floor's. The keys are made as
+// runtime), the floor under the others; and of the same loop after a few
+// writes at random in a working set as large as a store's (busy+mem, see
+// tailBusyMem), a floor for code that misses the caches as a check does.
+// For each store it also reports the checks that waited for a shard's lock
+// and the allocations its insertions made outside the lock (see
+// tailWaits), each with how many took the run's p99.99 or more. The
+// subjects run in -tailrounds rounds, one after the other in each, and the
+// summary gives each its better round and the stores' ratios to the
+// floors'. The keys are made as
 // they are checked, in a buffer each goroutine reuses, so that the harness
 // holds no key strings for the collector to mark.
 //
@@ -153,39 +159,64 @@ func TestTail(t *testing.T) {
 		best[name] = r
 	}
 	var busy func(string) error // calibrated in the first round
+	var median time.Duration    // the first store's median check, which the floors last
 	for round := 1; round <= *tailRounds; round++ {
 		for _, sub := range subjects {
 			if !only.MatchString(sub.name) {
 				continue
 			}
-			waits := newTailWaits()
+			waits, allocs := newTailWaits(), newTailWaits()
 			ratelimit.SetLockWaits(waits.record)
+			ratelimit.SetInsertAllocs(func(d time.Duration) { allocs.record(d, false) })
 			lat, fill := tailRun(ctx, traceStart, sub.make())
 			ratelimit.SetLockWaits(nil)
+			ratelimit.SetInsertAllocs(nil)
 			t.Logf("round %d: %s", round, tailReport(sub.name, lat))
 			t.Logf("round %d: %s", round, tailReport(sub.name+" fill", fill))
 			if waits.n.Load() > 0 {
 				t.Logf("round %d: %s", round, waits.report(sub.name, lat))
 			}
+			if allocs.n.Load() > 0 {
+				t.Logf("round %d: %s", round, allocs.allocReport(sub.name, lat))
+			}
 			keep(sub.name, lat)
 			if busy == nil && strings.HasPrefix(sub.name, "store") {
-				busy = tailBusy(time.Duration(lat[len(lat)/2]))
+				median = time.Duration(lat[len(lat)/2])
+				busy = tailBusy(median)
 			}
 		}
-		if busy != nil && only.MatchString("busy") {
-			lat, _ := tailRun(ctx, traceStart, busy)
-			t.Logf("round %d: %s", round, tailReport("busy", lat))
-			keep("busy", lat)
+		if busy == nil {
+			continue
+		}
+		for _, floor := range []struct {
+			name  string
+			check func() func(string) error
+		}{
+			{"busy", func() func(string) error { return busy }},
+			// Its working set is made for each run, so that the stores
+			// never run beside it on the heap.
+			{"busy+mem", func() func(string) error { return tailBusyMem(median) }},
+		} {
+			if only.MatchString(floor.name) {
+				lat, _ := tailRun(ctx, traceStart, floor.check())
+				t.Logf("round %d: %s", round, tailReport(floor.name, lat))
+				keep(floor.name, lat)
+			}
 		}
 	}
 	t.Logf("better of %d rounds:", *tailRounds)
-	floor, hasFloor := best["busy"]
 	for _, name := range order {
 		r := best[name]
 		line := fmt.Sprintf("%-10s p99.99 %v  max %v", name, r.p9999, r.max)
-		if hasFloor && name != "busy" {
-			line += fmt.Sprintf("  x floor: p99.99 %.2f  max %.2f",
-				float64(r.p9999)/float64(floor.p9999), float64(r.max)/float64(floor.max))
+		if strings.HasPrefix(name, "busy") {
+			t.Log(line)
+			continue
+		}
+		for _, floor := range []struct{ name, label string }{{"busy", "floor"}, {"busy+mem", "memory floor"}} {
+			if f, ok := best[floor.name]; ok {
+				line += fmt.Sprintf("  x %s: p99.99 %.2f  max %.2f", floor.label,
+					float64(r.p9999)/float64(f.p9999), float64(r.max)/float64(f.max))
+			}
 		}
 		t.Log(line)
 	}
@@ -310,6 +341,58 @@ func tailBusy(d time.Duration) func(string) error {
 	}
 }
 
+// tailMemBytes is the working set of the memory floor (busy+mem, see
+// tailBusyMem): about the heap of a store of tailKeys keys (49 MB with the
+// default options, 66 MB preallocated; docs/tail.md).
+const tailMemBytes = 64 << 20
+
+// tailMemLines is how many cache lines, at random in tailMemBytes, each
+// check of the memory floor writes: about as many as a store's check of a
+// new key reaches at random (its shard, its directory entry, its segment's
+// header, and its home slot, from which its probe runs on in order).
+const tailMemLines = 4
+
+// tailBusyMem returns a check like tailBusy's that first adds 1 to
+// tailMemLines words at random (chosen by the key) in a working set of
+// tailMemBytes, every page of it written before the first check, and then
+// computes for the rest of d: no lock, no allocation, no page fault. Its
+// tail is what the machine does to code that runs as long as a check and
+// misses the caches and the TLB as a check does, a floor that touches
+// memory; the goal is stated against tailBusy's, which touches none.
+func tailBusyMem(d time.Duration) func(string) error {
+	mem := make([]uint64, tailMemBytes/8)
+	for i := range mem {
+		mem[i] = uint64(i)
+	}
+	lines := uint64(len(mem) / 8)
+	touch := func(key string) {
+		x := uint64(14695981039346656037) // FNV-1a of the key, then an LCG
+		for i := range len(key) {
+			x = (x ^ uint64(key[i])) * 1099511628211
+		}
+		for range tailMemLines {
+			x = x*6364136223846793005 + 1442695040888963407
+			atomic.AddUint64(&mem[(x>>32)%lines*8], 1) // two goroutines share mem
+		}
+	}
+	const probe = 1 << 16
+	var key []byte
+	fastest := time.Duration(math.MaxInt64) // of five probes, each over probe keys
+	for range 5 {
+		start := time.Now()
+		for i := range probe {
+			key = tailKey(key, i)
+			touch(unsafe.String(&key[0], len(key)))
+		}
+		fastest = min(fastest, time.Since(start))
+	}
+	rest := tailBusy(max(0, d-fastest/probe))
+	return func(key string) error {
+		touch(key)
+		return rest(key)
+	}
+}
+
 // tailSpin steps a linear congruential generator n times and returns its
 // last value with the low bit set: never 0. It is not inlined, so that the
 // compiler cannot know that and drop the loop, nor treat the probes and the
@@ -394,22 +477,42 @@ func (w *tailWaits) record(d time.Duration, locked bool) {
 	}
 }
 
+// sorted returns the first len(w.lat) times recorded, sorted.
+func (w *tailWaits) sorted() []int64 {
+	xs := slices.Clone(w.lat[:min(int(w.n.Load()), len(w.lat))])
+	slices.Sort(xs)
+	return xs
+}
+
+// tailAtLeast returns how many of xs, sorted, are at least d.
+func tailAtLeast(xs []int64, d int64) int {
+	i, _ := slices.BinarySearch(xs, d)
+	return len(xs) - i
+}
+
 // report tells how many checks waited for a lock and for how long, beside
 // the run's checks (lat, sorted): of the checks at or over the run's
 // p99.99, how many waited that long for a lock. A check that waited d took
 // at least d, so that is how many of the slowest checks were slow for a
 // lock, at the least.
 func (w *tailWaits) report(name string, lat []int64) string {
-	n := min(int(w.n.Load()), len(w.lat))
-	waits := slices.Clone(w.lat[:n])
-	slices.Sort(waits)
-	over := func(xs []int64, d int64) int { // values at or over d
-		i, _ := slices.BinarySearch(xs, d)
-		return len(xs) - i
-	}
+	waits := w.sorted()
 	p := int64(tailQuantile(lat, 0.9999))
 	return fmt.Sprintf("%-10s lock waits %d (to the mutex %d)  over 20µs %d  over 100µs %d (to the mutex %d)  at or over p99.99 (%v): %d waits, %d checks",
-		name, w.n.Load(), w.locked.Load(), over(waits, 20_000), over(waits, 100_000), w.longLocked.Load(), time.Duration(p), over(waits, p), over(lat, p))
+		name, w.n.Load(), w.locked.Load(), tailAtLeast(waits, 20_000), tailAtLeast(waits, 100_000), w.longLocked.Load(), time.Duration(p), tailAtLeast(waits, p), tailAtLeast(lat, p))
+}
+
+// allocReport tells, of times recorded as ratelimit.SetInsertAllocs's, how
+// many insertions allocated outside their shard's lock and how long that
+// took, and how many of those allocations alone took the run's p99.99 or
+// more: so many of the slowest checks were slow for their own allocation,
+// at the least.
+func (w *tailWaits) allocReport(name string, lat []int64) string {
+	allocs := w.sorted()
+	p := int64(tailQuantile(lat, 0.9999))
+	return fmt.Sprintf("%-10s allocations %d  p50 %v  p99 %v  over 20µs %d  over 100µs %d  at or over p99.99 (%v): %d allocations, %d checks",
+		name, w.n.Load(), tailQuantile(allocs, 0.5), tailQuantile(allocs, 0.99), tailAtLeast(allocs, 20_000), tailAtLeast(allocs, 100_000),
+		time.Duration(p), tailAtLeast(allocs, p), tailAtLeast(lat, p))
 }
 
 // tailQuantile returns the p quantile of sorted latencies.
