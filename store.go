@@ -37,6 +37,12 @@ const (
 	// is chosen by default, so that eviction in a small store still picks
 	// among enough entries to approximate least-recently-used.
 	minShardKeys = 256
+	// preallocShardKeys is the keys of its bound for which a preallocated
+	// store takes one shard by default, up to preallocShards shards:
+	// docs/tail.md measures the tail of a million keys in 256 shards
+	// against 8.
+	preallocShardKeys = 4096
+	preallocShards    = 1024
 	// maxShardKeys keeps every shard's table well within the 2^24 segments
 	// its directory can address (internal/table's maxDepth): about 2^21
 	// segments of a few hundred keys.
@@ -67,19 +73,21 @@ func WithMaxKeys(n int) Option {
 
 // WithShards sets how many independently locked shards a [Store] spreads
 // its keys over; n is rounded up to a power of two and must be from 1 to
-// 65536. Without it a store uses four per CPU ([runtime.GOMAXPROCS]),
-// rounded up to a power of two, but never so many that a shard would get
-// fewer than 256 of the store's keys. More shards mean less waiting on a
-// lock between goroutines, and a shorter tail when many new keys arrive (a
-// check rarely waits for a shard whose holder the machine has
-// interrupted). Each shard is bounded by its share of MaxKeys, and keys do
-// not spread evenly, so with many shards eviction starts before the store
-// as a whole is full, the sooner the more shards (docs/tail.md measures
-// both, 256 shards of a million keys against 8). Each shard costs its
-// lock, its counters and an empty directory from the start, whether or not
-// it ever holds a key, so 65536 shards cost megabytes before the first
-// check; its arrays of keys are allocated as keys arrive.
-// [New] ignores this option.
+// 65536. Without it a store uses four per CPU ([runtime.GOMAXPROCS]), and a
+// store built [WithPreallocation] one for every 4,096 keys of its bound if
+// that is more (up to 1024), rounded up to a power of two, but never so
+// many that a shard would get fewer than 256 of the store's keys. More
+// shards mean less waiting on a lock between goroutines, and a shorter
+// tail when many new keys arrive (a check rarely waits for a shard whose
+// holder the machine has interrupted; docs/tail.md measures 256 shards of
+// a million keys against 8). The shards share the bound: each holds up to
+// 7/8 of its share of MaxKeys of its own and takes room for more from a
+// count they share, so that a store fills to its bound before any shard
+// drops a key, however many shards it has and however unevenly keys spread
+// over them. Each shard costs its lock, its counters and an empty
+// directory from the start, whether or not it ever holds a key, so 65536
+// shards cost megabytes before the first check; its arrays of keys are
+// allocated as keys arrive. [New] ignores this option.
 func WithShards(n int) Option {
 	return func(o *options) { o.store.shards, o.store.shardsSet = n, true }
 }
@@ -99,7 +107,9 @@ func WithShards(n int) Option {
 // is built, so that the checks that fill it do not fault on fresh memory.
 // The memory is taken whether or not keys ever come, so
 // size the bound with it: it grows in proportion to the bound, however
-// large. Each
+// large. Unless [WithShards] is given, such a store also takes more shards
+// than one that allocates as keys come, one for every 4,096 keys of its
+// bound, so that a check rarely waits for a shard another holds. Each
 // store of a [Plans] or [Composite] built with it preallocates too, a
 // whole bound each. [New] and [NewInFlight] ignore this option.
 func WithPreallocation() Option {
@@ -139,7 +149,8 @@ func WithPreallocation() Option {
 // which keys checked again and again stay and one-off keys go first).
 // Dropping a partly spent key hands it a fresh allowance when it returns:
 // [StoreStats].LossyEvictions counts those; a store whose count grows is
-// too small for its traffic.
+// too small for its traffic. Its shards share the bound, so no key is
+// dropped before the store as a whole is full (see [WithShards]).
 //
 // Memory. A key costs one slot of its shard's table, a word of hash tag,
 // key length, the place of the key's tail in its segment's arena and
@@ -182,7 +193,7 @@ type StoreStats struct {
 	Limit  int64
 	Window time.Duration
 
-	Keys           int    // keys held now
+	Keys           int    // keys held now (never above MaxKeys)
 	MaxKeys        int    // the bound on Keys
 	Shards         int    // the number of shards
 	Inserts        uint64 // keys added (a key's first check, or its first after it was dropped)
@@ -337,8 +348,8 @@ type keyedStore interface {
 	// acquire finds k's entry in its locked shard, or adds a fresh one,
 	// evicting as Check does; the entry is pinned (it will not be evicted)
 	// until unlockShard. It returns false if the shard has no room left
-	// that is not pinned (more keys in one shard at once than its share of
-	// MaxKeys).
+	// that is not pinned (more keys in one shard at once than 7/8 of its
+	// share of MaxKeys, and the store full).
 	acquire(k storeKey, now int64) bool
 	// stepAt runs the rule's step of mode m on k's acquired entry, with its
 	// shard locked. A look at a key the store does not hold steps a fresh
@@ -416,6 +427,9 @@ func storeShape(o storeOptions) (maxKeys, shards int, err error) {
 		shards = o.shards
 	} else {
 		shards = min(4*runtime.GOMAXPROCS(0), maxShards)
+		if o.prealloc {
+			shards = max(shards, min(maxKeys/preallocShardKeys, preallocShards))
+		}
 	}
 	shards = 1 << bits.Len(uint(shards-1)) // round up to a power of two
 	floor := 1                             // the fewest keys a shard may get
@@ -438,9 +452,9 @@ func storeShape(o storeOptions) (maxKeys, shards int, err error) {
 // its records), so no one can aim keys at one shard. Each shard has its own lock and its own clamp on time: the clock
 // is read before the lock is taken, and inside it a reading earlier than
 // the latest the shard has used is taken as that latest instant, so every
-// key sees time only move forwards. Each shard is bounded by its share of
-// the store's bound; eviction within it is the table's (internal/table
-// explains CLOCK and its sweeps of fresh keys).
+// key sees time only move forwards. The shards share the store's bound
+// (see newStoreCore); eviction within a shard is the table's
+// (internal/table explains CLOCK and its sweeps of fresh keys).
 type storeShard[S any] struct {
 	tl timeLock
 	// spin is whether a check waiting for the lock may spin at all: not
@@ -648,12 +662,28 @@ func newStoreCore[S any, A algorithm[S]](alg A, o *options) *storeCore[S, A] {
 	}
 	fresh := alg.fresh
 	spin := runtime.GOMAXPROCS(0) > 1
+	// The shards share the bound: each holds up to 7/8 of its share of its
+	// own, and the rest of the bound is a pool any shard may take from (see
+	// table.Pool), so that no shard makes room while the store has some
+	// (unless a shard holds less than 7/8 of its share, 7 standard
+	// deviations below it at a million keys in 256 shards). A shard that
+	// its sweeps leave below the others keeps 7/8 of its share: were its
+	// own room smaller, the pool would go to the others, and its eviction
+	// would drop live keys while they hold fresh ones.
+	floor := maxKeys/n - maxKeys/n/8
+	var pool *table.Pool
+	if n > 1 {
+		pool = table.NewPool(maxKeys - floor*n)
+	}
 	for i := range c.shards {
 		share := maxKeys / n
 		if i < maxKeys%n {
 			share++
 		}
 		c.shards[i].t.Init(share, fresh)
+		if pool != nil {
+			c.shards[i].t.Share(pool, floor)
+		}
 		c.shards[i].spin = spin
 		if o.store.prealloc {
 			c.shards[i].t.Preallocate()
@@ -720,6 +750,11 @@ func (c *storeCore[S, A]) stats() StoreStats {
 		st.LossyEvictions += ts.LossyEvictions
 		st.Sweeps += ts.Sweeps
 	}
+	// The shards' counts are read one after another while they share the
+	// bound (see newStoreCore), and room one shard gives back another may
+	// take before it is read: the sum may pass the bound that no instant
+	// does.
+	st.Keys = min(st.Keys, st.MaxKeys)
 	return st
 }
 

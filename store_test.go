@@ -742,3 +742,37 @@ func TestStoreAllocatesOutsideItsLocks(t *testing.T) {
 		}
 	}
 }
+
+// TestStoreShardsShareTheBound: a store of many shards takes its whole
+// bound of distinct keys without dropping one (its shards share the bound,
+// rather than each hold its share: a shard of 64 would then hold 3,125
+// keys, and about half would be full before the store), drops one key for
+// each key past it, and never reports more keys than its bound. So does a
+// preallocated store, whose shards are many by default.
+func TestStoreShardsShareTheBound(t *testing.T) {
+	const bound = 200_000 // 3,125 keys a shard at 64, 7 standard deviations above 7/8 of that
+	for _, opts := range [][]ratelimit.Option{
+		{ratelimit.WithShards(2)},
+		{ratelimit.WithShards(64)},
+		{ratelimit.WithPreallocation()},
+	} {
+		opts = append(opts, ratelimit.WithMaxKeys(bound), ratelimit.WithClock(ratelimit.NewManualClock(0)))
+		s, err := ratelimit.NewStore(ratelimit.GCRA{Rate: ratelimit.PerHour(1), Burst: 10}, opts...)
+		require.NoError(t, err)
+		shards := s.Stats().Shards
+		for i := range bound {
+			_, err := s.Check("key-"+strconv.Itoa(i), ratelimit.Unit)
+			require.NoError(t, err)
+		}
+		st := s.Stats()
+		require.Zero(t, st.Evictions, "%d shards: keys dropped before the store was full", shards)
+		require.Equal(t, bound, st.Keys, "%d shards", shards)
+		for i := range 1000 {
+			_, err := s.Check("more-"+strconv.Itoa(i), ratelimit.Unit)
+			require.NoError(t, err)
+		}
+		st = s.Stats()
+		require.Equal(t, uint64(1000), st.Evictions, "%d shards", shards)
+		require.Equal(t, bound, st.Keys, "%d shards", shards)
+	}
+}

@@ -129,9 +129,14 @@ func TestTail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s, err := ratelimit.NewStore(rule, storeOpts()...); err == nil {
-		t.Logf("stores: %d shards, %d goroutines", s.Stats().Shards, runtime.GOMAXPROCS(0))
+	shards := func(more ...ratelimit.Option) int {
+		s, err := ratelimit.NewStore(rule, append(storeOpts(), more...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Stats().Shards
 	}
+	t.Logf("stores: %d shards (preallocated: %d), %d goroutines", shards(), shards(ratelimit.WithPreallocation()), runtime.GOMAXPROCS(0))
 	ctx := context.Background()
 	if *tailTrace != "" {
 		f, err := os.Create(*tailTrace)

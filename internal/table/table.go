@@ -366,8 +366,6 @@ type Table[S any] struct {
 // never hold more than their floors and the pool, and a table makes room
 // in itself only when the pool is spent, however unevenly the keys
 // spread over the tables. Its count is the one word the tables share.
-// The store does not use it: docs/tail.md has what it cost the tail of a
-// preallocated store on two goroutines.
 type Pool struct {
 	used atomic.Int64
 	max  int64
