@@ -30,11 +30,11 @@
 // segment of local depth d holds every tag whose top d bits are its own
 // (2^(depth-d) directory entries point at it). Each segment is an open
 // addressed array with linear probing from a home slot chosen by the tag's
-// bits below the top d, at most 7/8 full, that grows by about 1/8 at a
+// bits below the top d, at most 7/8 full, that grows by about 1/4 at a
 // time (to fill an allocator size class; by 1/2 in a table set to
 // GrowInHalves) until it reaches segmentBytes; a segment that full splits
 // in two by its tags' next bit, each half sized for its entries. So memory
-// per key stays between 8/7 and 9/7 of a slot (12/7 growing by halves) at
+// per key stays between 8/7 and 10/7 of a slot (12/7 growing by halves) at
 // every size (the segments being at every stage of their growth), a table
 // of a few keys is one small array, and neither growth nor a split copies
 // more than one segment. Arrays are allocated by the first insert; tables
@@ -54,7 +54,7 @@
 //
 // Room. A key can only go to its own segment, so room is made there: when
 // the table is full, and when the segment is full and the table's arrays
-// already hold their budget (9/7 slots for every entry the table may hold),
+// already hold their budget (10/7 slots for every entry the table may hold),
 // so that room freed in one segment cannot make the others grow without
 // end. (When the table is full but the key's segment holds less than 7/8
 // of its share of the entries, room is made in another segment that holds
@@ -165,7 +165,7 @@ const (
 
 // sizeClasses are the Go allocator's size classes from 1 KiB to 32 KiB.
 // An array that fills its class exactly wastes nothing, so a segment grows
-// by about 1/8 to the size of a class (see fit). Were the allocator's
+// by about 1/4 to the size of a class (see fit). Were the allocator's
 // classes to change, arrays would still be correct, only less tight.
 var sizeClasses = [...]int{1024, 1152, 1280, 1408, 1536, 1792, 2048, 2304, 2688, 3072,
 	3200, 3456, 4096, 4864, 5376, 6144, 6528, 6784, 6912, 8192, 9472, 9728, 10240,
@@ -438,22 +438,26 @@ func (t *Table[S]) Init(max int, fresh func(s *S, now int64) bool) {
 	if segSlots < segmentMinSlots {
 		segSlots = segmentMinSlots
 	}
-	*t = Table[S]{max: max, fresh: fresh, segSlots: segSlots, step: fineStep, arenaMax: arenaMax}
+	*t = Table[S]{max: max, fresh: fresh, segSlots: segSlots, step: quarterStep, arenaMax: arenaMax}
 	t.budget = t.growthBudget()
 }
 
-// Growth steps (see Table.step): by 1/8, for memory held within 9/7 of a
-// slot per entry; by 1/2, for fewer copies of each entry as the table
-// fills.
+// Growth steps (see Table.step, fit): by 1/4, for memory held within 10/7
+// of a slot per entry; by 1/2, for fewer copies of each entry as the table
+// fills. (By 1/8 would hold 9/7, and allocate a third more often as the
+// table fills: each allocation is a chance for the collector to charge an
+// assist or for fresh memory to fault, docs/tail.md.) Preallocate sizes
+// its arrays in steps of 1/8, the finest it can use.
 const (
-	fineStep = 3
-	halfStep = 1
+	eighthStep  = 3
+	quarterStep = 2
+	halfStep    = 1
 )
 
 // GrowInHalves makes t's segments grow by half their size at a time
-// rather than by an eighth, and a split's halves start with as much room:
-// as the table fills, an entry is copied, and an array allocated, far less
-// often, for up to 12/7 of a slot per entry rather than 9/7. It is for a
+// rather than by a quarter, and a split's halves start with as much room:
+// as the table fills, an entry is copied, and an array allocated, less
+// often, for up to 12/7 of a slot per entry rather than 10/7. It is for a
 // table whose insertions cost more than its memory. Call it after Init,
 // before the first Insert.
 func (t *Table[S]) GrowInHalves() {
@@ -463,8 +467,8 @@ func (t *Table[S]) GrowInHalves() {
 
 // growthBudget returns the slots t, of at most t.max entries, may hold
 // before a full segment makes room rather than grow: as many as a table
-// whose every segment has just grown at 7/8 full (9/7 of a slot for every
-// entry growing by 1/8, 12/7 by 1/2), and one segment's slack.
+// whose every segment has just grown at 7/8 full (10/7 of a slot for every
+// entry growing by 1/4, 12/7 by 1/2), and one segment's slack.
 func (t *Table[S]) growthBudget() int {
 	return t.max + t.max/7 + t.max/7*8>>t.step + t.segSlots
 }
@@ -497,10 +501,10 @@ func (t *Table[S]) Preallocate() {
 		d++
 	}
 	share := (t.max-1)>>d + 1
-	want := share + 3*int(math.Sqrt(float64(share))) + 1     // entries under growAt
-	size := fit[S](max(minSlots, want*8/7-want/8), fineStep) // the least that holds want
+	want := share + 3*int(math.Sqrt(float64(share))) + 1       // entries under growAt
+	size := fit[S](max(minSlots, want*8/7-want/8), eighthStep) // the least that holds want
 	for size*7/8 < want {
-		size = fit[S](size, fineStep)
+		size = fit[S](size, eighthStep)
 	}
 	t.depth = d
 	t.dir = make([]dirEntry[S], 1<<d)

@@ -432,7 +432,7 @@ func TestTableChurnKeepsBudget(t *testing.T) {
 		require.True(t, ok)
 		*p = int64(i + 40_000)
 		if i%1000 == 999 {
-			require.LessOrEqual(t, tb.slots, m*9/7+2*tb.segSlots, "arrays past 9/7 of a slot an entry at insertion %d", i)
+			require.LessOrEqual(t, tb.slots, m*10/7+2*tb.segSlots, "arrays past 10/7 of a slot an entry at insertion %d", i)
 		}
 	}
 	slots := 0
@@ -607,9 +607,10 @@ func TestTableArenaBound(t *testing.T) {
 // TestTableArenasRecycled: a preallocated table whose keys (of up to 24
 // bytes, so up to 8 in the arena) come and go, each new key taking an old one's place, compacts its
 // arenas into the spare and reuses the arena left: it allocates nothing,
-// and its arenas stay within twice its keys' bytes (an arena is not made
-// smaller when its segment's sweeps leave it fewer keys). A table that
-// allocates as it goes keeps its arenas within the same bound.
+// and its arenas stay within 9/4 of its keys' bytes (an arena is made 5/4
+// of its keys' bytes, and not made smaller when its segment's sweeps leave
+// it fewer keys). A table that allocates as it goes keeps its arenas within
+// the same bound (about 2.1 here, against 1.3 preallocated).
 func TestTableArenasRecycled(t *testing.T) {
 	const size = 20_000
 	for _, pre := range []bool{true, false} {
@@ -647,7 +648,7 @@ func TestTableArenasRecycled(t *testing.T) {
 			arenas += len(g.keys)
 			bytes += int(g.end - g.dead)
 		}
-		require.LessOrEqual(t, arenas, 2*bytes+len(tb.spare)+len(tb.segs)*arenaSize(0), "arenas (preallocated %v)", pre)
+		require.LessOrEqual(t, arenas, bytes*9/4+len(tb.spare)+len(tb.segs)*arenaSize(0), "arenas (preallocated %v)", pre)
 		t.Logf("preallocated %v: arenas %.2f bytes a key byte", pre, float64(arenas)/float64(bytes))
 		consistent(t, &tb)
 	}
@@ -846,7 +847,7 @@ func TestTableGivenWhatItWants(t *testing.T) {
 
 // TestGrowInHalves: a table whose segments grow by half their size
 // allocates (and so copies its entries) less often as it fills than one
-// that grows by an eighth (splits, which allocate as often in both, are
+// that grows by a quarter (splits, which allocate as often in both, are
 // counted too), and holds at most its budget of slots:
 // 12/7 of a slot per entry and one segment's.
 func TestGrowInHalves(t *testing.T) {
@@ -866,8 +867,8 @@ func TestGrowInHalves(t *testing.T) {
 		return tb
 	}
 	fine, halves := fill(false), fill(true)
-	require.Less(t, halves.Stats.Allocations*3, fine.Stats.Allocations*2, "allocations: %d by halves, %d by eighths", halves.Stats.Allocations, fine.Stats.Allocations)
-	require.LessOrEqual(t, fine.slots, n*9/7+fine.segSlots)
+	require.Less(t, halves.Stats.Allocations*5, fine.Stats.Allocations*4, "allocations: %d by halves, %d by quarters", halves.Stats.Allocations, fine.Stats.Allocations)
+	require.LessOrEqual(t, fine.slots, n*10/7+fine.segSlots)
 	require.LessOrEqual(t, halves.slots, n*12/7+halves.segSlots)
 	require.Greater(t, halves.slots, fine.slots, "growing by halves holds more slack")
 }
