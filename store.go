@@ -83,11 +83,14 @@ func WithMaxKeys(n int) Option {
 // a million keys against 8). The shards share the bound: each holds up to
 // 7/8 of its share of MaxKeys of its own and takes room for more from a
 // count they share, so that a store fills to its bound before any shard
-// drops a key, however many shards it has and however unevenly keys spread
-// over them. Each shard costs its lock, its counters and an empty
-// directory from the start, whether or not it ever holds a key, so 65536
-// shards cost megabytes before the first check; its arrays of keys are
-// allocated as keys arrive. [New] ignores this option.
+// drops a key, however many shards it has, unless a shard got fewer than
+// 7/8 of its share of the keys: with 4,096 keys a shard, as a preallocated
+// store has, that is 8 standard deviations below its share; with 256, the
+// fewest a shard gets by default, 2. Each shard costs its lock, its
+// counters and an empty directory from the start (docs/tail.md),
+// whether or not it ever holds a key, so 65536 shards cost megabytes
+// before the first check; its arrays of keys are allocated as keys arrive.
+// [New] ignores this option.
 func WithShards(n int) Option {
 	return func(o *options) { o.store.shards, o.store.shardsSet = n, true }
 }
@@ -149,8 +152,9 @@ func WithPreallocation() Option {
 // which keys checked again and again stay and one-off keys go first).
 // Dropping a partly spent key hands it a fresh allowance when it returns:
 // [StoreStats].LossyEvictions counts those; a store whose count grows is
-// too small for its traffic. Its shards share the bound, so no key is
-// dropped before the store as a whole is full (see [WithShards]).
+// too small for its traffic. Its shards share the bound, so a key is
+// dropped only once the store as a whole is full (see [WithShards] for the
+// exception).
 //
 // Memory. A key costs one slot of its shard's table, a word of hash tag,
 // key length, the place of the key's tail in its segment's arena and
