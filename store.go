@@ -80,10 +80,12 @@ func WithMaxKeys(n int) Option {
 // shards mean less waiting on a lock between goroutines, and a shorter
 // tail when many new keys arrive (a check rarely waits for a shard whose
 // holder the machine has interrupted; docs/tail.md measures 256 shards of
-// a million keys against 8). The shards share the bound: each holds up to
-// 7/8 of its share of MaxKeys of its own and takes room for more from a
-// count they share, so that a store fills to its bound before any shard
-// drops a key, however many shards it has, unless a shard got fewer than
+// a million keys against 8). The shards share the bound as the store
+// fills: each holds up to 7/8 of its share of MaxKeys of its own and takes
+// room for more from a count they share (once the store is first full,
+// each keeps the room it holds then, and makes room for its own keys), so
+// that a store fills to its bound before any shard drops a key, however
+// many shards it has, unless a shard got fewer than
 // 7/8 of its share of the keys: with 4,096 keys a shard, as a preallocated
 // store has, that is 8 standard deviations below its share; with 256, the
 // fewest a shard gets by default, 2. Each shard costs its lock, its
@@ -666,14 +668,15 @@ func newStoreCore[S any, A algorithm[S]](alg A, o *options) *storeCore[S, A] {
 	}
 	fresh := alg.fresh
 	spin := runtime.GOMAXPROCS(0) > 1
-	// The shards share the bound: each holds up to 7/8 of its share of its
-	// own, and the rest of the bound is a pool any shard may take from (see
-	// table.Pool), so that no shard makes room while the store has some
-	// (unless a shard holds less than 7/8 of its share, 7 standard
-	// deviations below it at a million keys in 256 shards). A shard that
-	// its sweeps leave below the others keeps 7/8 of its share: were its
-	// own room smaller, the pool would go to the others, and its eviction
-	// would drop live keys while they hold fresh ones.
+	// The shards share the bound as the store fills: each holds up to 7/8
+	// of its share of its own, and the rest of the bound is a pool any
+	// shard may take from (see table.Pool), so that no shard makes room
+	// while the store has some (unless a shard holds less than 7/8 of its
+	// share, 8 standard deviations below it with 4,096 keys a shard). Once
+	// the store is first full the pool freezes, and each shard keeps what
+	// it holds as a bound of its own, so that the room a shard's sweeps
+	// free stays with it: given to the others, it would leave a shard that
+	// swept lately dropping live keys while they hold fresh ones.
 	floor := maxKeys/n - maxKeys/n/8
 	var pool *table.Pool
 	if n > 1 {

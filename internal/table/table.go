@@ -355,35 +355,52 @@ type Table[S any] struct {
 	Stats Stats
 
 	// pool, if set, bounds t with other tables (see Share): t holds up to
-	// floor entries of its own, and one unit of pool for each past that.
+	// floor entries of its own, and one unit of pool for each past that,
+	// until the pool freezes (see Pool).
 	pool  *Pool
 	floor int
 }
 
 // Pool is a bound on the entries of several tables together, a store's
-// shards: each table holds up to a floor of entries of its own, and takes
-// a unit of the pool for each entry past it, so that the tables together
-// never hold more than their floors and the pool, and a table makes room
-// in itself only when the pool is spent, however unevenly the keys
-// spread over the tables. Its count is the one word the tables share.
+// shards, while they fill: each table holds up to a floor of entries of
+// its own, and takes a unit of the pool for each entry past it, so that
+// the tables together never hold more than their floors and the pool, and
+// none makes room in itself until the pool is spent, however unevenly the
+// keys spread over the tables. Its count is the one word the tables share.
+//
+// The first time a table finds the pool spent, the pool freezes: from then
+// on each table keeps the units it holds, for good, and is bounded by its
+// floor and those, as a table of its own bound is. So the tables fill to
+// their bound together, and then each makes room in itself for its own
+// keys, as its sweeps leave room in it: were the units of a table whose
+// sweeps dropped its fresh entries to go to the others, a table that swept
+// lately, holding only live entries, would have to make room (dropping
+// one of them) while the one that gave its units back held fresh ones
+// (TestStoreBoundUnderFlood). A unit given back in the moment the pool
+// freezes is lost to the bound: the tables hold one entry fewer.
 type Pool struct {
-	used atomic.Int64
-	max  int64
-	_    [48]byte // keeps the count off its neighbours' cache lines
+	used   atomic.Int64
+	max    int64
+	frozen atomic.Bool // the pool has been spent (see Pool)
+	_      [40]byte    // keeps the count off its neighbours' cache lines
 }
 
 // NewPool returns a pool of max units.
 func NewPool(max int) *Pool { return &Pool{max: int64(max)} }
 
-// take takes a unit, if one is left.
+// take takes a unit, if one is left and the pool has not frozen. Finding
+// none left freezes it.
 func (p *Pool) take() bool {
-	if p.used.Load() >= p.max {
+	if p.frozen.Load() {
 		return false
 	}
-	if p.used.Add(1) <= p.max {
-		return true
+	if p.used.Load() < p.max {
+		if p.used.Add(1) <= p.max {
+			return true
+		}
+		p.used.Add(-1)
 	}
-	p.used.Add(-1)
+	p.frozen.Store(true)
 	return false
 }
 
@@ -402,22 +419,42 @@ func (t *Table[S]) pooled(n int) int { return max(0, n-t.floor) }
 // full reports, before an insertion, whether t must make room for it, and
 // whether it took a unit of its pool for it.
 func (t *Table[S]) full() (full, took bool) {
+	if t.pool != nil && t.n >= t.floor {
+		if took = t.pool.take(); took {
+			return false, true
+		}
+	}
+	if t.pool != nil && t.pool.frozen.Load() {
+		t.freeze(t.n, false)
+	}
 	if t.pool == nil {
 		return t.n >= t.max, false
 	}
-	if t.n < t.floor {
-		return false, false
+	return false, false // under its floor
+}
+
+// freeze makes t a table of its own bound, once its pool has frozen (see
+// Pool): its floor and the units it holds in an operation that began with
+// n entries (and took a unit, if took).
+func (t *Table[S]) freeze(n int, took bool) {
+	t.max = t.floor + t.pooled(n)
+	if took {
+		t.max++
 	}
-	took = t.pool.take()
-	return !took, took
+	t.pool = nil
 }
 
 // settlePool gives t's pool back the units that an operation which began
 // with n entries (and took a unit, if took) no longer holds. Every unit is
 // taken before the entry it counts is added, and given back after, so that
-// the pool's count never passes its bound.
+// the pool's count never passes its bound. Once the pool has frozen, t
+// keeps them instead (see freeze).
 func (t *Table[S]) settlePool(n int, took bool) {
 	if t.pool == nil {
+		return
+	}
+	if t.pool.frozen.Load() {
+		t.freeze(n, took)
 		return
 	}
 	back := t.pooled(n) - t.pooled(t.n)

@@ -656,20 +656,24 @@ func TestTableArenasRecycled(t *testing.T) {
 
 // TestTablePoolModel: tables that share a Pool hold together no more than
 // their floors and the pool, the pool's count is what they hold past their
-// floors, and a table makes room (drops an entry) only when it holds its
-// floor and the pool is spent: however unevenly keys spread over the
-// tables, none drops a key while the others leave room.
+// floors until it freezes, and a table makes room (drops an entry) only
+// when it holds its floor and the pool is spent: however unevenly keys
+// spread over the tables, none drops a key while the others leave room as
+// they fill. Once the pool has frozen, a table that made room has a bound
+// of its own, its floor and the units it held, and makes room only at it;
+// the tables' bounds never pass their floors and the pool, and on one
+// goroutine come to exactly that.
 func TestTablePoolModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		k := rapid.IntRange(1, 4).Draw(t, "tables")
-		pool := NewPool(rapid.IntRange(0, 60).Draw(t, "pool"))
+		pool := NewPool(rapid.IntRange(0, 24).Draw(t, "pool"))
 		tables := make([]Table[int64], k)
 		floors := 0
 		for i := range tables {
 			tables[i].Init(rapid.IntRange(1, 40).Draw(t, "share"), expired)
 			tables[i].segSlots = 16    // small segments, so that they split
 			tables[i].budget = 1 << 30 // no room made for the budget's sake
-			tables[i].Share(pool, rapid.IntRange(1, 30).Draw(t, "floor"))
+			tables[i].Share(pool, rapid.IntRange(1, 12).Draw(t, "floor"))
 			floors += tables[i].floor
 		}
 		var now int64
@@ -678,13 +682,26 @@ func TestTablePoolModel(t *testing.T) {
 			return kk, &tables[hash(kk)%uint64(k)]
 		}
 		check := func(t *rapid.T) {
-			held, pooled := 0, 0
+			held, pooled, bounds := 0, 0, 0
 			for i := range tables {
-				held += tables[i].n
-				pooled += tables[i].pooled(tables[i].n)
-				consistent(t, &tables[i])
+				tb := &tables[i]
+				held += tb.n
+				pooled += tb.pooled(tb.n)
+				if tb.pool == nil { // frozen: a bound of its own
+					require.True(t, pool.frozen.Load(), "a table left a pool that has not frozen")
+					require.LessOrEqual(t, tb.n, tb.max)
+					bounds += tb.max
+				} else {
+					bounds += tb.floor + tb.pooled(tb.n)
+				}
+				consistent(t, tb)
 			}
-			require.Equal(t, int64(pooled), pool.used.Load(), "the pool's count")
+			if !pool.frozen.Load() {
+				require.Equal(t, int64(pooled), pool.used.Load(), "the pool's count")
+				require.LessOrEqual(t, bounds, floors+int(pool.max), "the tables' bounds")
+			} else { // frozen when spent, one goroutine: no unit lost
+				require.Equal(t, floors+int(pool.max), bounds, "the tables' bounds")
+			}
 			require.LessOrEqual(t, held, floors+int(pool.max))
 		}
 		t.Repeat(map[string]func(*rapid.T){
@@ -694,12 +711,14 @@ func TestTablePoolModel(t *testing.T) {
 				if tb.Find(kk, tag) != nil {
 					return
 				}
-				n, spent, ev := tb.n, pool.used.Load() == pool.max, tb.Stats.Evictions
+				n, spent, ev := tb.n, pool.used.Load() == pool.max || pool.frozen.Load(), tb.Stats.Evictions
 				p, ok := tb.Insert(kk, tag, now)
 				require.True(t, ok, "an insertion refused")
 				*p = now + rapid.Int64Range(0, 40).Draw(t, "until")
 				if tb.Stats.Evictions != ev {
 					require.True(t, n >= tb.floor && spent, "room made with %d of a floor of %d held and the pool not spent", n, tb.floor)
+					require.Nil(t, tb.pool, "room made by a table that has not frozen")
+					require.Equal(t, tb.max, n, "room made by a table under its own bound")
 				} else {
 					require.Equal(t, n+1, tb.n)
 				}
@@ -719,8 +738,8 @@ func TestTablePoolModel(t *testing.T) {
 // goroutine of its own (as a store's shards are, each under its own lock),
 // never hold more than their floors and the pool together, and the pool's
 // count ends as what they hold past their floors. (The pool goes to the
-// tables that ask first: a table holds the units it took until its
-// entries are dropped, evicting one of its own for each new one.)
+// tables that ask first: a table holds the units it took, and once the
+// pool has frozen, evicts one of its own for each new key.)
 func TestTablePoolConcurrent(t *testing.T) {
 	const k, floor, units = 4, 100, 1000
 	pool := NewPool(units)
