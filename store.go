@@ -551,13 +551,14 @@ func (sh *storeShard[S]) ready(k storeKey, now int64) (int64, *S) {
 	}
 	sh.added = true // so that the holds in between count as insertions (see hold)
 	sh.release()
-	var r table.Reserve[S]
-	if f := insertAllocs.Load(); f != nil {
-		start := time.Now()
-		r = table.Make[S](w)
+	var start time.Time
+	f := insertAllocs.Load()
+	if f != nil {
+		start = time.Now()
+	}
+	r := table.Make[S](w)
+	if f != nil {
 		(*f)(time.Since(start))
-	} else {
-		r = table.Make[S](w)
 	}
 	now = sh.hold(now)
 	sh.t.Give(r)

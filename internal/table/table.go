@@ -419,18 +419,16 @@ func (t *Table[S]) pooled(n int) int { return max(0, n-t.floor) }
 // full reports, before an insertion, whether t must make room for it, and
 // whether it took a unit of its pool for it.
 func (t *Table[S]) full() (full, took bool) {
-	if t.pool != nil && t.n >= t.floor {
-		if took = t.pool.take(); took {
+	if t.pool != nil {
+		if t.n < t.floor {
+			return false, false
+		}
+		if t.pool.take() {
 			return false, true
 		}
+		t.freeze(t.n, false) // take refuses only a pool that has frozen
 	}
-	if t.pool != nil && t.pool.frozen.Load() {
-		t.freeze(t.n, false)
-	}
-	if t.pool == nil {
-		return t.n >= t.max, false
-	}
-	return false, false // under its floor
+	return t.n >= t.max, false
 }
 
 // freeze makes t a table of its own bound, once its pool has frozen (see
