@@ -37,12 +37,11 @@ const (
 	// is chosen by default, so that eviction in a small store still picks
 	// among enough entries to approximate least-recently-used.
 	minShardKeys = 256
-	// preallocShardKeys is the keys of its bound for which a preallocated
-	// store takes one shard by default, up to preallocShards shards:
-	// docs/tail.md measures the tail of a million keys in 256 shards
-	// against 8.
-	preallocShardKeys = 4096
-	preallocShards    = 1024
+	// boundShardKeys is the keys of its bound for which a store takes one
+	// shard by default, up to boundShards shards: docs/tail.md measures
+	// the tail of a million keys in 256 shards against 8.
+	boundShardKeys = 4096
+	boundShards    = 1024
 	// maxShardKeys keeps every shard's table well within the 2^24 segments
 	// its directory can address (internal/table's maxDepth): about 2^21
 	// segments of a few hundred keys.
@@ -73,10 +72,10 @@ func WithMaxKeys(n int) Option {
 
 // WithShards sets how many independently locked shards a [Store] spreads
 // its keys over; n is rounded up to a power of two and must be from 1 to
-// 65536. Without it a store uses four per CPU ([runtime.GOMAXPROCS]), and a
-// store built [WithPreallocation] one for every 4,096 keys of its bound if
-// that is more (up to 1024), rounded up to a power of two, but never so
-// many that a shard would get fewer than 256 of the store's keys. More
+// 65536. Without it a store uses four per CPU ([runtime.GOMAXPROCS]), or
+// one for every 4,096 keys of its bound if that is more (up to 1024: 256
+// for the default bound of a million), rounded up to a power of two, but
+// never so many that a shard would get fewer than 256 of the store's keys. More
 // shards mean less waiting on a lock between goroutines, and a shorter
 // tail when many new keys arrive (a check rarely waits for a shard whose
 // holder the machine has interrupted; docs/tail.md measures 256 shards of
@@ -86,12 +85,13 @@ func WithMaxKeys(n int) Option {
 // each keeps the room it holds then, and makes room for its own keys), so
 // that a store fills to its bound before any shard drops a key, however
 // many shards it has, unless a shard got fewer than
-// 7/8 of its share of the keys: with 4,096 keys a shard, as a preallocated
-// store has, that is 8 standard deviations below its share; with 256, the
-// fewest a shard gets by default, 2. Each shard costs its lock, its
-// counters and an empty directory from the start (docs/tail.md),
-// whether or not it ever holds a key, so 65536 shards cost megabytes
-// before the first check; its arrays of keys are allocated as keys arrive.
+// 7/8 of its share of the keys: with 4,096 keys a shard, as a store of a
+// large bound has by default, that is 8 standard deviations below its
+// share; with 256, the fewest a shard gets by default, 2. Each shard costs
+// its lock, its counters and an empty directory from the start, whether or
+// not it ever holds a key (docs/tail.md has the bytes), so 65536 shards
+// cost megabytes before the first check; its arrays of keys are allocated
+// as keys arrive.
 // [New] ignores this option.
 func WithShards(n int) Option {
 	return func(o *options) { o.store.shards, o.store.shardsSet = n, true }
@@ -112,10 +112,7 @@ func WithShards(n int) Option {
 // is built, so that the checks that fill it do not fault on fresh memory.
 // The memory is taken whether or not keys ever come, so
 // size the bound with it: it grows in proportion to the bound, however
-// large. Unless [WithShards] is given, such a store also takes more shards
-// than one that allocates as keys come, one for every 4,096 keys of its
-// bound, so that a check rarely waits for a shard another holds. Each
-// store of a [Plans] or [Composite] built with it preallocates too, a
+// large. Each store of a [Plans] or [Composite] built with it preallocates too, a
 // whole bound each. [New] and [NewInFlight] ignore this option.
 func WithPreallocation() Option {
 	return func(o *options) { o.store.prealloc = true }
@@ -433,9 +430,7 @@ func storeShape(o storeOptions) (maxKeys, shards int, err error) {
 		shards = o.shards
 	} else {
 		shards = min(4*runtime.GOMAXPROCS(0), maxShards)
-		if o.prealloc {
-			shards = max(shards, min(maxKeys/preallocShardKeys, preallocShards))
-		}
+		shards = max(shards, min(maxKeys/boundShardKeys, boundShards))
 	}
 	shards = 1 << bits.Len(uint(shards-1)) // round up to a power of two
 	floor := 1                             // the fewest keys a shard may get
