@@ -162,10 +162,7 @@ func (t *Table[S]) Wants(tag uint32, n int) Want {
 	if t.pool != nil {
 		full = t.n >= t.floor && (t.pool.frozen.Load() || t.pool.used.Load() >= t.pool.max)
 	}
-	budget := t.budget
-	if t.settle && (full || t.n >= t.max) {
-		budget = t.slots
-	}
+	budget := t.budgetAt(t.n, full)
 	switch sh := t.share(g); {
 	case full && g.n >= sh-sh>>3, !full && g.n >= g.growAt && t.slots >= budget:
 		// Room is made in g (see Insert): it does not grow.

@@ -336,7 +336,7 @@ type Table[S any] struct {
 	max    int         // the bound on n
 	slots  int         // slots of every segment
 	budget int         // slots past which a full segment makes room rather than grow
-	settle bool        // Preallocate's: the budget comes down to slots when the table first holds its bound or is first full
+	settle bool        // Preallocate's: the budget comes down to slots when the table is first full
 	rove   int         // the next segment victim looks at
 	swept  *segment[S] // the segment swept last, for tests
 	pins   []pin
@@ -433,12 +433,15 @@ func (t *Table[S]) full() (full, took bool) {
 
 // freeze makes t a table of its own bound, once its pool has frozen (see
 // Pool): its floor and the units it holds in an operation that began with
-// n entries (and took a unit, if took).
+// n entries (and took a unit, if took), with that bound's budget if that
+// is more than its own bound's (a preallocated table's comes down to its
+// slots as it finds itself full, see budgetAt).
 func (t *Table[S]) freeze(n int, took bool) {
 	t.max = t.floor + t.pooled(n)
 	if took {
 		t.max++
 	}
+	t.budget = max(t.budget, t.growthBudget(t.max))
 	t.pool = nil
 }
 
@@ -474,7 +477,7 @@ func (t *Table[S]) Init(max int, fresh func(s *S, now int64) bool) {
 		segSlots = segmentMinSlots
 	}
 	*t = Table[S]{max: max, fresh: fresh, segSlots: segSlots, step: quarterStep, arenaMax: arenaMax}
-	t.budget = t.growthBudget()
+	t.budget = t.growthBudget(max)
 }
 
 // Growth steps (see Table.step, fit): by 1/4, for memory held within 10/7
@@ -497,15 +500,33 @@ const (
 // before the first Insert.
 func (t *Table[S]) GrowInHalves() {
 	t.step = halfStep
-	t.budget = t.growthBudget()
+	t.budget = t.growthBudget(t.max)
 }
 
-// growthBudget returns the slots t, of at most t.max entries, may hold
-// before a full segment makes room rather than grow: as many as a table
-// whose every segment has just grown at 7/8 full (10/7 of a slot for every
+// growthBudget returns the slots a table of n entries may hold before a
+// full segment makes room rather than grow: as many as a table whose
+// every segment has just grown at 7/8 full (10/7 of a slot for every
 // entry growing by 1/4, 12/7 by 1/2), and one segment's slack.
-func (t *Table[S]) growthBudget() int {
-	return t.max + t.max/7 + t.max/7*8>>t.step + t.segSlots
+func (t *Table[S]) growthBudget(n int) int {
+	return n + n/7 + n/7*8>>t.step + t.segSlots
+}
+
+// budgetAt returns the budget an insertion into t, holding n entries,
+// goes by (see Insert), full if t must make room for it. A preallocated
+// table's comes down to the slots it holds when it is first full (see
+// Preallocate). A table that shares a pool that has not frozen, and holds
+// more entries than its own bound (Init's), goes by the budget of the
+// entries it will hold if that is more: it took a unit of the pool for the
+// insertion, so the store has room, and a full segment of it grows rather
+// than drop a key of its own.
+func (t *Table[S]) budgetAt(n int, full bool) int {
+	switch {
+	case t.settle && full:
+		return t.slots
+	case t.pool != nil && !full && n >= t.max:
+		return max(t.budget, t.growthBudget(n+1))
+	}
+	return t.budget
 }
 
 // Preallocate allocates at once what the table needs to hold its bound,
@@ -517,9 +538,10 @@ func (t *Table[S]) growthBudget() int {
 // (about 1.3 slots per entry) from the start, and writes every page of it
 // once, so that filling the table does not fault on fresh memory either. The budget is that and one
 // segment more while the table fills, so that the few segments that stray
-// past their slack grow rather than drop a live entry of their own; once
-// the table first holds its bound (Init's, even when it shares a Pool and
-// may hold more) or is full, it comes down to the slots held then.
+// past their slack grow rather than drop a live entry of their own (and,
+// while it shares a Pool, its entries' budget if it holds more than its
+// bound, see budgetAt); once the table is first full, it comes down to
+// the slots held then.
 // From then on a segment that is full makes room in itself even when the
 // table is not (sweeps keep leaving a churning table a little below its
 // bound, and the room they free lands in other segments as keys arrive),
@@ -673,17 +695,16 @@ func (t *Table[S]) Insert(key string, tag uint32, now int64) (*S, bool) {
 	g := t.seg(tag)
 	n := t.n
 	full, took := t.full()
-	if t.settle && (full || t.n >= t.max) {
-		// A preallocated table first full, or first holding its own
-		// bound while it shares a pool.
-		t.budget, t.settle = t.slots, false
+	budget := t.budgetAt(n, full)
+	if t.settle && full { // a preallocated table first full
+		t.budget, t.settle = budget, false
 	}
 	if full {
 		if !t.evict(t.victim(g), now, true) {
 			t.settlePool(n, took)
 			return nil, false
 		}
-	} else if g.n >= g.growAt && t.slots >= t.budget {
+	} else if g.n >= g.growAt && t.slots >= budget {
 		t.evict(g, now, false) // or else grow past the budget
 	}
 	for g.n >= g.growAt {

@@ -141,7 +141,7 @@ func TestTableModel(t *testing.T) {
 		tb.Init(max, expired)
 		// Segments of 8 to 64 slots, so that tables this small split.
 		tb.segSlots = rapid.SampledFrom([]int{8, 16, 64, segmentBytes / 16}).Draw(t, "segSlots")
-		tb.budget = tb.growthBudget() // as Init would for these segments
+		tb.budget = tb.growthBudget(max) // as Init would for these segments
 		if rapid.Bool().Draw(t, "halves") {
 			tb.GrowInHalves()
 		}
@@ -775,6 +775,56 @@ func TestTablePoolConcurrent(t *testing.T) {
 	}
 	require.Equal(t, int64(pooled), pool.used.Load())
 	require.Equal(t, k*floor+units, held, "the tables hold their floors and the whole pool")
+}
+
+// TestTablePoolGrowsPastShare: a table that takes more than its share of
+// the keys through its pool grows to hold them, preallocated or not, and
+// drops none while the pool has units left: its arrays' budget follows the
+// entries it holds, not its share. (A preallocated table once settled its
+// budget when it first held its share, and then dropped keys of segments
+// that grew past their slack while the store was not yet full.)
+func TestTablePoolGrowsPastShare(t *testing.T) {
+	const k, share = 8, 1000
+	for _, pre := range []bool{false, true} {
+		floor := share - share/8
+		pool := NewPool(k*share - k*floor)
+		tables := make([]Table[int64], k)
+		for i := range tables {
+			tables[i].Init(share, func(*int64, int64) bool { return false })
+			tables[i].Share(pool, floor)
+			if pre {
+				tables[i].Preallocate()
+			}
+		}
+		// The first table takes nearly the whole pool (1.84 times its
+		// share), the others a few units each, and the tables end holding
+		// exactly their floors and the pool.
+		counts := make([]int, k)
+		counts[0] = floor + k*share/8 - (k-1)*5
+		for i := 1; i < k; i++ {
+			counts[i] = floor + 5
+		}
+		for i, c := range counts {
+			for j := range c {
+				kk := strconv.Itoa(i) + "-" + strconv.Itoa(j)
+				_, ok := tables[i].Insert(kk, Tag(hash(kk), false), 0)
+				require.True(t, ok)
+			}
+		}
+		for i := range tables {
+			tb := &tables[i]
+			require.Zero(t, tb.Stats.Evictions, "preallocated %v, table %d of %d entries (share %d): dropped a key before the pool was spent", pre, i, tb.n, share)
+			require.Equal(t, counts[i], tb.n)
+			consistent(t, tb)
+		}
+		require.Equal(t, pool.max, pool.used.Load(), "preallocated %v", pre)
+		// One more key: the pool is spent, so it freezes, and the key's
+		// table makes room in itself.
+		_, ok := tables[0].Insert("more", Tag(hash("more"), false), 0)
+		require.True(t, ok)
+		require.True(t, pool.frozen.Load())
+		require.Equal(t, uint64(1), tables[0].Stats.Evictions, "preallocated %v", pre)
+	}
 }
 
 // TestTableHeadOf: a key's head is its first 16 bytes, zeros past its end,
