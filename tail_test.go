@@ -59,7 +59,9 @@ type tailSubject struct {
 // does no work that could pause: its tail is the machine's (preemption, the
 // runtime), the floor under the others; and of the same loop after a few
 // writes at random in a working set as large as a store's (busy+mem, see
-// tailBusyMem), a floor for code that misses the caches as a check does.
+// tailBusyMem), a floor for code that misses the caches as a check does;
+// and of the loop while it allocates as much as the default store did in
+// the first round, without the store (busy+alloc, see tailBusyAlloc).
 // For each store it also reports the checks that waited for a shard's lock
 // and the allocations its insertions made outside the lock (see
 // tailWaits), each with how many took the run's p99.99 or more. The
@@ -165,6 +167,7 @@ func TestTail(t *testing.T) {
 	}
 	var busy func(string) error // calibrated in the first round
 	var median time.Duration    // the first store's median check, which the floors last
+	var grown tailAllocs        // what the default store allocated in the first round
 	for round := 1; round <= *tailRounds; round++ {
 		for _, sub := range subjects {
 			if !only.MatchString(sub.name) {
@@ -173,10 +176,13 @@ func TestTail(t *testing.T) {
 			waits, allocs := newTailWaits(), newTailWaits()
 			ratelimit.SetLockWaits(waits.record)
 			ratelimit.SetInsertAllocs(func(d time.Duration) { allocs.record(d, false) })
-			lat, fill := tailRun(ctx, traceStart, sub.make())
+			lat, fill, allocated := tailRun(ctx, traceStart, sub.make())
 			ratelimit.SetLockWaits(nil)
 			ratelimit.SetInsertAllocs(nil)
-			t.Logf("round %d: %s", round, tailReport(sub.name, lat))
+			if sub.name == "store" && grown.n == 0 {
+				grown = tailAllocs{n: allocs.n.Load(), bytes: int64(allocated)}
+			}
+			t.Logf("round %d: %s  heap allocated %.1f MB", round, tailReport(sub.name, lat), float64(allocated)/1e6)
 			t.Logf("round %d: %s", round, tailReport(sub.name+" fill", fill))
 			if waits.n.Load() > 0 {
 				t.Logf("round %d: %s", round, waits.report(sub.name, lat))
@@ -201,10 +207,12 @@ func TestTail(t *testing.T) {
 			// Its working set is made for each run, so that the stores
 			// never run beside it on the heap.
 			{"busy+mem", func() func(string) error { return tailBusyMem(median) }},
+			// The default store's allocations, without the store.
+			{"busy+alloc", func() func(string) error { return tailBusyAlloc(median, grown) }},
 		} {
-			if only.MatchString(floor.name) {
-				lat, _ := tailRun(ctx, traceStart, floor.check())
-				t.Logf("round %d: %s", round, tailReport(floor.name, lat))
+			if only.MatchString(floor.name) && (floor.name != "busy+alloc" || grown.n > 0) {
+				lat, _, allocated := tailRun(ctx, traceStart, floor.check())
+				t.Logf("round %d: %s  heap allocated %.1f MB", round, tailReport(floor.name, lat), float64(allocated)/1e6)
 				keep(floor.name, lat)
 			}
 		}
@@ -213,7 +221,7 @@ func TestTail(t *testing.T) {
 	for _, name := range order {
 		r := best[name]
 		line := fmt.Sprintf("%-10s p99.99 %v  max %v", name, r.p9999, r.max)
-		if strings.HasPrefix(name, "busy") {
+		if name == "busy" || name == "busy+mem" {
 			t.Log(line)
 			continue
 		}
@@ -398,6 +406,54 @@ func tailBusyMem(d time.Duration) func(string) error {
 	}
 }
 
+// tailAllocs is what a store allocated in a run: how many times its
+// insertions allocated, and the bytes the run allocated in all.
+type tailAllocs struct{ n, bytes int64 }
+
+// tailKeptKeyBytes is how much of what busy+alloc allocates it keeps, for
+// every check made so far: about a store's memory per key (docs/tail.md).
+const tailKeptKeyBytes = 36
+
+// tailBusyAlloc returns a check like tailBusy's that, while the first
+// tailKeys checks fill a store, also allocates as the default store did in
+// the run a (see TestTail), without the store: a.n arrays of the mean size
+// of a.bytes, one every tailKeys/a.n checks, each with every page written
+// once (as the store's insertions do, see table.Make), keeping the newest
+// up to tailKeptKeyBytes for every check so far and dropping the oldest,
+// so that the heap grows, and collections come, about as the store's do.
+// Its tail beside busy's is what allocating as the store does costs,
+// whatever the store's table does with the memory.
+func tailBusyAlloc(d time.Duration, a tailAllocs) func(string) error {
+	rest := tailBusy(d)
+	every := max(1, tailKeys/a.n)
+	size := max(1, a.bytes/a.n)
+	var (
+		checks    atomic.Int64
+		mu        sync.Mutex // two goroutines share kept
+		kept      = make([][]byte, 0, tailKeys/every+1)
+		oldest    int // kept[:oldest] are dropped
+		keptBytes int64
+	)
+	return func(key string) error {
+		if c := checks.Add(1); c <= tailKeys && c%every == 0 {
+			b := make([]byte, size)
+			for i := 0; i < len(b); i += 4096 {
+				b[i] = 1
+			}
+			mu.Lock()
+			kept = append(kept, b)
+			keptBytes += size
+			for keptBytes > tailKeptKeyBytes*c {
+				keptBytes -= int64(len(kept[oldest]))
+				kept[oldest] = nil
+				oldest++
+			}
+			mu.Unlock()
+		}
+		return rest(key)
+	}
+}
+
 // tailSpin steps a linear congruential generator n times and returns its
 // last value with the low bit set: never 0. It is not inlined, so that the
 // compiler cannot know that and drop the loop, nor treat the probes and the
@@ -415,9 +471,10 @@ func tailSpin(n int) uint64 {
 // tailRun checks every key once, spread over one goroutine per core, and
 // returns every check's latency in nanoseconds, sorted, and apart those of
 // the first half of the keys (the fill, before anything is evicted),
-// sorted too. While a trace runs, it logs every check over tailSlow in it,
-// with its start since traceStart.
-func tailRun(ctx context.Context, traceStart time.Time, check func(string) error) ([]int64, []int64) {
+// sorted too, and the bytes the checks allocated on the heap. While a
+// trace runs, it logs every check over tailSlow in it, with its start
+// since traceStart.
+func tailRun(ctx context.Context, traceStart time.Time, check func(string) error) (lats, fills []int64, allocated uint64) {
 	procs := runtime.GOMAXPROCS(0)
 	lat := make([][]int64, procs)
 	for g := range lat {
@@ -425,6 +482,12 @@ func tailRun(ctx context.Context, traceStart time.Time, check func(string) error
 	}
 	tracing := trace.IsEnabled()
 	runtime.GC()
+	heapAllocs := func() uint64 {
+		s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+	before := heapAllocs()
 	var wg sync.WaitGroup
 	for g := range procs {
 		wg.Add(1)
@@ -448,6 +511,7 @@ func tailRun(ctx context.Context, traceStart time.Time, check func(string) error
 		}()
 	}
 	wg.Wait()
+	allocated = heapAllocs() - before
 	var fill []int64
 	for g := range lat {
 		fill = append(fill, lat[g][:len(lat[g])/2]...)
@@ -455,7 +519,7 @@ func tailRun(ctx context.Context, traceStart time.Time, check func(string) error
 	all := slices.Concat(lat...)
 	slices.Sort(all)
 	slices.Sort(fill)
-	return all, fill
+	return all, fill, allocated
 }
 
 // tailWaits records the waits for a shard's lock during a run (see
