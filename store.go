@@ -169,7 +169,7 @@ func WithPreallocation() Option {
 // key and the collector's times).
 // A shard's table is a directory of segments, each an array of at most 32
 // KiB allocated as keys arrive, and an arena of its keys' tails: a segment
-// grows by about 1/4 at a time and splits in two when it would pass 32 KiB,
+// grows by up to about 1/4 at a time and splits in two when it would pass 32 KiB,
 // and an arena is compacted as its keys are dropped, so that no check copies
 // more than one segment under its shard's lock, however many keys the store
 // holds (docs/tail.md has the latencies). A [Store.Check] whose key's

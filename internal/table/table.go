@@ -30,8 +30,10 @@
 // segment of local depth d holds every tag whose top d bits are its own
 // (2^(depth-d) directory entries point at it). Each segment is an open
 // addressed array with linear probing from a home slot chosen by the tag's
-// bits below the top d, at most 7/8 full, that grows by about 1/4 at a
-// time (to fill an allocator size class; by 1/2 in a table set to
+// bits below the top d, at most 7/8 full, that grows by up to about 1/4
+// at a time, to the largest allocator size class within that (so that
+// nothing of the class is wasted; the classes lie closer together than
+// 1/4, so most steps are nearer 1/6; by 1/2 in a table set to
 // GrowInHalves) until it reaches segmentBytes; a segment that full splits
 // in two by its tags' next bit, each half sized for its entries. So memory
 // per key stays between 8/7 and 10/7 of a slot (12/7 growing by halves) at
