@@ -508,9 +508,12 @@ func (t *Table[S]) GrowInHalves() {
 // growthBudget returns the slots a table of n entries may hold before a
 // full segment makes room rather than grow: as many as a table whose
 // every segment has just grown at 7/8 full (10/7 of a slot for every
-// entry growing by 1/4, 12/7 by 1/2), and one segment's slack.
+// entry growing by 1/4, 12/7 by 1/2), and a slack of one segment, or of
+// 1/16 of a slot an entry if that is less (but never less than a new
+// segment's array), so that the slack of a store's many small tables does
+// not add up to more than the segments themselves are allowed.
 func (t *Table[S]) growthBudget(n int) int {
-	return n + n/7 + n/7*8>>t.step + t.segSlots
+	return n + n/7 + n/7*8>>t.step + min(t.segSlots, max(minSlots, n/16))
 }
 
 // budgetAt returns the budget an insertion into t, holding n entries,
