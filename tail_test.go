@@ -242,31 +242,49 @@ func TestTail(t *testing.T) {
 // heap, then with a store holding 1,000,000 keys (with the default
 // options, then preallocated), then with a map[string]int64 of the same
 // keys (each a string of its own, as a map keeps them), and logs each
-// store's ratio to the map's (see tailGCTime).
+// store's ratio to the map's (see tailGCTime). It also logs each store's
+// live heap per key when filled, and once 1,000,000 more keys have
+// churned through it, as in TestTail's runs (a store that allocates as
+// keys come may grow its segments again once full, within its budget, as
+// sweeps free room in some and new keys land in others).
 func tailGC(t *testing.T, rule ratelimit.Rule, opts []ratelimit.Option) {
 	t.Helper()
 	empty := tailGCTime()
 	t.Logf("gc, empty heap: %v", empty)
+	live := func() int64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return int64(m.HeapAlloc)
+	}
 	var stores []tailGCTimes
 	for _, pre := range []bool{false, true} {
 		o := opts
 		if pre {
 			o = append(o[:len(o):len(o)], ratelimit.WithPreallocation())
 		}
+		before := live()
 		s, err := ratelimit.NewStore(rule, o...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var buf []byte
-		for i := range tailKeys {
-			buf = tailKey(buf, i)
-			if _, err := s.Check(unsafe.String(&buf[0], len(buf)), ratelimit.Unit); err != nil {
-				t.Fatal(err)
+		check := func(from, to int) {
+			for i := from; i < to; i++ {
+				buf = tailKey(buf, i)
+				if _, err := s.Check(unsafe.String(&buf[0], len(buf)), ratelimit.Unit); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
+		check(0, tailKeys)
+		filled := float64(live()-before) / tailKeys
 		d := tailGCTime()
 		t.Logf("gc, store of %d keys (preallocated %v): %v", s.Len(), pre, d)
 		stores = append(stores, d)
+		check(tailKeys, 2*tailKeys)
+		t.Logf("memory, store bounded at %d keys (preallocated %v): live heap %.1f B a key of its bound when filled, %.1f B once %d more keys churned through it (holding %d)",
+			tailKeys, pre, filled, float64(live()-before)/tailKeys, tailKeys, s.Len())
 		runtime.KeepAlive(s)
 	}
 	m := make(map[string]int64)
