@@ -29,10 +29,14 @@ func buildKinds(t require.TestingT, rule ratelimit.Rule, clk ratelimit.Clock) al
 	var err error
 	k.lim, err = ratelimit.New(rule, ratelimit.WithClock(clk))
 	require.NoError(t, err)
-	k.store, err = ratelimit.NewStore(rule, ratelimit.WithClock(clk))
+	// The traces hold a handful of keys. A bound of a million would take
+	// 256 shards a store, which property tests that build thousands of
+	// stores under the race detector pay for in tens of seconds.
+	bound := ratelimit.WithMaxKeys(1000)
+	k.store, err = ratelimit.NewStore(rule, ratelimit.WithClock(clk), bound)
 	require.NoError(t, err)
 	layers := []ratelimit.Layer{{Rule: rule}, {Rule: rule, Key: func(string) string { return "all" }}}
-	k.comp, err = ratelimit.Compose(layers, ratelimit.WithClock(clk))
+	k.comp, err = ratelimit.Compose(layers, ratelimit.WithClock(clk), bound)
 	require.NoError(t, err)
 	set := ratelimit.PlanSet{
 		Plans:   map[string]ratelimit.Plan{"one": {Rule: rule}, "two": {Layers: layers}},
@@ -43,7 +47,7 @@ func buildKinds(t require.TestingT, rule ratelimit.Rule, clk ratelimit.Clock) al
 			return "two"
 		}
 		return "one"
-	}, ratelimit.WithClock(clk))
+	}, ratelimit.WithClock(clk), bound)
 	require.NoError(t, err)
 	return k
 }
