@@ -29,14 +29,10 @@ func buildKinds(t require.TestingT, rule ratelimit.Rule, clk ratelimit.Clock) al
 	var err error
 	k.lim, err = ratelimit.New(rule, ratelimit.WithClock(clk))
 	require.NoError(t, err)
-	// The traces hold a handful of keys. A bound of a million would take
-	// 256 shards a store, which property tests that build thousands of
-	// stores under the race detector pay for in tens of seconds.
-	bound := ratelimit.WithMaxKeys(1000)
-	k.store, err = ratelimit.NewStore(rule, ratelimit.WithClock(clk), bound)
+	k.store, err = ratelimit.NewStore(rule, ratelimit.WithClock(clk), fewKeys)
 	require.NoError(t, err)
 	layers := []ratelimit.Layer{{Rule: rule}, {Rule: rule, Key: func(string) string { return "all" }}}
-	k.comp, err = ratelimit.Compose(layers, ratelimit.WithClock(clk), bound)
+	k.comp, err = ratelimit.Compose(layers, ratelimit.WithClock(clk), fewKeys)
 	require.NoError(t, err)
 	set := ratelimit.PlanSet{
 		Plans:   map[string]ratelimit.Plan{"one": {Rule: rule}, "two": {Layers: layers}},
@@ -47,10 +43,16 @@ func buildKinds(t require.TestingT, rule ratelimit.Rule, clk ratelimit.Clock) al
 			return "two"
 		}
 		return "one"
-	}, ratelimit.WithClock(clk), bound)
+	}, ratelimit.WithClock(clk), fewKeys)
 	require.NoError(t, err)
 	return k
 }
+
+// fewKeys bounds the stores of property tests whose traces hold a handful
+// of keys. The default bound of a million would take 256 shards a store,
+// which tests that build thousands of stores under the race detector pay
+// for in tens of seconds.
+var fewKeys = ratelimit.WithMaxKeys(1000)
 
 // kindOps names each kind's Check and Peek for a key (the single-key
 // limiter ignores it).

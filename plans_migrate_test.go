@@ -183,9 +183,7 @@ func newMovingKeyAt(t *rapid.T, start, w time.Duration, policies ...ratelimit.Mi
 		mk.plans = append(mk.plans, r)
 		set.Plans[strconv.Itoa(i)] = ratelimit.Plan{Rule: r.rule}
 	}
-	// One key: a small bound keeps each of the thousands of rule sets the
-	// property tests build to a few shards.
-	p, err := ratelimit.NewPlans(set, func(string) string { return mk.on }, ratelimit.WithClock(mk.clk), ratelimit.WithMaxKeys(1000))
+	p, err := ratelimit.NewPlans(set, func(string) string { return mk.on }, ratelimit.WithClock(mk.clk), fewKeys)
 	require.NoError(t, err)
 	mk.p = p
 	return mk

@@ -155,14 +155,13 @@ func TestRefundKeyedMatchesLimiter(t *testing.T) {
 					require.NoError(t, err)
 					lims[k] = l
 				}
-				bound := ratelimit.WithMaxKeys(1000) // a few keys: a few shards (see buildKinds)
-				store, err := ratelimit.NewStore(rule, ratelimit.WithClock(clk), bound)
+				store, err := ratelimit.NewStore(rule, ratelimit.WithClock(clk), fewKeys)
 				require.NoError(t, err)
-				comp, err := ratelimit.Compose([]ratelimit.Layer{{Rule: rule}}, ratelimit.WithClock(clk), bound)
+				comp, err := ratelimit.Compose([]ratelimit.Layer{{Rule: rule}}, ratelimit.WithClock(clk), fewKeys)
 				require.NoError(t, err)
 				plans, err := ratelimit.NewPlans(ratelimit.PlanSet{
 					Plans: map[string]ratelimit.Plan{"one": {Rule: rule}}, Default: "one",
-				}, nil, ratelimit.WithClock(clk), bound)
+				}, nil, ratelimit.WithClock(clk), fewKeys)
 				require.NoError(t, err)
 				type keyed interface {
 					Check(key string, cost ratelimit.Units) (ratelimit.Decision, error)

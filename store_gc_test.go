@@ -21,9 +21,7 @@ func TestStoreKeysCostCollectorNothing(t *testing.T) {
 	rule := ratelimit.GCRA{Rate: ratelimit.PerMinute(100), Burst: 100}
 	scannable := func() uint64 {
 		runtime.GC()
-		s := []metrics.Sample{{Name: "/gc/scan/heap:bytes"}}
-		metrics.Read(s)
-		return s[0].Value.Uint64()
+		return metricUint64("/gc/scan/heap:bytes")
 	}
 	for _, sub := range []struct {
 		name  string
@@ -54,4 +52,12 @@ func TestStoreKeysCostCollectorNothing(t *testing.T) {
 		require.Less(t, int64(after)-int64(before), int64(n), "%s: scannable heap per key", sub.name)
 		runtime.KeepAlive(check)
 	}
+}
+
+// metricUint64 reads the runtime metric of that name, one whose value is a
+// uint64 (runtime/metrics).
+func metricUint64(name string) uint64 {
+	s := []metrics.Sample{{Name: name}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }

@@ -131,14 +131,10 @@ func TestTail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shards := func(more ...ratelimit.Option) int {
-		s, err := ratelimit.NewStore(rule, append(storeOpts(), more...)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s.Stats().Shards
+	// Preallocated or not, the stores take the same shards.
+	if s, err := ratelimit.NewStore(rule, storeOpts()...); err == nil {
+		t.Logf("stores: %d shards, %d goroutines", s.Stats().Shards, runtime.GOMAXPROCS(0))
 	}
-	t.Logf("stores: %d shards (preallocated: %d), %d goroutines", shards(), shards(ratelimit.WithPreallocation()), runtime.GOMAXPROCS(0))
 	ctx := context.Background()
 	if *tailTrace != "" {
 		f, err := os.Create(*tailTrace)
@@ -251,19 +247,13 @@ func tailGC(t *testing.T, rule ratelimit.Rule, opts []ratelimit.Option) {
 	t.Helper()
 	empty := tailGCTime()
 	t.Logf("gc, empty heap: %v", empty)
-	live := func() int64 {
-		runtime.GC()
-		var m runtime.MemStats
-		runtime.ReadMemStats(&m)
-		return int64(m.HeapAlloc)
-	}
 	var stores []tailGCTimes
 	for _, pre := range []bool{false, true} {
 		o := opts
 		if pre {
 			o = append(o[:len(o):len(o)], ratelimit.WithPreallocation())
 		}
-		before := live()
+		before := liveHeap()
 		s, err := ratelimit.NewStore(rule, o...)
 		if err != nil {
 			t.Fatal(err)
@@ -278,13 +268,13 @@ func tailGC(t *testing.T, rule ratelimit.Rule, opts []ratelimit.Option) {
 			}
 		}
 		check(0, tailKeys)
-		filled := float64(live()-before) / tailKeys
+		filled := float64(liveHeap()-before) / tailKeys
 		d := tailGCTime()
 		t.Logf("gc, store of %d keys (preallocated %v): %v", s.Len(), pre, d)
 		stores = append(stores, d)
 		check(tailKeys, 2*tailKeys)
 		t.Logf("memory, store bounded at %d keys (preallocated %v): live heap %.1f B a key of its bound when filled, %.1f B once %d more keys churned through it (holding %d)",
-			tailKeys, pre, filled, float64(live()-before)/tailKeys, tailKeys, s.Len())
+			tailKeys, pre, filled, float64(liveHeap()-before)/tailKeys, tailKeys, s.Len())
 		runtime.KeepAlive(s)
 	}
 	m := make(map[string]int64)
@@ -494,7 +484,7 @@ func tailSpin(n int) uint64 {
 // sorted too, and the bytes the checks allocated on the heap. While a
 // trace runs, it logs every check over tailSlow in it, with its start
 // since traceStart.
-func tailRun(ctx context.Context, traceStart time.Time, check func(string) error) (lats, fills []int64, allocated uint64) {
+func tailRun(ctx context.Context, traceStart time.Time, check func(string) error) ([]int64, []int64, uint64) {
 	procs := runtime.GOMAXPROCS(0)
 	lat := make([][]int64, procs)
 	for g := range lat {
@@ -502,12 +492,7 @@ func tailRun(ctx context.Context, traceStart time.Time, check func(string) error
 	}
 	tracing := trace.IsEnabled()
 	runtime.GC()
-	heapAllocs := func() uint64 {
-		s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
-		metrics.Read(s)
-		return s[0].Value.Uint64()
-	}
-	before := heapAllocs()
+	before := metricUint64("/gc/heap/allocs:bytes")
 	var wg sync.WaitGroup
 	for g := range procs {
 		wg.Add(1)
@@ -531,7 +516,7 @@ func tailRun(ctx context.Context, traceStart time.Time, check func(string) error
 		}()
 	}
 	wg.Wait()
-	allocated = heapAllocs() - before
+	allocated := metricUint64("/gc/heap/allocs:bytes") - before
 	var fill []int64
 	for g := range lat {
 		fill = append(fill, lat[g][:len(lat[g])/2]...)

@@ -160,7 +160,7 @@ func (t *Table[S]) Wants(tag uint32, n int) Want {
 	g := t.seg(tag)
 	full := t.n >= t.max
 	if t.pool != nil {
-		full = t.n >= t.floor && (t.pool.frozen.Load() || t.pool.used.Load() >= t.pool.max)
+		full = t.n >= t.floor && t.pool.spent()
 	}
 	budget := t.budgetAt(t.n, full)
 	switch sh := t.share(g); {

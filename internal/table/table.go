@@ -167,7 +167,7 @@ const (
 
 // sizeClasses are the Go allocator's size classes from 1 KiB to 32 KiB.
 // An array that fills its class exactly wastes nothing, so a segment grows
-// by about 1/4 to the size of a class (see fit). Were the allocator's
+// by up to about 1/4, to the size of a class (see fit). Were the allocator's
 // classes to change, arrays would still be correct, only less tight.
 var sizeClasses = [...]int{1024, 1152, 1280, 1408, 1536, 1792, 2048, 2304, 2688, 3072,
 	3200, 3456, 4096, 4864, 5376, 6144, 6528, 6784, 6912, 8192, 9472, 9728, 10240,
@@ -390,13 +390,14 @@ type Pool struct {
 // NewPool returns a pool of max units.
 func NewPool(max int) *Pool { return &Pool{max: int64(max)} }
 
+// spent reports whether p has frozen or has no unit left: a take now
+// would fail.
+func (p *Pool) spent() bool { return p.frozen.Load() || p.used.Load() >= p.max }
+
 // take takes a unit, if one is left and the pool has not frozen. Finding
 // none left freezes it.
 func (p *Pool) take() bool {
-	if p.frozen.Load() {
-		return false
-	}
-	if p.used.Load() < p.max {
+	if !p.spent() {
 		if p.used.Add(1) <= p.max {
 			return true
 		}
